@@ -1,0 +1,30 @@
+"""Backends the kit knows by name, and the fake service each runs against."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class KnownBackend:
+    name: str
+    spec: str  # what conformance.host.loader loads
+    fake: str | None  # the fake service used unless --live
+    description: str
+
+
+KNOWN_BACKENDS: dict[str, KnownBackend] = {
+    "tempdir_box": KnownBackend(
+        "tempdir_box", "fakes.tempdir_box", "tempdir",
+        "temp-dir boxes on this machine (the kit's default system under test)",
+    ),
+}
+DEFAULT_BACKEND = "tempdir_box"
+
+
+def resolve(spec: str) -> tuple[str, str | None]:
+    """Return (loader spec, default fake) for a --backend value."""
+    known = KNOWN_BACKENDS.get(spec)
+    if known is not None:
+        return known.spec, known.fake
+    return spec, None

@@ -1,0 +1,171 @@
+"""Choose the host a run uses and make Hermes's import names resolve.
+
+- ``hermes``: the installed hermes-agent modules; the kit supplies only the
+  modules (and exception names) the installed version lacks, detected by
+  import, never by version string.
+- ``builtin``: the kit's clean-room stand-ins for every module a plugin
+  imports, registered under Hermes's names.
+- ``auto``: hermes when importable, builtin otherwise.
+
+Modules are process-global, so a process runs one host; the choice is final.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import sys
+import types
+from dataclasses import dataclass, field
+
+HOST_MODES = ("auto", "builtin", "hermes")
+
+# Hermes import name -> the kit's stand-in module.
+STANDINS: dict[str, str] = {
+    "hermes_constants": "conformance.host.standins.hermes_constants",
+    "agent.provider_base": "conformance.host.standins.provider_base",
+    "agent.terminal_env_provider": "conformance.host.standins.terminal_env_provider",
+    "agent.secret_scope": "conformance.host.standins.secret_scope",
+    "tools.interrupt": "conformance.host.standins.interrupt",
+    "tools.terminal_tool": "conformance.host.standins.terminal_tool",
+    "tools.environments.base_output": "conformance.host.standins.base_output",
+    "tools.environments.base": "conformance.host.standins.base",
+    "tools.environments.file_sync": "conformance.host.standins.file_sync",
+}
+_PACKAGES = ("agent", "tools", "tools.environments")
+# Names a current host exports that older ones lack; supplied into the real module.
+_BASE_NAMES = ("EnvironmentConnectionError", "FileFetchError")
+_BASE_OUTPUT_NAMES = ("ProcessHandle", "_ThreadedProcessHandle", "_popen_bash", "_pipe_stdin")
+
+
+class HostError(RuntimeError):
+    """The requested host cannot be set up; the message says why and what to do."""
+
+
+@dataclass
+class HostInfo:
+    mode: str
+    requested: str
+    hermes_version: str | None = None
+    shimmed: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, object]:
+        return {"mode": self.mode, "requested": self.requested,
+                "hermes_version": self.hermes_version, "shimmed": list(self.shimmed)}
+
+
+_active: HostInfo | None = None
+
+
+def active() -> HostInfo | None:
+    return _active
+
+
+def install(mode: str = "auto") -> HostInfo:
+    """Set up the host once per process; later calls must ask for the same mode."""
+    global _active
+    if mode not in HOST_MODES:
+        raise HostError(f"unknown host {mode!r}; use one of {', '.join(HOST_MODES)}")
+    if _active is not None:
+        if mode not in ("auto", _active.mode):
+            raise HostError(
+                f"this process already runs the {_active.mode!r} host; "
+                f"start a new process for --host {mode}"
+            )
+        return _active
+    if mode == "builtin":
+        info = _install_builtin()
+    elif mode == "hermes":
+        info = _install_hermes(requested="hermes")
+    else:
+        try:
+            info = _install_hermes(requested="auto")
+        except HostError:
+            info = _install_builtin(requested="auto")
+    _active = info
+    return info
+
+
+def _hermes_importable() -> str | None:
+    """Return why hermes-agent cannot serve as the host, or None if it can."""
+    try:
+        base = importlib.import_module("tools.environments.base")
+        importlib.import_module("hermes_cli")
+    except Exception as exc:  # any import failure means "not this host"
+        return f"{type(exc).__name__}: {exc}"
+    if not hasattr(base, "BaseEnvironment"):
+        return "tools.environments.base has no BaseEnvironment"
+    return None
+
+
+def _install_hermes(requested: str) -> HostInfo:
+    problem = _hermes_importable()
+    if problem is not None:
+        raise HostError(
+            f"--host hermes needs an importable hermes-agent ({problem}); "
+            "install it with `pip install 'hermes-backend-kit[hermes]'` or use --host builtin"
+        )
+    try:
+        version = importlib.metadata.version("hermes-agent")
+    except importlib.metadata.PackageNotFoundError:
+        version = getattr(sys.modules.get("hermes_cli"), "__version__", None)
+    info = HostInfo(mode="hermes", requested=requested, hermes_version=version)
+    base = importlib.import_module("tools.environments.base")
+    for name, standin in STANDINS.items():
+        if name == "tools.environments.base_output":
+            _ensure_base_output(base, info)
+            continue
+        try:
+            importlib.import_module(name)
+        except ModuleNotFoundError:
+            _register(name, importlib.import_module(standin))
+            info.shimmed.append(name)
+    standin_base = importlib.import_module(STANDINS["tools.environments.base"])
+    for attr in _BASE_NAMES:
+        if not hasattr(base, attr):
+            setattr(base, attr, getattr(standin_base, attr))
+            info.shimmed.append(f"tools.environments.base.{attr}")
+    return info
+
+
+def _ensure_base_output(base: types.ModuleType, info: HostInfo) -> None:
+    """Older hosts keep the process-handle helpers in base.py; alias them."""
+    try:
+        importlib.import_module("tools.environments.base_output")
+        return
+    except ModuleNotFoundError:
+        pass
+    module = types.ModuleType("tools.environments.base_output")
+    module.__doc__ = "Kit alias: the installed host keeps these names in tools.environments.base."
+    for attr in _BASE_OUTPUT_NAMES:
+        if hasattr(base, attr):
+            setattr(module, attr, getattr(base, attr))
+    _register("tools.environments.base_output", module)
+    info.shimmed.append("tools.environments.base_output")
+
+
+def _install_builtin(requested: str = "builtin") -> HostInfo:
+    clash = [n for n in (*_PACKAGES, *STANDINS) if n in sys.modules
+             and not getattr(sys.modules[n], "__kit_standin__", False)]
+    if clash:
+        raise HostError(
+            f"Hermes modules are already imported ({', '.join(sorted(clash))}), so the builtin "
+            "host cannot replace them; use --host hermes, or run in a fresh process"
+        )
+    for pkg in _PACKAGES:
+        module = types.ModuleType(pkg)
+        module.__path__ = []  # a package with nothing on disk: only stand-ins resolve
+        module.__kit_standin__ = True  # type: ignore[attr-defined]
+        _register(pkg, module)
+    for name, standin in STANDINS.items():
+        module = importlib.import_module(standin)
+        module.__kit_standin__ = True  # type: ignore[attr-defined]
+        _register(name, module)
+    return HostInfo(mode="builtin", requested=requested, shimmed=sorted(STANDINS))
+
+
+def _register(name: str, module: types.ModuleType) -> None:
+    sys.modules[name] = module
+    parent, _, child = name.rpartition(".")
+    if parent and parent in sys.modules:
+        setattr(sys.modules[parent], child, module)

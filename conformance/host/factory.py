@@ -1,0 +1,95 @@
+"""Build environments exactly as Hermes's _build_plugin_env does.
+
+The provider gets exactly ``cwd, timeout, task_id, image="", container_config``
+(an empty dict unless the provider is a container backend); the host then
+stamps ``_hermes_backend_name`` and ``env_type``, swallowing failures.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# Every task-id shape a real host produces (tools/terminal_tool.py::_resolve_container_task_id).
+TASK_ID_SHAPES = (
+    "default",
+    "session:kit-7f3a9c",
+    "profile:work:20261129_074455_ab12cd",
+    "home:/home/alice/.hermes-work:sess-42",
+    "prompt-backend-probe",
+    "host-local-4f1c2e",
+    "rollout/batch 3:item/7",
+)
+
+# Hermes's defaults for container backends (tools/terminal_tool_config.py).
+CONTAINER_DEFAULTS: dict[str, Any] = {
+    "container_cpu": 1.0,
+    "container_memory": 5120,
+    "container_disk": 51200,
+    "container_persistent": True,
+    "modal_mode": "auto",
+    "docker_volumes": [],
+    "docker_forward_env": [],
+    "docker_mount_cwd_to_workspace": False,
+}
+DEFAULT_TIMEOUT = 180
+HERMES_DEFAULT_CWD = "/root"
+
+
+def container_config_for(provider: Any, terminal_config: dict[str, Any]) -> dict[str, Any]:
+    if not getattr(provider, "is_container", True):
+        return {}
+    config = dict(CONTAINER_DEFAULTS)
+    for key in CONTAINER_DEFAULTS:
+        if key in terminal_config:
+            config[key] = terminal_config[key]
+    return config
+
+
+def default_cwd(provider: Any, terminal_config: dict[str, Any]) -> str:
+    """terminal.cwd, else the provider's default_cwd extension, else Hermes's /root."""
+    configured = terminal_config.get("cwd")
+    if configured:
+        return str(configured)
+    try:
+        extension = getattr(provider, "default_cwd", None)
+    except Exception:
+        extension = None
+    return extension if isinstance(extension, str) and extension else HERMES_DEFAULT_CWD
+
+
+def create_environment(
+    provider: Any,
+    terminal_config: dict[str, Any],
+    *,
+    task_id: str = "default",
+    cwd: str | None = None,
+    timeout: int | None = None,
+    container_config: dict[str, Any] | None = None,
+    persistent: bool | None = None,
+    extra_kwargs: dict[str, Any] | None = None,
+) -> Any:
+    cc = container_config if container_config is not None else container_config_for(provider, terminal_config)
+    if persistent is not None and getattr(provider, "is_container", True):
+        cc = {**cc, "container_persistent": persistent}
+    kwargs: dict[str, Any] = {
+        "cwd": cwd if cwd is not None else default_cwd(provider, terminal_config),
+        "timeout": timeout if timeout is not None else int(terminal_config.get("timeout", DEFAULT_TIMEOUT)),
+        "task_id": task_id,
+        "image": "",
+        "container_config": cc,
+    }
+    kwargs.update(extra_kwargs or {})
+    env = provider.create_environment(**kwargs)
+    stamp(env, provider)
+    return env
+
+
+def stamp(env: Any, provider: Any) -> None:
+    try:
+        env._hermes_backend_name = provider.name.strip().lower()
+    except AttributeError:
+        pass
+    try:
+        env.env_type = provider.name.strip().lower()
+    except Exception:
+        pass

@@ -1,0 +1,254 @@
+"""Load a backend the way Hermes loads plugins.
+
+A backend spec is one of:
+
+- a known name (``tempdir_box``; see conformance.backends);
+- a path to a plugin directory (plugin.yaml + __init__.py with register(ctx));
+- ``ep:NAME``: the entry point NAME in the ``hermes_agent.plugins`` group;
+- ``package.module`` (a plugin package) or ``package.module:attr`` where attr is
+  a provider instance, a provider class or a register(ctx) function.
+
+Plugins are imported as packages and their register(ctx) is called with a
+PluginContext, while the loader records what a validator would: time taken,
+network attempts, and any change to Hermes's own modules.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import importlib.util
+import inspect
+import sys
+import time
+import types
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from conformance.host.netguard import network_guard
+from conformance.host.registry import PluginContext, ProviderRegistry, provider_base_class
+
+ENTRY_POINT_GROUP = "hermes_agent.plugins"
+CORE_PREFIXES = ("agent", "tools", "hermes_cli", "hermes_constants")
+
+
+class LoadError(RuntimeError):
+    """The backend spec cannot be loaded; the message says why and what to try."""
+
+
+@dataclass
+class LoadedPlugin:
+    spec: str
+    source: str  # directory | module | entry-point | object
+    provider: Any
+    module: types.ModuleType | None = None
+    manifest: dict[str, Any] | None = None
+    manifest_path: Path | None = None
+    entry_point: str | None = None
+    distribution: str | None = None
+    distribution_version: str | None = None
+    register: Any = None
+    context: PluginContext | None = None
+    load_seconds: float = 0.0
+    network_attempts: list[str] = field(default_factory=list)
+    core_changes: list[str] = field(default_factory=list)
+
+    @property
+    def is_package(self) -> bool:
+        return self.register is not None
+
+    @property
+    def plugin_name(self) -> str | None:
+        if self.entry_point:
+            return self.entry_point
+        return (self.manifest or {}).get("name")
+
+    @property
+    def version(self) -> str | None:
+        return (self.manifest or {}).get("version") or self.distribution_version
+
+
+def _core_snapshot() -> dict[str, tuple[int, dict[str, int]]]:
+    snap = {}
+    for name, module in list(sys.modules.items()):
+        if module is None or not name.startswith(CORE_PREFIXES):
+            continue
+        if name.split(".")[0] not in CORE_PREFIXES:
+            continue
+        attrs = {k: id(v) for k, v in list(vars(module).items())}
+        snap[name] = (id(module), attrs)
+    return snap
+
+
+def _core_diff(before: dict[str, tuple[int, dict[str, int]]]) -> list[str]:
+    after = _core_snapshot()
+    changes = []
+    new_modules = set(after) - set(before)
+    for name in sorted(new_modules):
+        spec = getattr(sys.modules.get(name), "__spec__", None)
+        if spec is None or not getattr(spec, "origin", None):
+            changes.append(f"module {name} inserted without being imported from a file")
+    for name, (mod_id, attrs) in before.items():
+        if name not in after:
+            changes.append(f"module {name} removed")
+            continue
+        if after[name][0] != mod_id:
+            changes.append(f"module {name} replaced")
+            continue
+        now = after[name][1]
+        for attr, value_id in attrs.items():
+            if attr not in now:
+                changes.append(f"{name}.{attr} removed")
+            elif now[attr] != value_id and not attr.startswith("__"):
+                changes.append(f"{name}.{attr} replaced")
+        for attr in set(now) - set(attrs):
+            if f"{name}.{attr}" not in new_modules and not attr.startswith("__"):
+                changes.append(f"{name}.{attr} added")
+    return changes
+
+
+def read_manifest(directory: Path) -> dict[str, Any] | None:
+    path = directory / "plugin.yaml"
+    if not path.is_file():
+        return None
+    try:
+        data = yaml.safe_load(path.read_text("utf-8"))
+    except yaml.YAMLError as exc:
+        raise LoadError(f"{path} is not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise LoadError(f"{path} must hold a mapping (name, version, description, kind)")
+    return data
+
+
+def _import_directory(directory: Path) -> types.ModuleType:
+    init = directory / "__init__.py"
+    if not init.is_file():
+        raise LoadError(f"{directory} has no __init__.py; a Hermes plugin is a Python package")
+    safe = "".join(ch if ch.isalnum() else "_" for ch in directory.name)
+    name = f"hermes_plugins.{safe}"
+    if "hermes_plugins" not in sys.modules:
+        ns = types.ModuleType("hermes_plugins")
+        ns.__path__ = []
+        sys.modules["hermes_plugins"] = ns
+    spec = importlib.util.spec_from_file_location(name, init, submodule_search_locations=[str(directory)])
+    if spec is None or spec.loader is None:
+        raise LoadError(f"cannot import {init}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception:
+        sys.modules.pop(name, None)
+        raise
+    return module
+
+
+def _module_dir(module: types.ModuleType) -> Path | None:
+    path = getattr(module, "__file__", None)
+    return Path(path).parent if path else None
+
+
+def load(spec: str, registry: ProviderRegistry, *, config: dict[str, Any] | None = None) -> LoadedPlugin:
+    """Import the backend named by ``spec`` and register its provider."""
+    before = _core_snapshot()
+    started = time.perf_counter()
+    with network_guard() as attempts:
+        try:
+            loaded = _load(spec, registry, config or {})
+        except LoadError:
+            raise
+        except Exception as exc:
+            raise LoadError(f"loading backend {spec!r} failed: {type(exc).__name__}: {exc}") from exc
+    loaded.load_seconds = time.perf_counter() - started
+    loaded.network_attempts = list(attempts)
+    loaded.core_changes = _core_diff(before)
+    return loaded
+
+
+def _load(spec: str, registry: ProviderRegistry, config: dict[str, Any]) -> LoadedPlugin:
+    if spec.startswith(("ep:", "entry-point:")):
+        return _load_entry_point(spec, spec.split(":", 1)[1], registry, config)
+    path = Path(spec).expanduser()
+    if "/" in spec or path.is_dir():
+        if not path.is_dir():
+            raise LoadError(f"{spec} is not a directory; give a plugin directory, module:attr or ep:NAME")
+        module = _import_directory(path.resolve())
+        return _from_package(spec, "directory", module, read_manifest(path.resolve()), registry, config)
+    module_name, _, attr = spec.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name and module_name.startswith(exc.name):
+            raise LoadError(
+                f"no module {module_name!r}: give a known backend name, a plugin directory, "
+                "package.module:attr or ep:NAME"
+            ) from None
+        raise
+    if not attr:
+        if not callable(getattr(module, "register", None)):
+            raise LoadError(f"module {module_name} has no register(ctx); name the provider as {module_name}:ATTR")
+        directory = _module_dir(module)
+        manifest = read_manifest(directory) if directory and module.__file__.endswith("__init__.py") else None
+        return _from_package(spec, "module", module, manifest, registry, config)
+    try:
+        target = getattr(module, attr)
+    except AttributeError:
+        raise LoadError(f"module {module_name} has no attribute {attr!r}") from None
+    return _from_object(spec, module, target, registry, config)
+
+
+def _from_package(spec: str, source: str, module: types.ModuleType, manifest: dict[str, Any] | None,
+                  registry: ProviderRegistry, config: dict[str, Any], register: Any = None) -> LoadedPlugin:
+    register = register or getattr(module, "register", None)
+    if not callable(register):
+        raise LoadError(f"{spec}: the plugin package has no register(ctx) function")
+    name = str((manifest or {}).get("name") or module.__name__)
+    ctx = PluginContext(registry=registry, plugin_name=name, config=config)
+    register(ctx)
+    if not ctx.accepted:
+        why = "; ".join(reason for _, reason in ctx.rejected) or "it never called ctx.register_terminal_environment_provider"
+        raise LoadError(f"{spec}: register(ctx) registered no terminal provider ({why})")
+    return LoadedPlugin(spec=spec, source=source, provider=ctx.accepted[0], module=module,
+                        manifest=manifest, register=register, context=ctx,
+                        manifest_path=(_module_dir(module) or Path(".")) / "plugin.yaml" if manifest else None)
+
+
+def _from_object(spec: str, module: types.ModuleType, target: Any, registry: ProviderRegistry,
+                 config: dict[str, Any]) -> LoadedPlugin:
+    base = provider_base_class()
+    if inspect.isclass(target) and issubclass(target, base):
+        target = target()
+    if isinstance(target, base):
+        registry.register(target)
+        return LoadedPlugin(spec=spec, source="object", provider=target, module=module)
+    if callable(target):
+        manifest = None
+        directory = _module_dir(module)
+        if directory and getattr(module, "__file__", "").endswith("__init__.py"):
+            manifest = read_manifest(directory)
+        return _from_package(spec, "module", module, manifest, registry, config, register=target)
+    raise LoadError(f"{spec} is neither a TerminalEnvironmentProvider, a provider class nor a register(ctx) function")
+
+
+def _load_entry_point(spec: str, name: str, registry: ProviderRegistry, config: dict[str, Any]) -> LoadedPlugin:
+    matches = [ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP) if ep.name == name]
+    if not matches:
+        known = sorted(ep.name for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP))
+        raise LoadError(f"no {ENTRY_POINT_GROUP} entry point named {name!r} (installed: {', '.join(known) or 'none'})")
+    ep = matches[0]
+    target = ep.load()
+    if isinstance(target, types.ModuleType):
+        directory = _module_dir(target)
+        loaded = _from_package(spec, "entry-point", target, read_manifest(directory) if directory else None,
+                               registry, config)
+    else:
+        loaded = _from_object(spec, sys.modules[ep.module], target, registry, config)
+        loaded.source = "entry-point"
+    loaded.entry_point = ep.name
+    if ep.dist is not None:
+        loaded.distribution = ep.dist.metadata["Name"]
+        loaded.distribution_version = ep.dist.version
+    return loaded

@@ -1,0 +1,152 @@
+"""The provider registry and the PluginContext a plugin's register(ctx) receives.
+
+Rules from research/hermes-host.md section 2.2: the provider must be a
+TerminalEnvironmentProvider (TypeError), its name non-empty after strip
+(ValueError) and not a built-in (ValueError); the key is name.strip().lower();
+re-registration overwrites; scoped registrations win over global ones.  The
+context never lets a rejection raise into the plugin: it logs and returns None.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+logger = logging.getLogger("hermes_cli.plugins")
+
+# Every name a host reserves or dispatches before plugins (union over versions).
+RESERVED_NAMES = frozenset({
+    "local", "docker", "singularity", "modal", "managed_modal", "daytona",
+    "vercel_sandbox", "ssh", "apple_container", "bubblewrap",
+})
+
+
+def provider_base_class() -> type:
+    return importlib.import_module("agent.terminal_env_provider").TerminalEnvironmentProvider
+
+
+class ProviderRegistry:
+    def __init__(self) -> None:
+        self._global: dict[str, Any] = {}
+        self._scoped: dict[str, dict[str, Any]] = {}
+        self._lock = threading.Lock()
+        self.generation = 0
+
+    def register(self, provider: Any, scope: str | None = None) -> str:
+        if not isinstance(provider, provider_base_class()):
+            raise TypeError(f"{type(provider).__name__} is not a TerminalEnvironmentProvider")
+        name = getattr(provider, "name", None)
+        if not isinstance(name, str) or not name.strip():
+            raise ValueError("provider.name must be a non-empty string")
+        key = name.strip().lower()
+        if key in RESERVED_NAMES:
+            raise ValueError(f"{key!r} is a built-in backend name")
+        with self._lock:
+            table = self._scoped.setdefault(scope, {}) if scope else self._global
+            table[key] = provider
+            self.generation += 1
+        return key
+
+    def unregister(self, name: str, scope: str | None = None) -> None:
+        with self._lock:
+            table = self._scoped.get(scope, {}) if scope else self._global
+            if table.pop(name.strip().lower(), None) is not None:
+                self.generation += 1
+
+    def get(self, name: str, scope: str | None = None) -> Any | None:
+        key = name.strip().lower()
+        with self._lock:
+            if scope and key in self._scoped.get(scope, {}):
+                return self._scoped[scope][key]
+            return self._global.get(key)
+
+    def names(self) -> list[str]:
+        with self._lock:
+            return sorted({*self._global, *(k for t in self._scoped.values() for k in t)})
+
+    def strip_env_keys(self) -> frozenset[str]:
+        """Union of every provider's strip_env_keys; a raising provider adds nothing."""
+        keys: set[str] = set()
+        with self._lock:
+            providers = [*self._global.values(), *(p for t in self._scoped.values() for p in t.values())]
+        for provider in providers:
+            try:
+                keys |= {str(k) for k in provider.strip_env_keys}
+            except Exception:
+                continue
+        return frozenset(keys)
+
+    def provider_flag(self, name: str, attr: str, default: Any) -> Any:
+        provider = self.get(name)
+        if provider is None:
+            return default
+        try:
+            return getattr(provider, attr)
+        except Exception:
+            return default
+
+
+@dataclass
+class Registration:
+    """The handle a successful registration returns; unload restores the previous one."""
+
+    registry: ProviderRegistry
+    key: str
+    scope: str | None
+
+    def unregister(self) -> None:
+        self.registry.unregister(self.key, self.scope)
+
+
+@dataclass
+class PluginContext:
+    """What register(ctx) receives on a host with the provider ABI."""
+
+    registry: ProviderRegistry
+    plugin_name: str = "plugin"
+    config: dict[str, Any] = field(default_factory=dict)
+    scope: str | None = None
+    accepted: list[Any] = field(default_factory=list)
+    rejected: list[tuple[Any, str]] = field(default_factory=list)
+    other_calls: list[str] = field(default_factory=list)
+
+    def register_terminal_environment_provider(self, provider: Any) -> Registration | None:
+        try:
+            key = self.registry.register(provider, self.scope)
+        except (TypeError, ValueError) as exc:
+            logger.warning("plugin %s: terminal provider rejected: %s", self.plugin_name, exc)
+            self.rejected.append((provider, str(exc)))
+            return None
+        self.accepted.append(provider)
+        return Registration(self.registry, key, self.scope)
+
+    def get_config(self) -> dict[str, Any]:
+        return copy.deepcopy(self.config)
+
+    def __getattr__(self, name: str) -> Callable[..., None]:
+        # Other register_* hooks (tools, commands, hooks) are accepted and ignored.
+        if name.startswith("register_"):
+            def ignore(*_args: Any, **_kwargs: Any) -> None:
+                self.other_calls.append(name)
+            return ignore
+        raise AttributeError(name)
+
+
+class LegacyPluginContext:
+    """The context of a host without the provider ABI (hermes-agent 0.19.0)."""
+
+    def __init__(self, plugin_name: str = "plugin") -> None:
+        self.plugin_name = plugin_name
+        self.other_calls: list[str] = []
+
+    def __getattr__(self, name: str) -> Callable[..., None]:
+        if name.startswith("register_") and name != "register_terminal_environment_provider":
+            def ignore(*_args: Any, **_kwargs: Any) -> None:
+                self.other_calls.append(name)
+            return ignore
+        raise AttributeError(f"'PluginContext' object has no attribute {name!r}")

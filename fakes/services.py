@@ -1,0 +1,55 @@
+"""Start a fake vendor service for a run: the variables to export and its world.
+
+Each fake exports the vendor's own environment variables (base URL, key),
+so unmodified plugins and SDKs talk to it, and exposes a world object through
+which checks inspect and disturb sandboxes behind the backend's back.
+"""
+
+from __future__ import annotations
+
+import secrets
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class FakeService:
+    name: str
+    env: dict[str, str]
+    world: Any = None
+    secret_vars: frozenset[str] = frozenset()
+    _stop: Callable[[], None] | None = field(default=None, repr=False)
+
+    def stop(self) -> None:
+        if self._stop is not None:
+            self._stop()
+            self._stop = None
+
+
+def _tempdir(workdir: Path) -> FakeService:
+    from fakes.tempdir_box.world import TempdirWorld
+
+    root = workdir / "boxes"
+    root.mkdir(parents=True, exist_ok=True)
+    token = "tbx_" + secrets.token_hex(16)
+    return FakeService(
+        name="tempdir",
+        env={"TEMPDIR_BOX_ROOT": str(root), "TEMPDIR_BOX_TOKEN": token},
+        world=TempdirWorld(root),
+        secret_vars=frozenset({"TEMPDIR_BOX_TOKEN"}),
+        _stop=lambda: shutil.rmtree(root, ignore_errors=True),
+    )
+
+
+FAKES: dict[str, Callable[[Path], FakeService]] = {"tempdir": _tempdir}
+
+
+def start(name: str, workdir: Path) -> FakeService:
+    try:
+        factory = FAKES[name]
+    except KeyError:
+        raise ValueError(f"unknown fake {name!r}; known fakes: {', '.join(sorted(FAKES))}") from None
+    return factory(workdir)

@@ -1,0 +1,93 @@
+"""TempdirBoxProvider: the provider Hermes registers for backend ``tempdir_box``."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from typing import Any
+
+from agent.terminal_env_provider import TerminalEnvironmentProvider
+
+from .boxes import Box, box_id_for, default_root, owner_digest
+
+logger = logging.getLogger("fakes.tempdir_box")
+TOKEN_VAR = "TEMPDIR_BOX_TOKEN"
+
+
+def _secret(name: str) -> str | None:
+    from agent.secret_scope import get_secret
+
+    value = get_secret(name)
+    return value.strip() if value and value.strip() else None
+
+
+def _as_bool(value: Any, default: bool) -> bool:
+    if value is None:
+        return default
+    if isinstance(value, str):
+        return value.strip().lower() in ("1", "true", "yes", "on")
+    return bool(value)
+
+
+class TempdirBoxProvider(TerminalEnvironmentProvider):
+    name = "tempdir_box"
+    is_remote = False
+    is_container = True
+    session_isolated_when_nonpersistent = True
+    default_cwd = "~"
+    # Optional capabilities this backend claims (see docs/capabilities.md).
+    conformance_capabilities = frozenset({"persistence", "stdin-stream", "file-sync"})
+
+    @property
+    def display_name(self) -> str:
+        return "Temp-dir box"
+
+    @property
+    def description(self) -> str:
+        return "Run commands in a private temp directory on this machine (for testing backends)."
+
+    @property
+    def env_description(self) -> str:
+        return "a private temp directory on this Linux machine with its own HOME"
+
+    @property
+    def strip_env_keys(self) -> frozenset[str]:
+        return frozenset({TOKEN_VAR})
+
+    @property
+    def cache_path_base(self) -> str:
+        return "~/.hermes"
+
+    def is_available(self) -> bool:
+        return shutil.which("bash") is not None
+
+    def check_requirements(self, config: dict[str, Any]) -> bool:
+        if self.is_available():
+            return True
+        logger.warning("tempdir_box needs bash on PATH; install bash")
+        return False
+
+    def probe(self) -> tuple[str, str]:
+        if not self.is_available():
+            return ("unavailable", "bash is not installed")
+        return ("ready", f"boxes under {default_root()}")
+
+    def setup_instructions(self) -> list[str]:
+        return ["No setup needed: boxes are temp directories under $TEMPDIR_BOX_ROOT (or the system temp dir)."]
+
+    def create_environment(self, *, cwd: str, timeout: int, task_id: str = "default",
+                           image: str | None = None, container_config: dict[str, Any] | None = None,
+                           **kwargs: Any) -> Any:
+        from .environment import TempdirBoxEnvironment
+
+        cc = container_config or {}
+        persistent = _as_bool(cc.get("container_persistent"), default=True)
+        if task_id == "prompt-backend-probe":
+            persistent = False  # the prompt probe must never keep or reuse a box
+        root = default_root()
+        root.mkdir(parents=True, exist_ok=True)
+        box = Box(root / box_id_for(str(task_id), persistent=persistent))
+        return TempdirBoxEnvironment(
+            box=box, task_id=str(task_id), cwd=cwd or self.default_cwd, timeout=int(timeout or 180),
+            persistent=persistent, owner=owner_digest(_secret(TOKEN_VAR)),
+        )
