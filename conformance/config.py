@@ -1,0 +1,87 @@
+"""The --backend-config file: how a run configures the backend under test.
+
+    terminal:            # merged into Hermes's terminal config (config.yaml terminal:)
+      cwd: /workspace
+      container_persistent: true
+      upstash_box_size: small
+    env:                 # variables exported for the run (e.g. a live endpoint)
+      UPSTASH_BOX_BASE_URL: https://example.invalid
+    capabilities:        # optional capabilities the backend claims, replacing
+      - persistence      # what the provider or plugin.yaml declares
+      - stdin-stream
+
+Values of ``env`` may be written ``${NAME}`` to take them from the caller's
+environment, so secrets never need to be written into the file.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+_ALLOWED = {"terminal", "env", "capabilities"}
+_REF = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$")
+
+
+class BackendConfigError(ValueError):
+    """The --backend-config file is wrong; the message names the key and the fix."""
+
+
+@dataclass
+class BackendConfig:
+    terminal: dict[str, Any] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+    capabilities: list[str] | None = None
+    path: str | None = None
+
+
+def load(path: str | None, known_capabilities: set[str]) -> BackendConfig:
+    if not path:
+        return BackendConfig()
+    p = Path(path)
+    try:
+        data = yaml.safe_load(p.read_text("utf-8"))
+    except OSError as exc:
+        raise BackendConfigError(f"--backend-config {p}: cannot read it ({exc.strerror})") from None
+    except yaml.YAMLError as exc:
+        raise BackendConfigError(f"--backend-config {p}: not valid YAML: {exc}") from None
+    data = data or {}
+    if not isinstance(data, dict):
+        raise BackendConfigError(f"--backend-config {p}: the top level must be a mapping with terminal/env/capabilities")
+    unknown = sorted(set(data) - _ALLOWED)
+    if unknown:
+        raise BackendConfigError(
+            f"--backend-config {p}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(_ALLOWED))}"
+        )
+    terminal = data.get("terminal") or {}
+    if not isinstance(terminal, dict):
+        raise BackendConfigError(f"--backend-config {p}: terminal must be a mapping of config keys")
+    env_raw = data.get("env") or {}
+    if not isinstance(env_raw, dict):
+        raise BackendConfigError(f"--backend-config {p}: env must be a mapping of variable names to strings")
+    env: dict[str, str] = {}
+    for name, value in env_raw.items():
+        ref = _REF.match(str(value))
+        if ref:
+            if ref.group(1) not in os.environ:
+                raise BackendConfigError(
+                    f"--backend-config {p}: env.{name} refers to ${{{ref.group(1)}}}, which is not set; export it first"
+                )
+            value = os.environ[ref.group(1)]
+        env[str(name)] = str(value)
+    caps = data.get("capabilities")
+    if caps is not None:
+        if not isinstance(caps, list) or not all(isinstance(c, str) for c in caps):
+            raise BackendConfigError(f"--backend-config {p}: capabilities must be a list of names")
+        bad = sorted(set(caps) - known_capabilities)
+        if bad:
+            raise BackendConfigError(
+                f"--backend-config {p}: unknown capability {', '.join(bad)}; "
+                f"declarable: {', '.join(sorted(known_capabilities))}"
+            )
+    return BackendConfig(terminal=terminal, env=env, capabilities=caps, path=str(p))

@@ -1,0 +1,223 @@
+"""pytest plugin (entry point ``pytest11``): run the checks against a backend.
+
+    python -m pytest --pyargs conformance.checks --backend tempdir_box --report report.json
+
+The plugin is inert for test suites that are not conformance checks: it only
+adds options and the ``clause`` marker.  For checks (tests marked with
+``@pytest.mark.clause(...)``) it sets up one KitRun per process, skips a
+check as not applicable when its clauses need a capability or host feature
+the run lacks, records every outcome against the clauses it cites, and at the
+end writes the JSON report and prints a per-group table.  Works under
+pytest-xdist: workers send outcomes and run context with their reports.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conformance import backends, contract
+from conformance.host.abi import HOST_MODES
+from conformance.report import build, table
+from conformance.verdicts import NA_PREFIX, CheckOutcome, aggregate
+
+_STATE = pytest.StashKey["_KitState"]()
+
+
+class _KitState:
+    def __init__(self) -> None:
+        self.outcomes: dict[str, CheckOutcome] = {}
+        self.context: dict[str, Any] = {}
+        self.started = time.time()
+        self.report: dict[str, Any] | None = None
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("hermes-backend-kit", "Hermes terminal backend conformance")
+    group.addoption("--backend", default=backends.DEFAULT_BACKEND,
+                    help="backend under test: a known name ({}), a plugin directory, module:attr or "
+                         "ep:NAME (default: %(default)s)".format(", ".join(backends.KNOWN_BACKENDS)))
+    group.addoption("--backend-config", default=None, metavar="FILE.yaml",
+                    help="terminal config, exported variables and declared capabilities for the backend")
+    group.addoption("--host", default="auto", choices=HOST_MODES,
+                    help="hermes: the installed hermes-agent; builtin: the kit's stand-ins; auto: hermes if importable")
+    group.addoption("--fake", default=None, metavar="VENDOR",
+                    help="run against this fake service (implied for known backends unless --live)")
+    group.addoption("--live", action="store_true", default=False,
+                    help="use the real service with the credentials in the environment; no fake")
+    group.addoption("--report", default=None, metavar="PATH", help="write the JSON certification report here")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "clause(*ids): the contract clause ids this check asserts")
+    config.stash[_STATE] = _KitState()
+    config.pluginmanager.register(_Recorder(config), "hermes-backend-kit-recorder")
+    settings = _hypothesis_settings()
+    if settings is not None:
+        settings.register_profile("hermes-backend-kit", deadline=None, database=None, derandomize=True,
+                                  max_examples=20, print_blob=True,
+                                  suppress_health_check=list(_hypothesis_health_checks()))
+
+
+def _hypothesis_settings() -> Any:
+    try:
+        from hypothesis import settings
+    except ImportError:
+        return None
+    return settings
+
+
+def _hypothesis_health_checks() -> list[Any]:
+    from hypothesis import HealthCheck
+
+    return [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture,
+            HealthCheck.large_base_example]
+
+
+def clause_ids(item: pytest.Item) -> tuple[str, ...]:
+    ids: list[str] = []
+    for mark in item.iter_markers("clause"):
+        ids.extend(str(a) for a in mark.args)
+    return tuple(dict.fromkeys(ids))
+
+
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    kit_contract = None
+    for item in items:
+        ids = clause_ids(item)
+        if not ids:
+            continue
+        kit_contract = kit_contract or contract.load()
+        unknown = [cid for cid in ids if cid not in kit_contract]
+        if unknown:
+            raise pytest.UsageError(
+                f"{item.nodeid} cites unknown clause(s) {', '.join(unknown)}; "
+                "fix the marker or add the clause to contract.yaml"
+            )
+        item.user_properties.append(("clauses", list(ids)))
+
+
+# ------------------------------------------------------------------ fixtures
+@pytest.fixture(scope="session")
+def kit(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+    """The KitRun of this process: host, plugin, fake service, capabilities."""
+    from conformance.run import KitRun, RunOptions
+
+    opts = request.config.option
+    options = RunOptions(backend=opts.backend, backend_config=opts.backend_config, host=opts.host,
+                         fake=opts.fake, live=opts.live)
+    run = KitRun.start(options, tmp_path_factory.mktemp("kit"))
+    request.config.stash[_STATE].context = {}
+    yield run
+    run.close()
+
+
+@pytest.fixture(autouse=True)
+def _kit_clause_gate(request: pytest.FixtureRequest) -> None:
+    """For checks only: send the run context along and skip what does not apply."""
+    ids = clause_ids(request.node)
+    if not ids:
+        return
+    run = request.getfixturevalue("kit")
+    reason = not_applicable_reason(run, ids)
+    request.node.user_properties.append(("kit_context", json.dumps(run.context())))
+    if reason:
+        pytest.skip(f"{NA_PREFIX} ({reason})")
+
+
+def not_applicable_reason(run: Any, ids: tuple[str, ...]) -> str | None:
+    for cid in ids:
+        clause = run.contract.get(cid)
+        missing = [c for c in clause.capabilities if not run.has(c)]
+        if missing:
+            return f"capability: the run lacks {', '.join(missing)}"
+        if clause.host_feature and not run.host_has(clause.host_feature) and run.env_is_base():
+            return f"host: the {run.host.mode} host lacks {clause.host_feature}"
+    return None
+
+
+@pytest.fixture
+def make_env(kit):
+    """Create environments for one check; every one is cleaned up afterwards."""
+    made: list[Any] = []
+
+    def create(task_id: str | None = None, **kwargs: Any) -> Any:
+        env = kit.create(task_id, **kwargs)
+        made.append(env)
+        return env
+
+    yield create
+    for env in made:
+        kit.release(env)
+
+
+@pytest.fixture
+def env(make_env):
+    """A fresh, non-persistent environment."""
+    return make_env()
+
+
+# ------------------------------------------------------------------ recording
+class _Recorder:
+    """Collects check outcomes (from workers too) and writes the report at the end."""
+
+    def __init__(self, config: pytest.Config):
+        self.config = config
+        self.state = config.stash[_STATE]
+
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        self.state.started = time.time()
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        props = dict(report.user_properties)
+        ids = props.get("clauses")
+        if not ids:
+            return
+        if "kit_context" in props and not self.state.context:
+            self.state.context = json.loads(props["kit_context"])
+        outcome = self.state.outcomes.setdefault(report.nodeid, CheckOutcome(report.nodeid, tuple(ids)))
+        outcome.absorb(report.when, report.outcome, _reason(report), report.duration)
+
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if hasattr(self.config, "workerinput") or not self.state.outcomes:
+            return  # an xdist worker, or no checks ran: nothing to report
+        kit_contract = contract.load()
+        verdicts = aggregate(kit_contract, self.state.outcomes.values())
+        opts = self.config.option
+        self.state.report = build.build(
+            kit_contract, verdicts, self.state.context, duration_s=time.time() - self.state.started,
+            started_at=self.state.started, spec=opts.backend, host_requested=opts.host,
+        )
+        if opts.report:
+            path = Path(opts.report)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(self.state.report, indent=2) + "\n")
+
+    def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+        report = self.state.report
+        if report is None:
+            return
+        terminalreporter.section("hermes-backend-kit: verdicts per group")
+        for line in table.render(report):
+            terminalreporter.write_line(line)
+        for clause in report["clauses"]:
+            if clause["verdict"] == "fail" and clause["level"] == "MUST":
+                terminalreporter.write_line(f"  MUST fail {clause['id']}: {clause.get('reason', '')[:300]}")
+        if config.option.report:
+            terminalreporter.write_line(f"report written to {config.option.report}")
+
+
+def _reason(report: pytest.TestReport) -> str:
+    if report.outcome == "skipped" and isinstance(report.longrepr, tuple):
+        return str(report.longrepr[2]).removeprefix("Skipped: ")
+    if report.outcome == "failed":
+        crash = getattr(getattr(report.longrepr, "reprcrash", None), "message", None)
+        if crash:
+            return crash[:500]
+        text = (getattr(report, "longreprtext", "") or str(report.longrepr)).strip()
+        return text.splitlines()[-1][:500] if text else "failed"
+    return ""

@@ -1,0 +1,1 @@
+"""The certification report: build it, print its per-group table, compare two."""
