@@ -21,6 +21,7 @@ class FakeService:
     env: dict[str, str]
     world: Any = None
     secret_vars: frozenset[str] = frozenset()
+    credential_var: str | None = None  # the variable whose value authenticates to the service
     _stop: Callable[[], None] | None = field(default=None, repr=False)
 
     def stop(self) -> None:
@@ -40,6 +41,7 @@ def _tempdir(workdir: Path) -> FakeService:
         env={"TEMPDIR_BOX_ROOT": str(root), "TEMPDIR_BOX_TOKEN": token},
         world=TempdirWorld(root),
         secret_vars=frozenset({"TEMPDIR_BOX_TOKEN"}),
+        credential_var="TEMPDIR_BOX_TOKEN",
         _stop=lambda: shutil.rmtree(root, ignore_errors=True),
     )
 

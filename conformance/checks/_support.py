@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+import shlex
 from typing import Any
 
-from conformance.host.drivers import returncode, run
+import pytest
 
-__all__ = ["nonce", "out", "rc", "run", "sha256_hex"]
+from conformance.host.drivers import returncode, run
+from conformance.verdicts import NA_PREFIX
+
+__all__ = ["locate", "nonce", "not_applicable", "out", "plant", "rc", "run", "sha256_hex"]
 
 
 def out(result: dict[str, Any]) -> str:
@@ -25,3 +29,25 @@ def nonce(label: str = "n") -> str:
 
 def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def not_applicable(reason: str) -> None:
+    """The clause does not apply to this backend for a reason only the check can see."""
+    pytest.skip(f"{NA_PREFIX} ({reason})")
+
+
+def plant(env: Any, label: str = "id") -> tuple[str, str]:
+    """Write a nonce file under the sandbox's $HOME; return (relpath, nonce)."""
+    value = nonce(label)
+    relpath = f".kit-{value}"
+    result = run(env, f"printf '%s' {shlex.quote(value)} > \"$HOME\"/{shlex.quote(relpath)}")
+    assert rc(result) == 0, f"could not write a file under $HOME: {out(result)!r}"
+    return relpath, value
+
+
+def locate(kit: Any, env: Any, label: str = "id") -> str:
+    """The world's id of the sandbox ``env`` runs in (found by a planted nonce)."""
+    relpath, value = plant(env, label)
+    sandbox = kit.world.locate(relpath, value)
+    assert sandbox is not None, "the harness cannot find the sandbox the environment runs in"
+    return sandbox

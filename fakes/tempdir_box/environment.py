@@ -55,6 +55,7 @@ class TempdirBoxEnvironment(BaseEnvironment):
         state = self._box.state()
         if state == "deleted":
             self._box.create(task_id=self._task_id, persistent=self._persistent, owner=self._owner)
+            logger.info("created tempdir box %s for task %s", self._box.id, self._task_id)
         elif first and self._owner and self._box.meta().get("owner") not in (None, self._owner):
             raise PermissionError(f"box {self._box.id} belongs to another TEMPDIR_BOX_TOKEN")
         elif state == "paused":
@@ -206,8 +207,15 @@ class TempdirBoxEnvironment(BaseEnvironment):
         if self._persistent:
             if self._box.state() == "running":
                 self._box.write_meta(state="paused")
+                logger.info("paused tempdir box %s", self._box.id)
         else:
             self._box.delete()  # only the box this environment created, by its own path
+            logger.info("deleted tempdir box %s", self._box.id)
+
+
+    def wait_for_cleanup(self, timeout: float = 15.0) -> None:
+        """cleanup() is synchronous here; make sure it ran (the host's atexit path)."""
+        self.cleanup()
 
 
 def _group_alive(pgid: int) -> bool:

@@ -1,0 +1,109 @@
+"""env: what crosses from the host into the sandbox, and what never does."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import secrets
+
+import pytest
+
+from conformance.checks._support import locate, out, rc, run
+
+DUMP = "env; echo ---; cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n'"
+
+
+@pytest.mark.clause("env.strip-keys-invisible")
+def test_credential_variables_are_invisible(kit, env):
+    names = sorted(kit.provider.strip_env_keys)
+    assert names, "the provider strips no credential variables; declare them in strip_env_keys"
+    text = out(run(env, DUMP + "; " + "; ".join(f"printenv {n}" for n in names)))
+    for name in names:
+        assert f"{name}=" not in text, f"{name} is set inside the sandbox"
+        value = os.environ.get(name)
+        if value:
+            assert value not in text, f"the value of {name} is visible inside the sandbox"
+
+
+@pytest.mark.clause("env.no-host-leak")
+def test_host_only_variable_stays_on_the_host(kit, make_env, monkeypatch):
+    name, value = f"KIT_HOST_ONLY_{secrets.token_hex(4).upper()}", secrets.token_hex(12)
+    monkeypatch.setenv(name, value)
+    env = make_env()
+    text = out(run(env, DUMP))
+    assert name not in text and value not in text, f"host variable {name} leaked into the sandbox"
+
+
+@pytest.mark.clause("env.session-vars")
+def test_session_variables_do_not_persist(env):
+    run(env, "export HERMES_SESSION_KIT=1 HERMES_RPC_KIT=2 KIT_ORDINARY=3")
+    seen = out(run(env, "echo ${HERMES_SESSION_KIT-unset} ${HERMES_RPC_KIT-unset} ${KIT_ORDINARY-unset}")).split()
+    assert seen[:2] == ["unset", "unset"], f"per-session variables persisted: {seen}"
+
+
+class _Capture(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.texts: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = record.getMessage()
+        if record.exc_info:
+            text += logging.Formatter().formatException(record.exc_info)
+        self.texts.append(text)
+
+
+@pytest.mark.clause("env.key-not-logged")
+def test_credentials_never_reach_the_logs(kit):
+    root = logging.getLogger()
+    capture, level = _Capture(), root.level
+    root.addHandler(capture)
+    root.setLevel(logging.DEBUG)
+    try:
+        p = kit.provider
+        p.is_available()
+        p.probe()
+        p.doctor_checks()
+        p.check_requirements({"kit_unknown_key": True})
+        env = kit.create(track=False)
+        run(env, "echo hello; kit_no_such_command")
+        run(env, "sleep 5", timeout=1)
+        if kit.has("world-states"):
+            kit.world.delete(locate(kit, env))
+            for _ in range(2):
+                try:
+                    run(env, "true")
+                except AssertionError:
+                    raise
+                except Exception:
+                    pass
+        env.cleanup()
+    finally:
+        root.removeHandler(capture)
+        root.setLevel(level)
+    for value in kit.secret_values():
+        leaked = [t for t in capture.texts if value in t]
+        assert not leaked, f"a credential value was logged: {leaked[0][:200]!r}"
+
+
+@pytest.mark.clause("env.secret-scope")
+def test_credential_comes_from_the_secret_scope(kit, monkeypatch):
+    var = getattr(kit.fake, "credential_var", None)
+    assert var, "the fake service names no credential variable"
+    scope = importlib.import_module("agent.secret_scope")
+    scoped = os.environ[var]
+    monkeypatch.setenv(var, "kit-decoy-" + secrets.token_hex(8))
+    token = scope.set_secret_scope({k: os.environ.get(k, "") for k in kit.secrets} | {var: scoped})
+    try:
+        env = kit.create(track=False)
+    finally:
+        scope.reset_secret_scope(token)
+    try:
+        sandbox = locate(kit, env)
+        assert kit.world.authenticated_with(sandbox, scoped), (
+            f"the sandbox was not created with the scoped {var}; the backend read os.environ instead"
+        )
+        assert rc(run(env, "true")) == 0
+    finally:
+        env.cleanup()

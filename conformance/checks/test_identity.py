@@ -1,0 +1,48 @@
+"""identity: commands run in the intended sandbox, not elsewhere."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import tempfile
+
+import pytest
+
+from conformance.checks._support import nonce, out, plant, rc, run
+from conformance.host.calls import bounded
+
+
+@pytest.mark.clause("identity.task-isolation")
+def test_two_task_ids_do_not_see_each_other(make_env):
+    first, second = make_env(), make_env()
+    rel, _ = plant(first, "task")
+    seen = out(run(second, f"test -e \"$HOME\"/{shlex.quote(rel)} && echo visible || echo hidden")).strip()
+    assert seen == "hidden", "a file written by one task id is visible to another"
+
+
+@pytest.mark.clause("identity.remote-not-local")
+def test_remote_commands_do_not_run_here(env):
+    remote_path = f"/tmp/{nonce('remote')}"
+    assert rc(run(env, f"echo planted > {remote_path}")) == 0
+    try:
+        assert not os.path.exists(remote_path), f"{remote_path} written through the backend appeared on this machine"
+    finally:
+        run(env, f"rm -f {remote_path}")
+    with tempfile.NamedTemporaryFile(prefix="kit-host-", dir="/tmp") as local:
+        seen = out(run(env, f"test -e {local.name} && echo visible || echo hidden")).strip()
+    assert seen == "hidden", f"a file created on this machine ({local.name}) is visible through the backend"
+
+
+@pytest.mark.clause("identity.persistent-own-state")
+def test_persistent_task_finds_its_own_state(kit):
+    ids = [kit.new_task_id("own-a"), kit.new_task_id("own-b")]
+    marks = {}
+    for task_id in ids:
+        env = kit.create(task_id, persistent=True, track=False)
+        marks[task_id] = nonce("own")
+        assert rc(run(env, f"echo {marks[task_id]} > \"$HOME/kit-own.txt\"")) == 0
+        bounded(env.cleanup, deadline=30, what="cleanup()")
+    for task_id in ids:
+        env = kit.create(task_id, persistent=True)
+        seen = out(run(env, "cat \"$HOME/kit-own.txt\"")).strip()
+        assert seen == marks[task_id], f"task {task_id} found {seen!r} after recreation, expected its own {marks[task_id]!r}"

@@ -1,0 +1,96 @@
+"""persist: what survives cleanup, and how sandbox state changes are handled."""
+
+from __future__ import annotations
+
+import pytest
+
+from conformance.checks._support import locate, nonce, out, plant, rc, run
+from conformance.host.calls import bounded
+
+
+def _outcome(env, command: str) -> tuple[int | None, str, dict]:
+    """(returncode or None if it raised, text, result) of one call."""
+    try:
+        result = run(env, command, timeout=30)
+    except AssertionError:
+        raise
+    except Exception as exc:
+        return None, f"{type(exc).__name__}: {exc}", {}
+    return rc(result), out(result), result
+
+
+@pytest.mark.clause("persist.state-survives")
+def test_files_survive_cleanup_for_the_same_task(kit):
+    task_id = kit.new_task_id("keep")
+    value = nonce("persist")
+    first = kit.create(task_id, persistent=True, track=False)
+    assert rc(run(first, f"echo {value} > \"$HOME/kit-persist.txt\"")) == 0
+    bounded(first.cleanup, deadline=30, what="cleanup()")
+    second = kit.create(task_id, persistent=True)
+    seen = out(run(second, "cat \"$HOME/kit-persist.txt\"")).strip()
+    assert seen == value, f"after cleanup and recreation the file holds {seen!r}, expected {value!r}"
+
+
+@pytest.mark.clause("persist.paused-resumed")
+def test_paused_sandbox_is_resumed(kit):
+    env = kit.create(persistent=True)
+    relpath, value = plant(env, "pause")
+    sandbox = kit.world.locate(relpath, value)
+    kit.world.pause(sandbox)
+    code, text, _ = _outcome(env, f"cat \"$HOME\"/{relpath}")
+    assert code == 0 and text.strip() == value, f"command after a pause: rc={code} output={text!r}"
+    assert kit.world.sandboxes().get(sandbox) not in ("paused", "deleted", None), "the sandbox was not resumed"
+
+
+@pytest.mark.clause("persist.deleted-replaced")
+def test_deleted_sandbox_is_reported_then_replaced(kit):
+    env = kit.create()
+    relpath, value = plant(env, "gone")
+    sandbox = kit.world.locate(relpath, value)
+    kit.world.delete(sandbox)
+    outcomes = [_outcome(env, "echo alive") for _ in range(3)]
+    codes = [c for c, _, _ in outcomes]
+    assert 0 in codes[:2], f"no command succeeded within two calls after the deletion: {outcomes[:2]}"
+    flags = sum(1 for _, _, r in outcomes if r.get("environment_recreated") is True)
+    assert flags == 1, f"environment_recreated was set {flags} times in three results, expected exactly once"
+    new_sandbox = locate(kit, env, "replaced")
+    gone = out(run(env, f"test -e \"$HOME\"/{relpath} && echo old-files || echo fresh")).strip()
+    assert gone == "fresh", "the replacement sandbox still has the deleted sandbox's files"
+    assert kit.world.sandboxes().get(new_sandbox) not in (None, "deleted")
+
+
+@pytest.mark.clause("persist.error-reported")
+def test_error_state_is_reported_not_replaced(kit):
+    env = kit.create()
+    sandbox = locate(kit, env)
+    before = set(kit.world.sandboxes())
+    kit.world.fail(sandbox)
+    code, text, _ = _outcome(env, "echo should-not-run")
+    assert code != 0, f"a command ran in a sandbox in the error state (rc={code}, output={text!r})"
+    assert "error" in text.lower(), f"the failure does not name the error state: {text!r}"
+    created = sorted(set(kit.world.sandboxes()) - before)
+    assert not created, f"the broken sandbox was replaced by {created}"
+    assert kit.world.sandboxes().get(sandbox) == "error", "the sandbox in the error state was changed or removed"
+
+
+@pytest.mark.clause("persist.session-isolated")
+def test_session_isolated_sandboxes_do_not_share(kit):
+    first = kit.create(kit.new_task_id("iso-a"), persistent=False, track=False)
+    second = kit.create(kit.new_task_id("iso-b"), persistent=False)
+    _, mark_a = plant(first, "iso")
+    rel_b, mark_b = plant(second, "iso")
+    seen = out(run(second, "cat \"$HOME\"/.kit-kit-iso-* 2>/dev/null")).strip()
+    assert seen == mark_b, f"two task ids share a sandbox: second sees {seen!r} (first wrote {mark_a!r})"
+    bounded(first.cleanup, deadline=30, what="cleanup()")
+    assert out(run(second, f"cat \"$HOME\"/{rel_b}")).strip() == mark_b, "cleanup of one session broke the other"
+
+
+@pytest.mark.clause("persist.nonpersistent-fresh")
+def test_nonpersistent_recreation_starts_fresh(kit):
+    task_id = kit.new_task_id("fresh")
+    first = kit.create(task_id, persistent=False, track=False)
+    rel, _ = plant(first, "fresh")
+    bounded(first.cleanup, deadline=30, what="cleanup()")
+    second = kit.create(task_id, persistent=False)
+    seen = out(run(second, f"test -e \"$HOME\"/{rel} && echo stale || echo fresh")).strip()
+    assert seen == "fresh", "a non-persistent environment saw the previous one's files"

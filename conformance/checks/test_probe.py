@@ -1,0 +1,35 @@
+"""probe: the prompt builder's one-shot backend probe."""
+
+from __future__ import annotations
+
+import pytest
+
+from conformance.host.calls import bounded
+from conformance.host.drivers import prompt_probe, returncode
+
+FIELDS = ("os", "kernel", "home", "cwd", "user")
+
+
+@pytest.mark.clause("probe.prompt-probe")
+def test_prompt_probe_completes_or_fails_cleanly(kit):
+    outcome = prompt_probe(lambda task_id: kit.create(task_id, persistent=None))
+    assert outcome.seconds < 10, f"the probe took {outcome.seconds:.1f}s"
+    if outcome.error is None:
+        assert returncode(outcome.result) == 0, f"probe returned {outcome.result!r}"
+        missing = [f for f in FIELDS if f not in outcome.fields]
+        assert not missing, f"probe output lacks {missing}: {outcome.result.get('output')!r}"
+    else:
+        assert isinstance(outcome.error, Exception), f"the probe failed with {outcome.error!r}"
+
+
+@pytest.mark.clause("probe.released")
+def test_probe_environment_is_released(kit):
+    world = kit.world
+    before = dict(world.sandboxes()) if world is not None else {}
+    outcome = prompt_probe(lambda task_id: kit.create(task_id, persistent=None, track=False))
+    if outcome.env is not None:
+        bounded(outcome.env.cleanup, deadline=30, what="cleanup() of the probe environment")
+    if world is not None:
+        after = world.sandboxes()
+        left = sorted(s for s, state in after.items() if s not in before and state == "running")
+        assert not left, f"the probe left running sandboxes: {left}"
