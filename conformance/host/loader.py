@@ -72,13 +72,17 @@ class LoadedPlugin:
 
 
 def _core_snapshot() -> dict[str, tuple[int, dict[str, int]]]:
+    """Ids of every core module, its attributes, and the members of its own classes."""
     snap = {}
     for name, module in list(sys.modules.items()):
-        if module is None or not name.startswith(CORE_PREFIXES):
+        if module is None or name.split(".")[0] not in CORE_PREFIXES:
             continue
-        if name.split(".")[0] not in CORE_PREFIXES:
-            continue
-        attrs = {k: id(v) for k, v in list(vars(module).items())}
+        attrs: dict[str, int] = {}
+        for key, value in list(vars(module).items()):
+            attrs[key] = id(value)
+            if isinstance(value, type) and value.__module__ == getattr(module, "__name__", name):
+                for member, impl in list(vars(value).items()):
+                    attrs[f"{key}.{member}"] = id(impl)
         snap[name] = (id(module), attrs)
     return snap
 
@@ -100,12 +104,14 @@ def _core_diff(before: dict[str, tuple[int, dict[str, int]]]) -> list[str]:
             continue
         now = after[name][1]
         for attr, value_id in attrs.items():
+            if attr.startswith("__") or ".__" in attr:
+                continue
             if attr not in now:
                 changes.append(f"{name}.{attr} removed")
-            elif now[attr] != value_id and not attr.startswith("__"):
+            elif now[attr] != value_id:
                 changes.append(f"{name}.{attr} replaced")
         for attr in set(now) - set(attrs):
-            if f"{name}.{attr}" not in new_modules and not attr.startswith("__"):
+            if f"{name}.{attr}" not in new_modules and not attr.startswith("__") and ".__" not in attr:
                 changes.append(f"{name}.{attr} added")
     return changes
 

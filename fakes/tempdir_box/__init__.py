@@ -16,7 +16,7 @@ logger = logging.getLogger("fakes.tempdir_box")
 
 def register(ctx: Any) -> None:
     try:
-        from .provider import TempdirBoxProvider
+        from .box_provider import TempdirBoxProvider
     except ImportError as exc:
         logger.warning("tempdir_box needs a Hermes with terminal backend plugins (%s); not registered", exc)
         return
@@ -30,7 +30,7 @@ def register(ctx: Any) -> None:
 def __getattr__(name: str) -> Any:
     # ``fakes.tempdir_box:provider`` works without importing the ABI at import time.
     if name == "provider":
-        from .provider import TempdirBoxProvider
+        from .box_provider import TempdirBoxProvider
 
         return TempdirBoxProvider()
     raise AttributeError(name)

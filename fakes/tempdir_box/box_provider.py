@@ -35,6 +35,7 @@ class TempdirBoxProvider(TerminalEnvironmentProvider):
     is_container = True
     session_isolated_when_nonpersistent = True
     default_cwd = "~"
+    environment_class: type | None = None  # the kit's mutants swap in broken variants
     # Optional capabilities this backend claims (see docs/capabilities.md).
     conformance_capabilities = frozenset({"persistence", "stdin-stream", "file-sync"})
 
@@ -87,7 +88,7 @@ class TempdirBoxProvider(TerminalEnvironmentProvider):
         root = default_root()
         root.mkdir(parents=True, exist_ok=True)
         box = Box(root / box_id_for(str(task_id), persistent=persistent))
-        return TempdirBoxEnvironment(
+        return (self.environment_class or TempdirBoxEnvironment)(
             box=box, task_id=str(task_id), cwd=cwd or self.default_cwd, timeout=int(timeout or 180),
             persistent=persistent, owner=owner_digest(_secret(TOKEN_VAR)),
         )

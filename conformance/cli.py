@@ -1,0 +1,163 @@
+"""The ``hermes-backend-kit`` command."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import textwrap
+from collections.abc import Sequence
+from typing import Any
+
+from conformance import __version__, backends, contract
+
+
+def _print_json(data: Any) -> None:
+    json.dump(data, sys.stdout, indent=2)
+    sys.stdout.write("\n")
+
+
+def cmd_contract_list(args: argparse.Namespace) -> int:
+    kit_contract = contract.load(args.contract)
+    clauses = [c for c in kit_contract
+               if (not args.group or c.group == args.group) and (not args.level or c.level == args.level.upper())]
+    if args.json:
+        _print_json([c.to_dict() for c in clauses])
+        return 0
+    width = max((len(c.id) for c in clauses), default=10)
+    for c in clauses:
+        needs = ",".join(c.capabilities) + (f" host:{c.host_feature}" if c.host_feature else "")
+        print(f"{c.id:<{width}}  {c.level:<6}  {c.title}" + (f"  [{needs.strip(',')}]" if needs else ""))
+    print(f"\n{len(clauses)} clause(s), contract version {kit_contract.version}")
+    return 0
+
+
+def cmd_contract_show(args: argparse.Namespace) -> int:
+    kit_contract = contract.load(args.contract)
+    try:
+        clause = kit_contract.get(args.id)
+    except KeyError as exc:
+        print(f"error: {exc.args[0]}", file=sys.stderr)
+        return 2
+    if args.json:
+        _print_json(clause.to_dict())
+        return 0
+    print(f"{clause.id}  ({clause.level}, provided by the {clause.provided_by})")
+    print(f"  {clause.title}\n")
+    print(textwrap.fill(clause.statement, 88, initial_indent="  ", subsequent_indent="  "))
+    print(f"\n  source:     {clause.source}")
+    if clause.capabilities:
+        print(f"  capability: {', '.join(clause.capabilities)}")
+    if clause.host_feature:
+        print(f"  host feature: {clause.host_feature} ({kit_contract.host_features[clause.host_feature]})")
+    if clause.fix:
+        print(f"  fix:        {clause.fix}")
+    return 0
+
+
+def cmd_contract_coverage(args: argparse.Namespace) -> int:
+    from conformance import traceability
+
+    kit_contract = contract.load(args.contract)
+    cov = traceability.coverage(kit_contract)
+    if args.json:
+        _print_json({
+            "contract_version": kit_contract.version,
+            "clauses": len(cov.by_clause),
+            "covered": len(cov.covered),
+            "percent": round(cov.percent, 1),
+            "checks": len(cov.checks),
+            "uncovered": cov.uncovered,
+            "uncited_checks": cov.uncited_checks,
+            "by_clause": cov.by_clause,
+        })
+    else:
+        groups: dict[str, list[int]] = {}
+        for cid, checks in cov.by_clause.items():
+            row = groups.setdefault(cid.split(".", 1)[0], [0, 0])
+            row[0] += 1
+            row[1] += bool(checks)
+        for group, (total, covered) in groups.items():
+            print(f"{group:<11} {covered:>3}/{total:<3} clauses have checks")
+        print(f"\ncoverage: {len(cov.covered)}/{len(cov.by_clause)} clauses ({cov.percent:.1f} %), "
+              f"{len(cov.checks)} checks")
+        for cid in cov.uncovered:
+            print(f"  no check: {cid}")
+        for nodeid in cov.uncited_checks:
+            print(f"  check cites no clause: {nodeid}")
+    return 0 if not cov.uncovered and not cov.uncited_checks else 1
+
+
+def cmd_contract_validate(args: argparse.Namespace) -> int:
+    try:
+        kit_contract = contract.load(args.path)
+    except contract.ContractError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(f"{kit_contract.path}: valid, version {kit_contract.version}, {len(kit_contract)} clauses")
+    return 0
+
+
+def cmd_report_compare(args: argparse.Namespace) -> int:
+    from conformance.report import compare
+
+    differences = compare.compare_files(args.first, args.second)
+    for line in compare.describe(differences):
+        print(line)
+    return 1 if any(d.kind == "mismatch" for d in differences) else 0
+
+
+def cmd_backends(args: argparse.Namespace) -> int:
+    for known in backends.KNOWN_BACKENDS.values():
+        print(f"{known.name:<20} fake: {known.fake or '-':<10} {known.description}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="hermes-backend-kit", description="Conformance kit for Hermes terminal backends.")
+    parser.add_argument("--version", action="version", version=f"hermes-backend-kit {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    c = sub.add_parser("contract", help="list, show, validate the contract and its check coverage")
+    csub = c.add_subparsers(dest="action", required=True)
+    lst = csub.add_parser("list", help="list clauses")
+    lst.add_argument("--group")
+    lst.add_argument("--level", choices=["MUST", "SHOULD", "MAY", "must", "should", "may"])
+    lst.add_argument("--json", action="store_true")
+    lst.set_defaults(func=cmd_contract_list)
+    show = csub.add_parser("show", help="show one clause")
+    show.add_argument("id")
+    show.add_argument("--json", action="store_true")
+    show.set_defaults(func=cmd_contract_show)
+    cov = csub.add_parser("coverage", help="which clauses have checks (exit 1 if any has none)")
+    cov.add_argument("--json", action="store_true")
+    cov.set_defaults(func=cmd_contract_coverage)
+    val = csub.add_parser("validate", help="validate a contract file against the schema")
+    val.add_argument("path", nargs="?")
+    val.set_defaults(func=cmd_contract_validate)
+    for p in (lst, show, cov):
+        p.add_argument("--contract", default=None, help=argparse.SUPPRESS)
+
+    r = sub.add_parser("report", help="work with certification reports")
+    rsub = r.add_subparsers(dest="action", required=True)
+    cmp_ = rsub.add_parser("compare", help="compare the verdicts of two reports clause by clause")
+    cmp_.add_argument("first")
+    cmp_.add_argument("second")
+    cmp_.set_defaults(func=cmd_report_compare)
+
+    b = sub.add_parser("backends", help="list the backends the kit knows by name")
+    b.set_defaults(func=cmd_backends)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except contract.ContractError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,63 @@
+"""Map checks to clauses and back, by collecting the check suite without running it."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from dataclasses import dataclass
+
+import pytest
+
+from conformance.contract import Contract
+
+
+class _Collector:
+    def __init__(self) -> None:
+        self.checks: dict[str, tuple[str, ...]] = {}
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        from conformance.plugin import clause_ids
+
+        for item in session.items:
+            self.checks[item.nodeid] = clause_ids(item)
+
+
+@dataclass
+class Coverage:
+    checks: dict[str, tuple[str, ...]]  # check node id -> clause ids
+    by_clause: dict[str, list[str]]  # clause id -> check node ids
+    uncited_checks: list[str]  # checks citing no clause
+
+    @property
+    def covered(self) -> list[str]:
+        return [c for c, checks in self.by_clause.items() if checks]
+
+    @property
+    def uncovered(self) -> list[str]:
+        return [c for c, checks in self.by_clause.items() if not checks]
+
+    @property
+    def percent(self) -> float:
+        return 100.0 * len(self.covered) / len(self.by_clause) if self.by_clause else 0.0
+
+
+def collect(package: str = "conformance.checks") -> dict[str, tuple[str, ...]]:
+    """Collect the checks in ``package``; raises if a check cites an unknown clause."""
+    collector = _Collector()
+    sink = io.StringIO()
+    with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+        code = pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
+                            "--pyargs", package], plugins=[collector])
+    if code not in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+        raise RuntimeError(f"collecting {package} failed (exit {int(code)}):\n{sink.getvalue()[-3000:]}")
+    return collector.checks
+
+
+def coverage(contract: Contract, checks: dict[str, tuple[str, ...]] | None = None) -> Coverage:
+    checks = collect() if checks is None else checks
+    by_clause: dict[str, list[str]] = {c.id: [] for c in contract}
+    for nodeid, ids in checks.items():
+        for cid in ids:
+            by_clause.setdefault(cid, []).append(nodeid)
+    uncited = sorted(n for n, ids in checks.items() if not ids)
+    return Coverage(checks, by_clause, uncited)

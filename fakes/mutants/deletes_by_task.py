@@ -1,0 +1,21 @@
+"""Cleans up by deleting every box of its task id, not only its own."""
+
+from fakes.mutants._base import provider_with
+from fakes.tempdir_box.boxes import list_boxes
+from fakes.tempdir_box.environment import TempdirBoxEnvironment
+
+WHAT = "cleanup() deletes by task id (a list call), taking other sessions' boxes with it"
+
+
+class Env(TempdirBoxEnvironment):
+    def cleanup(self):
+        closed = self._closed
+        super().cleanup()
+        if not closed and not self._persistent:
+            for box in list_boxes(self._box.path.parent):
+                if box.meta().get("task_id") == self._task_id:
+                    box.delete()
+
+
+provider = provider_with(Env, "deletes_by_task")
+BREAKS: frozenset[str] = frozenset()

@@ -1,0 +1,17 @@
+"""Drops every byte of output after the first MiB."""
+
+from fakes.mutants._base import provider_with
+from fakes.tempdir_box.environment import TempdirBoxEnvironment
+
+WHAT = "output after 1 MiB is silently dropped"
+CAP = 1024 * 1024
+
+
+class Env(TempdirBoxEnvironment):
+    def _run_bash(self, cmd_string, *, login=False, timeout=120, stdin_data=None):
+        capped = f"exec > >(head -c {CAP}; cat > /dev/null) 2>&1\n{cmd_string}"
+        return super()._run_bash(capped, login=login, timeout=timeout, stdin_data=stdin_data)
+
+
+provider = provider_with(Env, "output_cap")
+BREAKS: frozenset[str] = frozenset()

@@ -1,0 +1,29 @@
+"""Writes stdin_data but never closes the pipe, so readers never see EOF."""
+
+import threading
+
+from fakes.mutants._base import provider_with
+from fakes.tempdir_box.environment import TempdirBoxEnvironment
+
+WHAT = "stdin is written but never closed"
+_KEEP_OPEN = []  # holding the pipe objects keeps them from being closed by gc
+
+
+class Env(TempdirBoxEnvironment):
+    @staticmethod
+    def _feed(proc, data):
+        def write():
+            try:
+                proc.stdin.buffer.write(data.encode("utf-8", "surrogateescape"))
+                proc.stdin.buffer.flush()
+            except OSError:
+                pass
+            _KEEP_OPEN.append(proc.stdin)
+
+        thread = threading.Thread(target=write, daemon=True)
+        thread.start()
+        return thread
+
+
+provider = provider_with(Env, "stdin_never_closed")
+BREAKS: frozenset[str] = frozenset()

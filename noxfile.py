@@ -1,0 +1,72 @@
+"""nox sessions of hermes-backend-kit.
+
+    nox -s conformance                          # reference backends against their fakes
+    nox -s conformance -- --backend X [--report PATH] [pytest options]
+    nox -s tests                                # the kit's own tests (mutants included)
+    nox -s lint
+    nox -s host_equivalence                     # same verdicts on hermes-agent 0.19.0 and the stand-ins
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import nox
+
+nox.options.sessions = ["lint", "tests", "conformance"]
+nox.options.reuse_existing_virtualenvs = True
+
+ROOT = Path(__file__).parent
+REPORTS = ROOT / "reports"
+# The embedded default of `nox -s conformance`: each reference backend on its fake.
+DEFAULT_BACKENDS = ("tempdir_box",)
+WORKERS = os.environ.get("KIT_WORKERS", "2")
+
+
+def _has_option(args: list[str], name: str) -> bool:
+    return any(a == name or a.startswith(name + "=") for a in args)
+
+
+@nox.session
+def conformance(session: nox.Session) -> None:
+    """Run the conformance suite and write a certification report per backend."""
+    session.install(".")
+    args = list(session.posargs)
+    base = ["python", "-m", "pytest", "--pyargs", "conformance.checks", "-p", "no:cacheprovider", "-q",
+            "-n", WORKERS]
+    if _has_option(args, "--backend"):
+        if not _has_option(args, "--report"):
+            args += ["--report", str(REPORTS / "conformance.json")]
+        session.run(*base, *args)
+        return
+    for backend in DEFAULT_BACKENDS:
+        report = REPORTS / f"conformance-{backend}.json"
+        session.run(*base, "--backend", backend, "--report", str(report), *args)
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """The kit's own tests: contract, host, plugin, tempdir_box and every mutant."""
+    session.install("-e", ".[dev]")
+    session.run("python", "-m", "pytest", "tests", "-p", "no:cacheprovider", "-n", WORKERS, *session.posargs)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    session.install("ruff>=0.6")
+    session.run("ruff", "check", ".")
+
+
+@nox.session
+def host_equivalence(session: nox.Session) -> None:
+    """Run tempdir_box under hermes-agent 0.19.0 and under the stand-ins; compare verdicts."""
+    session.install(".[hermes]")
+    REPORTS.mkdir(exist_ok=True)
+    reports = {}
+    for host in ("hermes", "builtin"):
+        reports[host] = str(REPORTS / f"host-{host}.json")
+        session.run("python", "-m", "pytest", "--pyargs", "conformance.checks", "-p", "no:cacheprovider", "-q",
+                    "-n", WORKERS, "--backend", "tempdir_box", "--host", host, "--report", reports[host],
+                    *session.posargs)
+    session.run("hermes-backend-kit", "report", "compare", reports["hermes"], reports["builtin"])

@@ -1,0 +1,82 @@
+"""contract.yaml: shape, loader errors and the contract CLI."""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+
+import pytest
+import yaml
+
+from conformance import cli, contract
+from conformance.contract import ContractError
+
+BUNDLED = contract.load()
+
+
+def _data() -> dict:
+    return yaml.safe_load(resources.files("conformance").joinpath("contract.yaml").read_text("utf-8"))
+
+
+def test_bundled_contract_is_version_1_with_at_least_80_clauses():
+    assert BUNDLED.version == 1
+    assert len(BUNDLED) >= 80
+    groups = {c.group for c in BUNDLED}
+    assert {"exec", "stdin", "timeout", "lifecycle", "persist", "identity", "faults"} <= groups
+
+
+def test_every_lifecycle_rule_of_the_seeds_is_a_clause():
+    for cid in ("lifecycle.delete-own-only", "lifecycle.gone-counts-deleted", "persist.paused-resumed",
+                "persist.deleted-replaced", "persist.error-reported", "env.strip-keys-invisible",
+                "env.key-not-logged", "errors.redacted"):
+        assert cid in BUNDLED
+
+
+def test_host_provided_clauses_name_their_host_feature():
+    for clause in BUNDLED:
+        if clause.provided_by == "host":
+            assert clause.host_feature in BUNDLED.host_features, clause.id
+
+
+@pytest.mark.parametrize(
+    "mutate, expected",
+    [
+        (lambda d: d["clauses"][0].update(level="MUSTN'T"), "clauses[0].level"),
+        (lambda d: d["clauses"][3].pop("source"), "clauses[3]: 'source' is a required property"),
+        (lambda d: d["clauses"][1].update(id="Exec.Bad Id"), "clauses[1].id"),
+        (lambda d: d["clauses"][2].update(capability="teleport"), "clauses[2].capability: 'teleport'"),
+        (lambda d: d["clauses"].append(dict(d["clauses"][0])), "repeats clauses[0].id"),
+        (lambda d: d["clauses"][0].update(provided_by="host"), "'host_feature' is a required property"),
+        (lambda d: d["clauses"][0].update(host_feature="warp-drive"), "clauses[0].host_feature: 'warp-drive'"),
+        (lambda d: d.update(version="one"), "version: 'one' is not of type 'integer'"),
+    ],
+)
+def test_loader_names_the_bad_field(mutate, expected):
+    data = _data()
+    mutate(data)
+    with pytest.raises(ContractError) as err:
+        contract.parse(yaml.safe_dump(data))
+    assert expected in str(err.value)
+    assert "Fix the named fields" in str(err.value)
+
+
+def test_loader_rejects_broken_yaml(tmp_path):
+    path = tmp_path / "contract.yaml"
+    path.write_text("clauses: [\n  - id: x\n")
+    with pytest.raises(ContractError, match="not valid YAML"):
+        contract.load(path)
+
+
+def test_cli_list_show_and_validate(capsys, tmp_path):
+    assert cli.main(["contract", "list", "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert len(listed) == len(BUNDLED) and listed[0]["id"] == BUNDLED.clauses[0].id
+    assert cli.main(["contract", "show", "exec.returncode-key"]) == 0
+    shown = capsys.readouterr().out
+    assert "returncode" in shown and "source:" in shown
+    assert cli.main(["contract", "show", "exec.nope"]) == 2
+    assert "unknown clause" in capsys.readouterr().err
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({**_data(), "clauses": [{"id": "exec.x", "level": "MUST"}]}))
+    assert cli.main(["contract", "validate", str(bad)]) == 1
+    assert "clauses[0]" in capsys.readouterr().err

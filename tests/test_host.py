@@ -1,0 +1,223 @@
+"""The mini-host: stand-ins, registry rules, plugin loading, host features."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from conformance.host import abi, features, loader
+from conformance.host.registry import LegacyPluginContext, PluginContext, ProviderRegistry
+from conformance.host.standins.base_output import _BoundedOutputCollector
+from conformance.host.standins.terminal_tool import (
+    _rewrite_compound_background,
+    _transform_sudo_command,
+)
+
+pytestmark = pytest.mark.usefixtures("builtin_host")
+
+
+def _provider(name: str):
+    from fakes.tempdir_box.box_provider import TempdirBoxProvider
+
+    class Named(TempdirBoxProvider):
+        pass
+
+    provider = Named()
+    provider.name = name  # type: ignore[misc]
+    return provider
+
+
+def test_builtin_host_serves_every_hermes_name():
+    import importlib
+
+    for name in abi.STANDINS:
+        assert getattr(importlib.import_module(name), "__kit_standin__", False), name
+    assert abi.active().mode == "builtin"
+
+
+def test_a_process_runs_one_host():
+    with pytest.raises(abi.HostError, match="already runs the 'builtin' host"):
+        abi.install("hermes")
+    with pytest.raises(abi.HostError, match="unknown host"):
+        abi.install("docker")
+
+
+def test_builtin_host_reports_every_feature():
+    assert all(features.detect().values())
+
+
+def test_registry_enforces_the_host_rules():
+    registry = ProviderRegistry()
+    with pytest.raises(TypeError):
+        registry.register(object())
+    for bad in ("", "   ", "Docker", " ssh ", "bubblewrap"):
+        with pytest.raises(ValueError):
+            registry.register(_provider(bad))
+    first, second = _provider("Acme_Box"), _provider("acme_box")
+    assert registry.register(first) == "acme_box"
+    assert registry.get("ACME_BOX") is first
+    generation = registry.generation
+    registry.register(second)
+    assert registry.get("acme_box") is second and registry.generation > generation
+    scoped = _provider("acme_box")
+    registry.register(scoped, scope="profile-a")
+    assert registry.get("acme_box", scope="profile-a") is scoped
+    assert registry.get("acme_box", scope="profile-b") is second
+
+
+def test_registry_flags_fail_soft():
+    class Raising:
+        @property
+        def strip_env_keys(self):
+            raise RuntimeError("broken")
+
+    registry = ProviderRegistry()
+    registry.register(_provider("good_box"))
+    registry._global["bad_box"] = Raising()
+    assert "TEMPDIR_BOX_TOKEN" in registry.strip_env_keys()
+    assert registry.provider_flag("bad_box", "strip_env_keys", "fallback") == "fallback"
+    assert registry.provider_flag("missing", "is_remote", None) is None
+
+
+def test_plugin_context_logs_rejections_and_never_raises(caplog):
+    ctx = PluginContext(registry=ProviderRegistry(), plugin_name="demo")
+    with caplog.at_level(logging.WARNING):
+        assert ctx.register_terminal_environment_provider(object()) is None
+        assert ctx.register_terminal_environment_provider(_provider("local")) is None
+    assert len(ctx.rejected) == 2 and "rejected" in caplog.text
+    ctx.register_tool("anything")  # other hooks are accepted and ignored
+    assert ctx.other_calls == ["register_tool"]
+    assert not hasattr(LegacyPluginContext(), "register_terminal_environment_provider")
+
+
+def _write_plugin(root, body: str, manifest: str = "name: demo-box\nversion: 1.0.0\ndescription: d\nkind: backend\n"):
+    root.mkdir()
+    (root / "plugin.yaml").write_text(manifest)
+    (root / "helper.py").write_text("NAME = 'demo_box'\n")
+    (root / "__init__.py").write_text(textwrap.dedent(body))
+    return root
+
+
+PLUGIN = """
+    from .helper import NAME
+
+    def register(ctx):
+        from fakes.tempdir_box.box_provider import TempdirBoxProvider
+        provider = TempdirBoxProvider()
+        provider.name = NAME
+        ctx.register_terminal_environment_provider(provider)
+"""
+
+
+def test_load_a_plugin_directory_with_relative_imports(tmp_path):
+    plugin = _write_plugin(tmp_path / "demo", PLUGIN)
+    loaded = loader.load(str(plugin), ProviderRegistry())
+    assert loaded.source == "directory" and loaded.plugin_name == "demo-box" and loaded.version == "1.0.0"
+    assert loaded.provider.name == "demo_box" and loaded.is_package
+    assert loaded.core_changes == [] and loaded.network_attempts == []
+
+
+def test_load_module_attr_in_every_form():
+    registry = ProviderRegistry()
+    assert loader.load("fakes.tempdir_box:provider", registry).source == "object"
+    assert loader.load("fakes.tempdir_box.box_provider:TempdirBoxProvider", registry).provider.name == "tempdir_box"
+    assert loader.load("fakes.tempdir_box:register", registry).is_package
+    assert loader.load("fakes.tempdir_box", registry).manifest["kind"] == "backend"
+
+
+def test_load_through_an_entry_point(tmp_path, monkeypatch):
+    dist = tmp_path / "kit_demo-1.2.3.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: kit-demo\nVersion: 1.2.3\n")
+    (dist / "entry_points.txt").write_text("[hermes_agent.plugins]\ntempdir-box = fakes.tempdir_box\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    loaded = loader.load("ep:tempdir-box", ProviderRegistry())
+    assert loaded.source == "entry-point" and loaded.entry_point == "tempdir-box"
+    assert loaded.distribution == "kit-demo" and loaded.distribution_version == "1.2.3"
+    assert loaded.plugin_name == loaded.manifest["name"] == "tempdir-box"
+
+
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ("no_such_pkg_xyz", "no module 'no_such_pkg_xyz'"),
+        ("fakes.tempdir_box:nothing", "has no attribute 'nothing'"),
+        ("ep:not-installed", "no hermes_agent.plugins entry point named 'not-installed'"),
+        ("./does/not/exist", "is not a directory"),
+        ("json", "has no register(ctx)"),
+    ],
+)
+def test_load_errors_say_what_to_do(spec, message):
+    with pytest.raises(loader.LoadError, match="(?s)" + message.replace("(", r"\(").replace(")", r"\)")):
+        loader.load(spec, ProviderRegistry())
+
+
+def test_load_refuses_a_plugin_that_registers_nothing(tmp_path):
+    plugin = _write_plugin(tmp_path / "empty", "def register(ctx):\n    ctx.register_tool('x')\n")
+    with pytest.raises(loader.LoadError, match="registered no terminal provider"):
+        loader.load(str(plugin), ProviderRegistry())
+
+
+def test_core_override_is_detected(tmp_path):
+    body = PLUGIN + "\n    import tools.environments.base as b\n    b.BaseEnvironment.execute = lambda *a, **k: {}\n"
+    plugin = _write_plugin(tmp_path / "patcher", textwrap.dedent(body))
+    from conformance.host.standins.base import BaseEnvironment
+
+    original = BaseEnvironment.execute
+    try:
+        loaded = loader.load(str(plugin), ProviderRegistry())
+    finally:
+        BaseEnvironment.execute = original
+    assert any("BaseEnvironment.execute replaced" in c for c in loaded.core_changes), loaded.core_changes
+
+
+def test_legacy_host_load(tmp_path):
+    ok = subprocess.run([sys.executable, "-m", "conformance.host.legacy", "fakes.tempdir_box"],
+                        capture_output=True, text=True, timeout=60)
+    assert ok.returncode == 0, ok.stderr
+    eager = _write_plugin(tmp_path / "eager", "from agent.terminal_env_provider import TerminalEnvironmentProvider\n"
+                                              "def register(ctx):\n    pass\n")
+    bad = subprocess.run([sys.executable, "-m", "conformance.host.legacy", str(eager)],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 1 and ("ImportError" in bad.stderr or "ModuleNotFoundError" in bad.stderr)
+
+
+@pytest.mark.parametrize(
+    "command, expected",
+    [
+        ("cd /srv && python3 -m http.server &", "cd /srv && { python3 -m http.server & }"),
+        ("a || b &\nc", "a || { b & }\nc"),
+        ("a && b & c", "a && { b & }; c"),
+        ("sleep 1 &", "sleep 1 &"),
+        ("echo 'a && b &'", "echo 'a && b &'"),
+        ("(a && b &)", "(a && b &)"),
+        ("a && b >/dev/null 2>&1 &", "a && { b >/dev/null 2>&1 & }"),
+    ],
+)
+def test_compound_background_rewrite(command, expected):
+    assert _rewrite_compound_background(command) == expected
+
+
+def test_sudo_rewrite_counts_real_invocations(monkeypatch):
+    monkeypatch.delenv("SUDO_PASSWORD", raising=False)
+    assert _transform_sudo_command("sudo ls") == ("sudo ls", None)
+    monkeypatch.setenv("SUDO_PASSWORD", "pw")
+    command, stdin = _transform_sudo_command("X=1 sudo a && echo sudo; sudo b | grep sudo")
+    assert command == "X=1 sudo -S -p '' a && echo sudo; sudo -S -p '' b | grep sudo"
+    assert stdin == "pw\npw\n"
+
+
+def test_bounded_collector_keeps_head_and_tail():
+    sink = _BoundedOutputCollector(100)
+    for i in range(1000):
+        sink.append(f"{i:04d}\n")
+    text, truncated = sink.render()
+    assert truncated and text.startswith("0000\n") and text.endswith("0999\n")
+    assert "OUTPUT TRUNCATED - 4,900 chars omitted out of 5,000 total" in text
+    full = _BoundedOutputCollector(None)
+    full.append("x" * 10_000)
+    assert full.render() == ("x" * 10_000, False)
