@@ -36,7 +36,7 @@ class TempdirBoxProvider(TerminalEnvironmentProvider):
     session_isolated_when_nonpersistent = True
     default_cwd = "~"
     environment_class: type | None = None  # the kit's mutants swap in broken variants
-    # Optional capabilities this backend claims (see docs/capabilities.md).
+    # Optional capabilities this backend claims (README: "Declaring capabilities").
     conformance_capabilities = frozenset({"persistence", "stdin-stream", "file-sync"})
 
     @property

@@ -1,0 +1,70 @@
+"""Verdict aggregation, the report and the host-equivalence comparison."""
+
+from __future__ import annotations
+
+from conformance import contract
+from conformance.report import build, compare, table
+from conformance.verdicts import CheckOutcome, aggregate
+
+CONTRACT = contract.load()
+MUST = next(c.id for c in CONTRACT if c.level == "MUST")
+
+
+def _outcome(nodeid: str, outcome: str, reason: str = "", clause: str = MUST) -> CheckOutcome:
+    check = CheckOutcome(nodeid, (clause,))
+    check.absorb("setup", "passed", "", 0.01)
+    check.absorb("call", outcome, reason, 0.1)
+    return check
+
+
+def _verdict(*outcomes: CheckOutcome) -> tuple[str, str]:
+    v = next(v for v in aggregate(CONTRACT, outcomes) if v.id == MUST)
+    return v.verdict, v.reason
+
+
+def test_fail_beats_everything():
+    assert _verdict(_outcome("a", "passed"), _outcome("b", "failed", "boom"))[0] == "fail"
+
+
+def test_a_generic_skip_is_never_a_pass():
+    assert _verdict(_outcome("a", "passed"), _outcome("b", "skipped", "no docker"))[0] == "skipped"
+
+
+def test_not_applicable_only_when_every_check_is():
+    na = "not-applicable (capability: the run lacks persistence)"
+    assert _verdict(_outcome("a", "skipped", na)) == ("not-applicable", na)
+    assert _verdict(_outcome("a", "skipped", na), _outcome("b", "passed"))[0] == "pass"
+
+
+def test_a_clause_nothing_checked_is_skipped():
+    verdicts = {v.id: v for v in aggregate(CONTRACT, [])}
+    assert verdicts[MUST].verdict == "skipped" and verdicts[MUST].reason == "no check ran"
+
+
+def test_setup_error_counts_as_failure():
+    check = CheckOutcome("a", (MUST,))
+    check.absorb("setup", "failed", "could not create the environment", 0.1)
+    assert _verdict(check) == ("fail", "a: setup: could not create the environment")
+
+
+def _report(verdict: str, reason: str = "") -> dict:
+    outcome = _outcome("a", {"pass": "passed", "fail": "failed"}.get(verdict, "skipped"), reason)
+    verdicts = aggregate(CONTRACT, [outcome])
+    context = {"backend": {"spec": "x", "name": "x"}, "host": {"mode": "builtin", "requested": "auto"}}
+    return build.build(CONTRACT, verdicts, context, duration_s=1.0, started_at=0.0, spec="x", host_requested="auto")
+
+
+def test_certified_needs_no_must_failure_and_no_must_skip():
+    assert _report("fail")["certified"] is False
+    assert _report("pass")["certified"] is False  # every other MUST clause was skipped: "no check ran"
+    lines = table.render(_report("fail"))
+    assert lines[-1].startswith("NOT CERTIFIED") and any(MUST.split(".", 1)[1] in line for line in lines)
+
+
+def test_compare_allows_only_host_caused_differences():
+    base = _report("pass")
+    host_na = _report("skipped", "not-applicable (host: the hermes host lacks cwd-observed)")
+    failing = _report("fail")
+    assert [d.kind for d in compare.compare(base, host_na)] == ["host-not-applicable"]
+    assert [d.kind for d in compare.compare(base, failing)] == ["mismatch"]
+    assert compare.describe(compare.compare(base, base))[-1].endswith("verdicts are equivalent")
