@@ -134,7 +134,9 @@ class TempdirBoxEnvironment(BaseEnvironment):
             try:
                 if pipe is not None:
                     pipe.write(data.encode("utf-8", "surrogateescape"))
-            except (BrokenPipeError, OSError) as exc:
+            except BrokenPipeError:
+                pass  # the command stopped reading early, as `head -c N` does
+            except OSError as exc:
                 errors.append(exc)
             finally:
                 try:

@@ -234,8 +234,9 @@ class BaseEnvironment(ABC):
         stdin_thread = getattr(proc, "_hermes_stdin_thread", None)
         if stdin_thread is not None:
             stdin_thread.join(2)
-        errors = list(getattr(proc, "_hermes_stdin_errors", None) or
-                      getattr(stdin_thread, "_hermes_errors", None) or [])
+        errors = [e for e in (getattr(proc, "_hermes_stdin_errors", None) or
+                              getattr(stdin_thread, "_hermes_errors", None) or [])
+                  if not isinstance(e, BrokenPipeError)]  # a reader that stops early is not a failure
         if errors and result["returncode"] == 0:
             result["stdin_error"] = str(errors[0])
             result["output"] += f"\n[stdin write failed: {errors[0]}]"

@@ -151,7 +151,9 @@ def _pipe_stdin(proc: subprocess.Popen, data: str) -> threading.Thread:
             if target is None:
                 return
             target.write(data.encode("utf-8", "surrogateescape"))
-        except (BrokenPipeError, OSError) as exc:
+        except BrokenPipeError:
+            pass  # the command stopped reading (head -c N): not a write failure
+        except OSError as exc:
             errors.append(exc)
         finally:
             try:
