@@ -255,7 +255,7 @@ class Background:
 
     def alive(self, job: BackgroundJob) -> bool:
         out = run(self.env, f'kill -0 "$(cat {shlex.quote(job.pid_file)})" 2>/dev/null; echo $?', timeout=10)
-        return out.get("output", "").strip().endswith("0") and out.get("output", "").strip() == "0"
+        return out.get("output", "").strip() == "0"
 
     def log(self, job: BackgroundJob) -> str:
         return run(self.env, f"cat {shlex.quote(job.log)} 2>/dev/null", timeout=10).get("output", "")

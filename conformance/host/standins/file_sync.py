@@ -4,8 +4,9 @@ Behaviour from research/hermes-host.md section 4: change detection by
 (mtime, size), deletions propagated, transactional state (a failed sync is
 retried in full next time and does not advance the rate-limit clock), SHA-256
 of what was pushed, and a sync-back that maps tar members "/<name>" to host
-paths, never writes credential files, config.yaml, .env or new files outside
-a known cache directory, and never raises.
+paths (a new file below a synced file's directory maps below that file's
+host directory, as hermes-agent 0.19.0 does), never writes credential files
+back, and never raises.
 """
 
 from __future__ import annotations
@@ -35,7 +36,6 @@ _MAX_TAR_BYTES = 2 * 1024**3
 _BACKOFF = (2.0, 4.0)
 _CACHE_DIRS = ("documents", "images", "audio", "videos", "screenshots", "web", "delegation", "spillover")
 _FLAT_DIRS = ("images", "attachments", "composer-pastes")
-_NEVER_WRITTEN = frozenset({"config.yaml", ".env"})
 
 
 def _walk(root: Path) -> list[Path]:
@@ -191,7 +191,7 @@ class FileSyncManager:
     def _sync_back_once(self, home: Path) -> None:
         assert self._bulk_download is not None
         mapping = {remote: host for host, remote in self._get_files()}
-        credentials = {str(p.resolve()) for p in credential_files()}
+        credentials = {_resolved(p) for p in credential_files()}
         with tempfile.TemporaryDirectory(prefix="hermes-sync-back-") as staging:
             archive = Path(staging, "remote.tar")
             self._bulk_download(archive)
@@ -206,36 +206,29 @@ class FileSyncManager:
                 pushed_hash = self._pushed_hashes.get(remote)
                 if pushed_hash is not None and _sha256(staged) == pushed_hash:
                     continue
-                host = mapping.get(remote) or self._infer(remote, mapping, home)
-                if host is None or not self._writable(host, home, credentials):
-                    continue
+                host = mapping.get(remote) or self._infer(remote, mapping, credentials)
+                if host is None or _resolved(host) in credentials:
+                    continue  # unknown place, or an upload-only credential file
                 if pushed_hash is not None and os.path.exists(host) and _sha256(host) != pushed_hash:
                     logger.warning("sync back: %s changed on both sides; keeping the sandbox copy", remote)
                 os.makedirs(os.path.dirname(host), exist_ok=True)
                 shutil.copy2(staged, host)
 
     @staticmethod
-    def _infer(remote: str, mapping: dict[str, str], home: Path) -> str | None:
-        """Map a new sandbox file next to a known cache file; never elsewhere."""
-        parent = posixpath.dirname(remote)
+    def _infer(remote: str, mapping: dict[str, str], credentials: set[str]) -> str | None:
+        """A new sandbox file below the directory of a synced (non-credential) file
+        maps to the same place below that file's host directory."""
         for known_remote, known_host in mapping.items():
-            if posixpath.dirname(known_remote) != parent:
+            if _resolved(known_host) in credentials:
                 continue
-            try:
-                rel = Path(known_host).resolve().relative_to(home.resolve()).parts
-            except ValueError:
-                continue
-            if rel and rel[0] in ("cache", *_FLAT_DIRS):
-                return str(Path(known_host).parent / posixpath.basename(remote))
+            remote_dir = posixpath.dirname(known_remote)
+            if remote.startswith(remote_dir + "/"):
+                return str(Path(known_host).parent) + remote[len(remote_dir):]
         return None
 
-    @staticmethod
-    def _writable(host: str, home: Path, credentials: set[str]) -> bool:
-        path = Path(host).resolve()
-        try:
-            rel = path.relative_to(home.resolve())
-        except ValueError:
-            return False
-        if str(path) in credentials or rel.as_posix() in _NEVER_WRITTEN or rel.parts[:1] == ("plugins",):
-            return False
-        return ".." not in rel.parts
+
+def _resolved(path: str | Path) -> str:
+    try:
+        return str(Path(path).expanduser().resolve())
+    except OSError:
+        return str(Path(path).expanduser())
