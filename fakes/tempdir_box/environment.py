@@ -127,17 +127,24 @@ class TempdirBoxEnvironment(BaseEnvironment):
 
     @staticmethod
     def _feed(proc: subprocess.Popen, data: str) -> threading.Thread:
+        """Stream stdin_data, then close it; bytes carried as surrogateescape survive.
+
+        Errors go to ``proc._hermes_stdin_errors``, where the host reports them.
+        A reader that stops early (``head -c N``) is not an error.
+        """
         errors: list[BaseException] = []
+        proc._hermes_stdin_errors = errors  # type: ignore[attr-defined]
 
         def write() -> None:
             pipe = proc.stdin.buffer if proc.stdin is not None else None  # type: ignore[union-attr]
             try:
+                payload = data.encode("utf-8", "surrogateescape")
                 if pipe is not None:
-                    pipe.write(data.encode("utf-8", "surrogateescape"))
-            except BrokenPipeError:
-                pass  # the command stopped reading early, as `head -c N` does
-            except OSError as exc:
+                    pipe.write(payload)
+            except UnicodeEncodeError as exc:
                 errors.append(exc)
+            except OSError:
+                pass
             finally:
                 try:
                     if pipe is not None:
@@ -146,7 +153,6 @@ class TempdirBoxEnvironment(BaseEnvironment):
                     pass
 
         thread = threading.Thread(target=write, daemon=True, name="tempdir-box-stdin")
-        thread._hermes_errors = errors  # type: ignore[attr-defined]
         thread.start()
         return thread
 

@@ -72,24 +72,28 @@ def sanitize_task_id_for_path(task_id: str) -> str:
     return cleaned.strip("._") or "default"
 
 
-def _dump_snapshot_script(snapshot_path: str) -> str:
+def _dump_snapshot_script(snapshot_path: str, *, full: bool) -> str:
     """Shell that rewrites the snapshot atomically, minus per-session variables.
 
-    The dump runs in a subshell so unsetting the session variables there does
-    not touch the command's own shell; $BASHPID keeps concurrent writers' temp
-    files apart, and mv publishes the new snapshot in one step.
+    ``full`` (session start) also captures functions, aliases and shell
+    options; after each command only the exports are re-dumped, as the host
+    does.  The dump runs in a subshell so unsetting the session variables
+    there does not touch the command's shell; $BASHPID keeps concurrent
+    writers' temp files apart, and mv publishes the snapshot in one step.
     """
     tmp = shlex.quote(snapshot_path + ".tmp.") + "$BASHPID"
     snap = shlex.quote(snapshot_path)
     session_globs = "|".join(_SESSION_VAR_PATTERNS)
+    extras = (
+        "__hermes_f=$(declare -F | awk '{print $3}' | grep -vE '^_[^_]'); "
+        "[ -z \"$__hermes_f\" ] || declare -f $__hermes_f; alias -p; "
+        "echo 'shopt -s expand_aliases'; echo 'set +e'; echo 'set +u' "
+    ) if full else ""
     return (
         f"__hermes_t={tmp}; "
         "{ ( for __hermes_v in $(compgen -e); do case $__hermes_v in "
         f"{session_globs}) unset \"$__hermes_v\";; esac; done; "
-        f"unset {' '.join(_SESSION_VAR_NAMES)}; export -p; "
-        "__hermes_f=$(declare -F | awk '{print $3}' | grep -vE '^_[^_]'); "
-        "[ -z \"$__hermes_f\" ] || declare -f $__hermes_f; alias -p; "
-        "echo 'shopt -s expand_aliases'; echo 'set +e'; echo 'set +u' "
+        f"unset {' '.join(_SESSION_VAR_NAMES)}; export -p; {extras}"
         f') > "$__hermes_t" && mv -f "$__hermes_t" {snap}; }} 2>/dev/null '
         '|| rm -f "$__hermes_t" 2>/dev/null || true'
     )
@@ -149,7 +153,7 @@ class BaseEnvironment(ABC):
         marker = self._cwd_marker
         bootstrap = "\n".join([
             "umask 077",
-            _dump_snapshot_script(self._snapshot_path),
+            _dump_snapshot_script(self._snapshot_path, full=True),
             f"builtin cd -- {self._quote_cwd_for_cd(self.cwd)} 2>/dev/null || true",
             f"printf '\\n{marker}%s{marker}\\n' \"$(pwd -P)\"",
         ])
@@ -192,7 +196,7 @@ class BaseEnvironment(ABC):
             "umask 077",
         ]
         if self._snapshot_ready:
-            lines.append(_dump_snapshot_script(self._snapshot_path))
+            lines.append(_dump_snapshot_script(self._snapshot_path, full=False))
         lines += [f"printf '\\n{marker}%s{marker}\\n' \"$(pwd -P)\"", "exit $__hermes_ec"]
         return "\n".join(lines)
 
@@ -234,10 +238,8 @@ class BaseEnvironment(ABC):
         stdin_thread = getattr(proc, "_hermes_stdin_thread", None)
         if stdin_thread is not None:
             stdin_thread.join(2)
-        errors = [e for e in (getattr(proc, "_hermes_stdin_errors", None) or
-                              getattr(stdin_thread, "_hermes_errors", None) or [])
-                  if not isinstance(e, BrokenPipeError)]  # a reader that stops early is not a failure
-        if errors and result["returncode"] == 0:
+        errors = list(getattr(proc, "_hermes_stdin_errors", None) or [])
+        if errors:
             result["stdin_error"] = str(errors[0])
             result["output"] += f"\n[stdin write failed: {errors[0]}]"
         return result

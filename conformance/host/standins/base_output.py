@@ -143,18 +143,25 @@ class _BoundedOutputCollector:
 
 
 def _pipe_stdin(proc: subprocess.Popen, data: str) -> threading.Thread:
-    """Write ``data`` to the child's stdin from a thread, then close it (EOF)."""
+    """Write ``data`` to the child's stdin from a thread, then close it (EOF).
+
+    Text that cannot be encoded is a write failure, published as
+    ``proc._hermes_stdin_errors``; a reader that stops early (``head -c N``)
+    closing the pipe is not.
+    """
+    errors: list[BaseException] = []
+    proc._hermes_stdin_errors = errors  # type: ignore[attr-defined]
 
     def write() -> None:
         target = getattr(proc.stdin, "buffer", proc.stdin)
         try:
-            if target is None:
-                return
-            target.write(data.encode("utf-8", "surrogateescape"))
-        except BrokenPipeError:
-            pass  # the command stopped reading (head -c N): not a write failure
-        except OSError as exc:
+            payload = data.encode("utf-8", "surrogateescape")
+            if target is not None:
+                target.write(payload)
+        except UnicodeEncodeError as exc:
             errors.append(exc)
+        except OSError:
+            pass
         finally:
             try:
                 if target is not None:
@@ -162,9 +169,7 @@ def _pipe_stdin(proc: subprocess.Popen, data: str) -> threading.Thread:
             except OSError:
                 pass
 
-    errors: list[BaseException] = []
     thread = threading.Thread(target=write, daemon=True, name="stdin-writer")
-    thread._hermes_errors = errors  # type: ignore[attr-defined]
     thread.start()
     return thread
 
