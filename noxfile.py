@@ -68,5 +68,5 @@ def host_equivalence(session: nox.Session) -> None:
         reports[host] = str(REPORTS / f"host-{host}.json")
         session.run("python", "-m", "pytest", "--pyargs", "conformance.checks", "-p", "no:cacheprovider", "-q",
                     "-n", WORKERS, "--backend", "tempdir_box", "--host", host, "--report", reports[host],
-                    *session.posargs)
+                    *session.posargs, success_codes=[0, 1])  # failures are compared below, not fatal here
     session.run("hermes-backend-kit", "report", "compare", reports["hermes"], reports["builtin"])
