@@ -56,9 +56,12 @@ def _flag(provider: Any, attr: str) -> bool:
 def _overrides_config_schema(provider: Any) -> bool:
     from conformance.host.registry import provider_base_class
 
-    mine = getattr(type(provider), "get_config_schema", None)
-    base = getattr(provider_base_class(), "get_config_schema", None)
-    return mine is not None and mine is not base
+    try:
+        mine = provider.get_config_schema
+    except Exception:
+        return False
+    base = provider_base_class().get_config_schema
+    return getattr(mine, "__func__", mine) is not base
 
 
 def resolve(contract: Contract, *, provider: Any, loaded: Any, config_caps: list[str] | None,

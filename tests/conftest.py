@@ -31,12 +31,13 @@ class SuiteRun:
 
 
 def run_suite(*args: str, cwd: Path, python: str = sys.executable, timeout: float = 600,
-              workers: int = 2) -> SuiteRun:
+              workers: int = 2, extra_env: dict[str, str] | None = None) -> SuiteRun:
     """Run the conformance suite in a fresh process, from ``cwd``, and read its report."""
     report = cwd / "report.json"
     cmd = [python, "-m", "pytest", "--pyargs", "conformance.checks", "-p", "no:cacheprovider",
            "-q", "--report", str(report), *(["-n", str(workers)] if workers else []), *args]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "TEMPDIR_BOX_", "HERMES_"))}
+    env.update(extra_env or {})
     proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
     data = json.loads(report.read_text()) if report.exists() else None
     return SuiteRun(proc.returncode, proc.stdout + proc.stderr, data)

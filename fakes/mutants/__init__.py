@@ -16,4 +16,6 @@ MUTANTS = (
     "cleanup_raises_twice",
     "silent_recreate",
     "deletes_by_task",
+    "claims_remote",
+    "bad_config_schema",
 )

@@ -1,0 +1,10 @@
+"""Claims to be remote (is_remote = True) but runs every command on this machine."""
+
+from fakes.mutants._base import provider_with
+from fakes.tempdir_box.environment import TempdirBoxEnvironment
+
+WHAT = "a backend that says it is remote silently runs commands locally"
+
+provider = provider_with(TempdirBoxEnvironment, "claims_remote")
+provider.is_remote = True  # type: ignore[misc]
+BREAKS: frozenset[str] = frozenset()

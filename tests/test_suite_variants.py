@@ -1,0 +1,25 @@
+"""Clauses tempdir_box cannot reach by itself, exercised through other ways of loading it."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import run_suite
+
+
+def _install_entry_point(root, name: str) -> str:
+    dist = root / "kit_tempdir-0.1.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: kit-tempdir\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text(f"[hermes_agent.plugins]\n{name} = fakes.tempdir_box\n")
+    return str(root)
+
+
+@pytest.mark.parametrize("name, verdict", [("tempdir-box", "pass"), ("tempdir-box-renamed", "fail")])
+def test_entry_point_name_must_match_the_manifest(tmp_path, name, verdict):
+    path = _install_entry_point(tmp_path / "site", name)
+    run = run_suite("--backend", f"ep:{name}", "--fake", "tempdir", "-k", "test_register",
+                    cwd=tmp_path, workers=0, extra_env={"PYTHONPATH": path})
+    verdicts = run.verdicts()
+    assert verdicts["register.entry-point"] == verdict, run.output[-2000:]
+    assert verdicts["register.one-provider"] == "pass"
