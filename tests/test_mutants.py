@@ -11,7 +11,7 @@ from tests.conftest import run_suite
 
 
 @pytest.mark.parametrize("name", MUTANTS)
-def test_mutant_fails_exactly_the_clauses_it_breaks(name, tmp_path):
+def test_mutant_fails_exactly_the_clauses_it_breaks(name, tmp_path, builtin_host):
     module = importlib.import_module(f"fakes.mutants.{name}")
     run = run_suite("--backend", f"fakes.mutants.{name}:provider", "--fake", "tempdir", cwd=tmp_path)
     assert run.report is not None, run.output[-3000:]

@@ -10,4 +10,6 @@ provider.get_config_schema = lambda: {  # type: ignore[method-assign]
     "token": {"type": "secret", "default": "tbx_example"},
     "size": {"type": "select", "options": ["small", "large"]},
 }
-BREAKS: frozenset[str] = frozenset()
+BREAKS = frozenset({
+    "provider.config-schema",
+})

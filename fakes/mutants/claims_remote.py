@@ -7,4 +7,6 @@ WHAT = "a backend that says it is remote silently runs commands locally"
 
 provider = provider_with(TempdirBoxEnvironment, "claims_remote")
 provider.is_remote = True  # type: ignore[misc]
-BREAKS: frozenset[str] = frozenset()
+BREAKS = frozenset({
+    "identity.remote-not-local",
+})

@@ -18,4 +18,6 @@ class Env(TempdirBoxEnvironment):
 
 
 provider = provider_with(Env, "deletes_by_task")
-BREAKS: frozenset[str] = frozenset()
+BREAKS = frozenset({
+    "lifecycle.delete-own-only",
+})

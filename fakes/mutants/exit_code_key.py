@@ -14,4 +14,20 @@ class Env(TempdirBoxEnvironment):
 
 
 provider = provider_with(Env, "exit_code_key")
-BREAKS: frozenset[str] = frozenset()
+# Every consumer reads a missing returncode as 0, so each check of a non-zero status fails.
+BREAKS = frozenset({
+    "cwd.missing-dir",
+    "errors.command-not-found",
+    "errors.no-raise",
+    "errors.state-message",
+    "exec.concurrent",
+    "exec.matches-bash",
+    "exec.result-shape",
+    "exec.returncode-key",
+    "exec.signal-exit",
+    "faults.vanished-mid-command",
+    "files.fetch",
+    "persist.error-reported",
+    "timeout.interrupt-130",
+    "timeout.result-124",
+})

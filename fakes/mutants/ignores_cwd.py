@@ -12,4 +12,8 @@ class Env(TempdirBoxEnvironment):
 
 
 provider = provider_with(Env, "ignores_cwd")
-BREAKS: frozenset[str] = frozenset()
+BREAKS = frozenset({
+    "cwd.explicit",
+    "cwd.missing-dir",
+    "cwd.odd-names",
+})

@@ -15,4 +15,6 @@ class Env(TempdirBoxEnvironment):
 
 
 provider = provider_with(Env, "no_group_kill")
-BREAKS: frozenset[str] = frozenset()
+BREAKS = frozenset({
+    "timeout.kills-tree",
+})

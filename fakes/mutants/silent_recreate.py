@@ -16,4 +16,6 @@ class Env(TempdirBoxEnvironment):
 
 
 provider = provider_with(Env, "silent_recreate")
-BREAKS: frozenset[str] = frozenset()
+BREAKS = frozenset({
+    "persist.deleted-replaced",
+})
