@@ -5,14 +5,15 @@ from __future__ import annotations
 import hashlib
 import secrets
 import shlex
+import time
 from typing import Any
 
 import pytest
 
-from conformance.host.drivers import returncode, run
+from conformance.host.drivers import interrupted, returncode, run
 from conformance.verdicts import NA_PREFIX
 
-__all__ = ["locate", "nonce", "not_applicable", "out", "plant", "rc", "run", "sha256_hex"]
+__all__ = ["locate", "nonce", "not_applicable", "out", "plant", "rc", "run", "sha256_hex", "stop_by"]
 
 
 def out(result: dict[str, Any]) -> str:
@@ -51,3 +52,15 @@ def locate(kit: Any, env: Any, label: str = "id") -> str:
     sandbox = kit.world.locate(relpath, value)
     assert sandbox is not None, "the harness cannot find the sandbox the environment runs in"
     return sandbox
+
+
+def stop_by(env: Any, how: str, command: str) -> dict[str, Any]:
+    """Run a long ``command`` and stop it by a 1 s timeout or by an interrupt after 0.3 s."""
+    started = time.monotonic()
+    if how == "timeout":
+        result = run(env, command, timeout=1)
+    else:
+        result, _ = interrupted(env, command, after_s=0.3, timeout=20)
+    elapsed = time.monotonic() - started
+    assert elapsed < 4, f"the {how} did not stop the command: execute() returned after {elapsed:.1f}s"
+    return result

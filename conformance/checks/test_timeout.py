@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from conformance.checks._support import nonce, out, rc, run
+from conformance.checks._support import nonce, out, rc, run, stop_by
 from conformance.host.calls import Call, bounded
 from conformance.host.drivers import interrupted
 
@@ -16,23 +16,11 @@ pytestmark = pytest.mark.usefixtures("kit")
 KILLS = ("timeout", "interrupt")
 
 
-def _each_kill(make_env, scenario) -> None:
+def _eachstop_by(make_env, scenario) -> None:
     """Run scenario(env, how) for a timeout and for an interrupt at once, each in a fresh environment."""
     calls = {how: Call(scenario, make_env(), how) for how in KILLS}
     for how, call in calls.items():
         call.result(60, what=f"the {how} scenario")
-
-
-def _kill(env, how: str, command: str) -> dict:
-    """Run a never-ending ``command``; stop it by a 1 s timeout or by an interrupt after 0.3 s."""
-    started = time.monotonic()
-    if how == "timeout":
-        result = run(env, command, timeout=1)
-    else:
-        result, _ = interrupted(env, command, after_s=0.3, timeout=20)
-    elapsed = time.monotonic() - started
-    assert elapsed < 4, f"the {how} did not stop the command: execute() returned after {elapsed:.1f}s"
-    return result
 
 
 @pytest.mark.clause("timeout.result-124")
@@ -49,7 +37,7 @@ def test_timeout_returns_124_promptly(env):
 @pytest.mark.clause("timeout.partial-output")
 def test_output_before_timeout_is_kept(env):
     mark = nonce("partial")
-    result = _kill(env, "timeout", f"echo {mark}; echo {mark}-err >&2; sleep 30")
+    result = stop_by(env, "timeout", f"echo {mark}; echo {mark}-err >&2; sleep 30")
     text = out(result)
     assert mark in text and f"{mark}-err" in text, f"output printed before the timeout was lost: {text!r}"
     notice = text.rfind("[Command timed out")
@@ -67,15 +55,15 @@ def test_interrupt_returns_130(env):
 
 
 @pytest.mark.clause("timeout.usable-after")
-def test_environment_works_after_kill(make_env):
+def test_environment_works_afterstop_by(make_env):
     def scenario(env, how):
-        _kill(env, how, "echo started; sleep 30")
+        stop_by(env, how, "echo started; sleep 30")
         mark = nonce("after")
         result = run(env, f"echo {mark}", timeout=15)
         assert rc(result) == 0 and out(result).strip() == mark, (
             f"the first execute() after a {how} failed: rc {rc(result)}, output {out(result)!r}")
 
-    _each_kill(make_env, scenario)
+    _eachstop_by(make_env, scenario)
 
 
 _STATE = (
@@ -95,7 +83,7 @@ def test_killed_command_leaves_no_process(make_env):
         # A foreground child (sh) that keeps starting grandchildren (sleep) and writes a heartbeat.
         command = ("sh -c 'echo $$ > \"$1/pid\"; while :; do echo beat >> \"$1/hb\"; sleep 0.05; done' "
                    f"kit-tree {d}; echo late > {d}/late")
-        _kill(env, how, command)
+        stop_by(env, how, command)
 
         deadline = time.monotonic() + 2
         while True:
@@ -114,7 +102,7 @@ def test_killed_command_leaves_no_process(make_env):
             f"after the {how} the command's processes still write their heartbeat ({first} -> {second} bytes)")
         assert "LATE" not in second, f"after the {how} the killed command's shell carried on and ran its next command"
 
-    _each_kill(make_env, scenario)
+    _eachstop_by(make_env, scenario)
 
 
 @pytest.mark.clause("timeout.default-from-create")
