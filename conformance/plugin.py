@@ -105,13 +105,21 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
 @pytest.fixture(scope="session")
 def kit(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
     """The KitRun of this process: host, plugin, fake service, capabilities."""
+    from conformance.config import BackendConfigError
+    from conformance.contract import ContractError
+    from conformance.host.abi import HostError
+    from conformance.host.loader import LoadError
     from conformance.run import KitRun, RunOptions
+    from fakes.services import UnknownFake
 
     opts = request.config.option
     options = RunOptions(backend=opts.backend, backend_config=opts.backend_config, host=opts.host,
                          fake=opts.fake, live=opts.live)
-    run = KitRun.start(options, tmp_path_factory.mktemp("kit"))
-    request.config.stash[_STATE].context = {}
+    try:
+        run = KitRun.start(options, tmp_path_factory.mktemp("kit"))
+    except (BackendConfigError, LoadError, HostError, ContractError, UnknownFake) as exc:
+        # A setup problem is one clear message, not a traceback per check.
+        pytest.exit(f"hermes-backend-kit: {exc}", returncode=pytest.ExitCode.USAGE_ERROR)
     yield run
     run.close()
 

@@ -15,6 +15,10 @@ from pathlib import Path
 from typing import Any
 
 
+class UnknownFake(ValueError):
+    """--fake names a service the kit does not have."""
+
+
 @dataclass
 class FakeService:
     name: str
@@ -53,5 +57,5 @@ def start(name: str, workdir: Path) -> FakeService:
     try:
         factory = FAKES[name]
     except KeyError:
-        raise ValueError(f"unknown fake {name!r}; known fakes: {', '.join(sorted(FAKES))}") from None
+        raise UnknownFake(f"unknown fake {name!r}; known fakes: {', '.join(sorted(FAKES))}") from None
     return factory(workdir)

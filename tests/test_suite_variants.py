@@ -23,3 +23,21 @@ def test_entry_point_name_must_match_the_manifest(tmp_path, name, verdict):
     verdicts = run.verdicts()
     assert verdicts["register.entry-point"] == verdict, run.output[-2000:]
     assert verdicts["register.one-provider"] == "pass"
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("--backend", "no_such_backend_pkg"), "no module 'no_such_backend_pkg'"),
+        (("--fake", "nope"), "unknown fake 'nope'; known fakes: tempdir"),
+        (("--live", "--fake", "tempdir"), "--live and --fake exclude each other"),
+        (("--backend-config", "{config}"), "unknown key(s) terminl; allowed: capabilities, env, terminal"),
+    ],
+)
+def test_setup_problems_are_one_clear_message(tmp_path, args, message):
+    config = tmp_path / "backend.yaml"
+    config.write_text("terminl:\n  cwd: /tmp\n")
+    run = run_suite(*(a.format(config=config) for a in args), cwd=tmp_path, workers=0)
+    assert run.returncode == 4, run.output[-1500:]
+    assert "hermes-backend-kit: " in run.output and message in run.output
+    assert "Traceback" not in run.output
