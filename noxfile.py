@@ -49,7 +49,11 @@ def conformance(session: nox.Session) -> None:
 def tests(session: nox.Session) -> None:
     """The kit's own tests: contract, host, plugin, tempdir_box and every mutant."""
     session.install("-e", ".[dev]")
-    session.run("python", "-m", "pytest", "tests", "-p", "no:cacheprovider", "-n", WORKERS, *session.posargs)
+    pytest = ("python", "-m", "pytest", "tests", "-p", "no:cacheprovider")
+    session.run(*pytest, "-n", WORKERS, "-m", "not suite", *session.posargs)
+    # Suite runs bring their own workers and time-bounded checks: one at a time,
+    # so two suites never compete for the same two cores.
+    session.run(*pytest, "-m", "suite", *session.posargs)
 
 
 @nox.session

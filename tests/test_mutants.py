@@ -9,6 +9,9 @@ import pytest
 from fakes.mutants import MUTANTS
 from tests.conftest import run_suite
 
+# Each runs whole suites in subprocesses with their own workers; see noxfile.py.
+pytestmark = pytest.mark.suite
+
 
 @pytest.mark.parametrize("name", MUTANTS)
 def test_mutant_fails_exactly_the_clauses_it_breaks(name, tmp_path, builtin_host):

@@ -7,6 +7,9 @@ import pytest
 from conformance import contract
 from tests.conftest import run_suite
 
+# Each runs whole suites in subprocesses with their own workers; see noxfile.py.
+pytestmark = pytest.mark.suite
+
 
 @pytest.fixture(scope="module")
 def tempdir_run(tmp_path_factory):

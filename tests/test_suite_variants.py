@@ -6,6 +6,9 @@ import pytest
 
 from tests.conftest import run_suite
 
+# Each runs whole suites in subprocesses with their own workers; see noxfile.py.
+pytestmark = pytest.mark.suite
+
 
 def _install_entry_point(root, name: str) -> str:
     dist = root / "kit_tempdir-0.1.dist-info"
