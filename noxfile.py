@@ -22,17 +22,38 @@ REPORTS = ROOT / "reports"
 # The embedded default of `nox -s conformance`: each reference backend on its fake.
 DEFAULT_BACKENDS = ("tempdir_box",)
 WORKERS = os.environ.get("KIT_WORKERS", "2")
+PATH_OPTIONS = ("--backend", "--backend-config", "--report")
 
 
 def _has_option(args: list[str], name: str) -> bool:
     return any(a == name or a.startswith(name + "=") for a in args)
 
 
+def _from_caller(args: list[str], invoked_from: str) -> list[str]:
+    """Resolve path options against the directory nox was started from, not the noxfile's."""
+    out, pending = [], None
+    for arg in args:
+        if pending is None and "=" in arg and arg.split("=", 1)[0] in PATH_OPTIONS:
+            name, value = arg.split("=", 1)
+            out.append(f"{name}={_resolve(name, value, invoked_from)}")
+            continue
+        out.append(_resolve(pending, arg, invoked_from) if pending else arg)
+        pending = arg if arg in PATH_OPTIONS else None
+    return out
+
+
+def _resolve(option: str, value: str, invoked_from: str) -> str:
+    candidate = Path(invoked_from, value)
+    if option == "--backend" and not candidate.exists():
+        return value  # a known name, module:attr or ep:NAME
+    return str(candidate.resolve()) if not Path(value).is_absolute() else value
+
+
 @nox.session
 def conformance(session: nox.Session) -> None:
     """Run the conformance suite and write a certification report per backend."""
     session.install(".")
-    args = list(session.posargs)
+    args = _from_caller(list(session.posargs), session.invoked_from)
     base = ["python", "-m", "pytest", "--pyargs", "conformance.checks", "-p", "no:cacheprovider", "-q",
             "-n", WORKERS]
     if _has_option(args, "--backend"):
