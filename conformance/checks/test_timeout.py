@@ -55,7 +55,7 @@ def test_interrupt_returns_130(env):
 
 
 @pytest.mark.clause("timeout.usable-after")
-def test_environment_works_afterstop_by(make_env):
+def test_environment_works_after_a_kill(make_env):
     def scenario(env, how):
         stop_by(env, how, "echo started; sleep 30")
         mark = nonce("after")
