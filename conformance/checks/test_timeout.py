@@ -16,7 +16,7 @@ pytestmark = pytest.mark.usefixtures("kit")
 KILLS = ("timeout", "interrupt")
 
 
-def _eachstop_by(make_env, scenario) -> None:
+def _each_kill(make_env, scenario) -> None:
     """Run scenario(env, how) for a timeout and for an interrupt at once, each in a fresh environment."""
     calls = {how: Call(scenario, make_env(), how) for how in KILLS}
     for how, call in calls.items():
@@ -63,7 +63,7 @@ def test_environment_works_after_a_kill(make_env):
         assert rc(result) == 0 and out(result).strip() == mark, (
             f"the first execute() after a {how} failed: rc {rc(result)}, output {out(result)!r}")
 
-    _eachstop_by(make_env, scenario)
+    _each_kill(make_env, scenario)
 
 
 _STATE = (
@@ -102,7 +102,7 @@ def test_killed_command_leaves_no_process(make_env):
             f"after the {how} the command's processes still write their heartbeat ({first} -> {second} bytes)")
         assert "LATE" not in second, f"after the {how} the killed command's shell carried on and ran its next command"
 
-    _eachstop_by(make_env, scenario)
+    _each_kill(make_env, scenario)
 
 
 @pytest.mark.clause("timeout.default-from-create")
