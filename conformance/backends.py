@@ -18,6 +18,10 @@ KNOWN_BACKENDS: dict[str, KnownBackend] = {
         "tempdir_box", "fakes.tempdir_box", "tempdir",
         "temp-dir boxes on this machine (the kit's default system under test)",
     ),
+    "upstash_box": KnownBackend(
+        "upstash_box", "reference.upstash_box", "upstash",
+        "reference Upstash Box backend (needs the upstash extra)",
+    ),
 }
 DEFAULT_BACKEND = "tempdir_box"
 

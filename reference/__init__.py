@@ -1,0 +1,1 @@
+"""Reference Hermes terminal backends: Upstash Box, Cloudflare, DeepInfra."""

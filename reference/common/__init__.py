@@ -1,0 +1,2 @@
+"""What the reference backends share: settings, names, the streaming process
+handle, tar transfer, redaction and the retry policy."""

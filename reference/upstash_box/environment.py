@@ -1,0 +1,220 @@
+"""UpstashBoxEnvironment: Hermes's BaseEnvironment running commands in an Upstash Box.
+
+Persistent mode keeps one Box per task (named after the task id), resumes it
+when found paused and pauses it on cleanup.  Per-session mode creates a Box
+with a random suffix and deletes exactly that Box on cleanup.  A Box paused
+behind Hermes's back is resumed once; a deleted one is reported by the command
+that finds it (which does not run), and the next command runs in a new Box
+with ``environment_recreated``; a Box in the error state is reported and left
+alone.  Hermes files go up as one tar archive over an exec session.
+"""
+
+from __future__ import annotations
+
+import logging
+import shlex
+import threading
+from pathlib import Path
+from typing import Any
+
+from tools.environments.base import BaseEnvironment
+from tools.environments.base_output import _ThreadedProcessHandle
+
+from reference.common import tar_transfer
+from reference.common.naming import sandbox_name
+from reference.upstash_box import session
+from reference.upstash_box.boxes import USABLE, Account, BoxGone, connection_error
+from reference.upstash_box.settings import Settings
+
+logger = logging.getLogger("reference.upstash_box")
+
+
+class UpstashBoxEnvironment(BaseEnvironment):
+    def __init__(self, *, account: Account, settings: Settings, task_id: str, cwd: str, timeout: int):
+        self._account = account
+        self._settings = settings
+        self._task_id = task_id
+        self._lock = threading.RLock()
+        self._closed = False
+        self._replace_next = False
+        self._sync: Any = None
+        self._persistent = settings.persistent
+        # A per-session Box lasts the whole session: no teardown after each turn.
+        self._session_scoped = not settings.persistent
+        self._box = self._acquire()
+        super().__init__(cwd=cwd, timeout=timeout)
+        self._home = self._detect_home()
+        self._start_sync()
+        self.init_session()
+
+    # -- the Box ---------------------------------------------------------------------
+    @property
+    def box_id(self) -> str:
+        return self._box.id
+
+    def _name(self) -> str:
+        return sandbox_name(self._settings.name_prefix, self._task_id, unique=not self._settings.persistent)
+
+    def _new_box(self, name: str) -> Any:
+        s = self._settings
+        box = self._account.create(name, labels=s.labels, size=s.size, runtime=s.runtime, keep_alive=s.keep_alive)
+        logger.info("using Box %s (%s) for task %s", box.id, name, self._task_id)
+        return box
+
+    def _acquire(self) -> Any:
+        name = self._name()
+        if not self._settings.persistent:
+            return self._new_box(name)
+        box = self._account.find(name)
+        if box is None:
+            return self._new_box(name)
+        state = self._account.state(box)
+        if state == "paused":
+            logger.info("resuming paused Box %s", box.id)
+            self._account.resume(box)
+        elif state == "error":
+            box.close()
+            raise connection_error(
+                f"Box {name} ({box.id}) is in the error state; it was not replaced, so nothing is lost. "
+                "Inspect it in the Upstash console, then delete it to start over"
+            )
+        return box
+
+    def _detect_home(self) -> str:
+        out, code = self._capture(["bash", "-c", 'printf %s "$HOME"'])
+        home = out.decode("utf-8", "replace").strip()
+        if code != 0 or not home.startswith("/"):
+            raise connection_error(f"Box {self._box.id} did not report its home directory (exit {code})")
+        return home
+
+    def _capture(self, argv: list[str], stdin_data: bytes | None = None) -> tuple[bytes, int]:
+        return session.capture(self._box, argv, cwd="/", stdin_data=stdin_data)
+
+    # -- file sync -------------------------------------------------------------------
+    def _start_sync(self) -> None:
+        from tools.environments.file_sync import FileSyncManager, iter_sync_files
+
+        base = f"{self._home}/.hermes"
+        self._sync = FileSyncManager(
+            get_files_fn=lambda: iter_sync_files(container_base=base),
+            upload_fn=lambda host, remote: self._upload_archive([(host, remote)]),
+            delete_fn=self._delete_files,
+            bulk_upload_fn=self._upload_archive,
+            bulk_download_fn=self._download_archive,
+        )
+        self._sync.sync(force=True)
+
+    def _upload_archive(self, pairs: list[tuple[str, str]]) -> None:
+        out, code = self._capture(["tar", "-xf", "-", "-C", "/", "--no-same-owner"], tar_transfer.pack(pairs))
+        if code != 0:
+            raise RuntimeError(f"unpacking the Hermes files in the Box failed: {out[-300:]!r}")
+
+    def _delete_files(self, remote_paths: list[str]) -> None:
+        out, code = self._capture(["bash", "-c", "rm -f -- " + " ".join(shlex.quote(p) for p in remote_paths)])
+        if code != 0:
+            raise RuntimeError(f"deleting synced files in the Box failed: {out[-300:]!r}")
+
+    def _download_archive(self, dest: Path) -> None:
+        base = f"{self._home}/.hermes".lstrip("/")
+        out, code = self._capture(["bash", "-c", f"[ -d /{shlex.quote(base)} ] || exit 0; "
+                                                 f"tar -cf - -C / --exclude='*.sock' {shlex.quote(base)}"])
+        if code != 0:
+            raise RuntimeError(f"packing the Hermes files in the Box failed (exit {code})")
+        Path(dest).write_bytes(out)
+
+    # -- commands ----------------------------------------------------------------------
+    def _before_execute(self) -> None:
+        with self._lock:
+            if self._closed:
+                raise RuntimeError(f"the Box environment for task {self._task_id} was cleaned up")
+            if self._replace_next:
+                self._replace()
+        if self._sync is not None:
+            self._sync.sync()
+
+    def _replace(self) -> None:
+        """The previous command found the Box deleted: this command gets a new one."""
+        self._replace_next = False
+        old = self._box.id
+        self._box = self._new_box(self._name())
+        logger.info("Box %s was deleted outside Hermes; replaced by %s", old, self._box.id)
+        mark = getattr(self, "_mark_recreated", None)
+        if callable(mark):
+            mark()
+        self._home = self._detect_home()
+        self._start_sync()
+        self._snapshot_ready = False
+        self.init_session()
+
+    def _run_bash(self, cmd_string: str, *, login: bool = False, timeout: int = 120,
+                  stdin_data: str | None = None) -> Any:
+        argv = ["bash", "-l", "-c", cmd_string] if login else ["bash", "-c", cmd_string]
+        payload = stdin_data.encode("utf-8", "surrogateescape") if stdin_data is not None else None
+        for attempt in (1, 2):
+            try:
+                return session.start(self._box, argv, cwd=self._home, stdin_data=payload)
+            except Exception as exc:
+                refusal = self._why_not_started(exc, retry=attempt == 1)
+                if refusal is None:
+                    continue  # the Box was paused and is resumed: try once more
+                return _ThreadedProcessHandle(lambda text=refusal: (text, 1))
+        raise AssertionError("unreachable")
+
+    def _why_not_started(self, exc: BaseException, *, retry: bool) -> str | None:
+        """Explain a session that would not start, after resuming a paused Box once."""
+        try:
+            state = self._account.state(self._box)
+        except Exception:
+            raise connection_error(f"could not start a command in Box {self._box.id}", exc,
+                                   secrets=self._account.secrets) from None
+        if state == "paused" and retry:
+            logger.info("Box %s was paused outside Hermes; resuming it once", self._box.id)
+            try:
+                self._account.resume(self._box)
+            except BoxGone:
+                state = "deleted"
+            else:
+                return None
+        if state == "deleted":
+            with self._lock:
+                self._replace_next = True
+            return (f"upstash_box: Box {self._box.id} no longer exists (deleted outside Hermes); the command "
+                    "did not run. The next command runs in a new Box.")
+        if state == "error":
+            return (f"upstash_box: Box {self._box.id} is in the error state; the command did not run and the "
+                    "Box was not replaced. Inspect it in the Upstash console, then delete it to start over.")
+        if state in USABLE:
+            raise connection_error(f"could not start a command in Box {self._box.id}", exc,
+                                   secrets=self._account.secrets) from None
+        return f"upstash_box: Box {self._box.id} is {state}; the command did not run."
+
+    # -- teardown ----------------------------------------------------------------------
+    def cleanup(self) -> None:
+        with self._lock:
+            if self._closed or not hasattr(self, "_box"):
+                return
+            self._closed = True
+        box, account = self._box, self._account
+        try:
+            state = account.state(box)
+        except Exception:
+            state = "unknown"
+        if state == "deleted":
+            box.close()
+            return  # already gone: counts as deleted
+        if self._sync is not None and state in USABLE:
+            self._sync.sync_back()
+        if self._settings.persistent:
+            if self._settings.keep_alive:
+                logger.info("leaving keep-alive Box %s running", box.id)
+            elif state in USABLE:
+                account.pause(box)
+            box.close()
+            return
+        if account.delete(box):
+            return  # only the Box this environment created, by its id
+        with self._lock:
+            self._closed = False  # kept: a later cleanup may try the delete again
+
+    def wait_for_cleanup(self, timeout: float = 15.0) -> None:
+        self.cleanup()

@@ -1,0 +1,84 @@
+"""Run one command in a Box over a live exec session.
+
+stdout and stderr frames both feed one StreamProcessHandle, in arrival order,
+so Hermes sees them merged; the SDK's reader thread blocks while Hermes's pipe
+is full, which is the backpressure.  stdin is streamed in chunks and then
+always closed.  A stop (timeout or interrupt) sends KILL to the process tree
+through the session and closes it shortly after, off Hermes's thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from reference.common.stream_handle import StreamProcessHandle
+
+logger = logging.getLogger("reference.upstash_box")
+
+STDIN_CHUNK = 256 * 1024
+CLOSE_GRACE_S = 2.0
+LOST = "\n[upstash_box: the exec session ended without an exit status (connection lost or server error)]\n"
+
+
+def start(box: Any, argv: list[str], *, cwd: str, stdin_data: bytes | None) -> StreamProcessHandle:
+    """Start ``argv`` in ``box``; raises the SDK's BoxError if the session cannot start."""
+    handle = StreamProcessHandle()
+    session = box.exec.session(argv=argv, cwd=cwd, on_stdout=handle.feed, on_stderr=handle.feed)
+
+    def stop() -> None:
+        try:
+            session.kill("KILL")
+        finally:
+            closer = threading.Timer(CLOSE_GRACE_S, session.close)
+            closer.daemon = True
+            closer.start()
+
+    handle.set_stop(stop)
+    feeder = threading.Thread(target=_feed_stdin, args=(session, stdin_data, handle), daemon=True,
+                              name="upstash-box-stdin")
+    handle._hermes_stdin_thread = feeder
+    feeder.start()
+    threading.Thread(target=_await_exit, args=(session, handle), daemon=True, name="upstash-box-exit").start()
+    return handle
+
+
+def _feed_stdin(session: Any, data: bytes | None, handle: StreamProcessHandle) -> None:
+    try:
+        view = memoryview(data or b"")
+        while view:
+            session.write(bytes(view[:STDIN_CHUNK]))
+            view = view[STDIN_CHUNK:]
+        session.end_stdin()
+    except Exception as exc:
+        if not handle.killed and handle.poll() is None:
+            handle._hermes_stdin_errors.append(exc)
+
+
+def _await_exit(session: Any, handle: StreamProcessHandle) -> None:
+    code = session.wait()
+    if code == -1 and not handle.killed:
+        handle.feed(LOST.encode())
+    handle.finish(code)
+    session.close()
+
+
+def capture(box: Any, argv: list[str], *, cwd: str, stdin_data: bytes | None = None,
+            timeout: float = 300.0) -> tuple[bytes, int]:
+    """Run ``argv`` to completion and return (stdout + stderr bytes, exit code)."""
+    chunks: list[bytes] = []
+    session = box.exec.session(argv=argv, cwd=cwd, on_stdout=chunks.append, on_stderr=chunks.append)
+    try:
+        view = memoryview(stdin_data or b"")
+        while view:
+            session.write(bytes(view[:STDIN_CHUNK]))
+            view = view[STDIN_CHUNK:]
+        session.end_stdin()
+        code = session.wait(timeout)
+    except TimeoutError:
+        session.kill("KILL")
+        code = -1
+    finally:
+        session.close()
+    return b"".join(chunks), code
