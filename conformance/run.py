@@ -68,7 +68,7 @@ class KitRun:
             raise config.BackendConfigError("--live and --fake exclude each other; pick one")
         fake_name = None if options.live else (options.fake or default_fake)
 
-        hermes_home = _make_hermes_home(workdir / "hermes-home")
+        hermes_home = _make_hermes_home(workdir / "hermes-home", backend_config.terminal)
         os.environ["HERMES_HOME"] = str(hermes_home)
         os.environ.update(backend_config.env)
         fake = None
@@ -179,15 +179,17 @@ class KitRun:
             self.fake.stop()
 
 
-def _make_hermes_home(home: Path) -> Path:
-    """A private HERMES_HOME with skills, cache files and one credential file."""
+def _make_hermes_home(home: Path, terminal: dict[str, Any]) -> Path:
+    """A private HERMES_HOME with skills, cache files, one credential file, and
+    config.yaml holding the run's terminal settings, where plugins read them."""
     (home / "skills" / "kit-skill").mkdir(parents=True, exist_ok=True)
     (home / "skills" / "kit-skill" / "SKILL.md").write_text("# kit skill\nsynced by the kit\n")
     (home / "cache" / "images").mkdir(parents=True, exist_ok=True)
     (home / "cache" / "images" / "pixel.bin").write_bytes(bytes(range(256)))
     (home / "credentials").mkdir(exist_ok=True)
     (home / "credentials" / "service.json").write_text('{"token": "kit-credential"}\n')
-    (home / "config.yaml").write_text(yaml.safe_dump({"terminal": {"credential_files": ["credentials/service.json"]}}))
+    settings = {**terminal, "credential_files": ["credentials/service.json"]}
+    (home / "config.yaml").write_text(yaml.safe_dump({"terminal": settings}))
     return home
 
 

@@ -84,10 +84,11 @@ def resolve(container_config: dict[str, Any] | None, *, image: str | None = None
             continue
         labels.append(label)
 
-    prefix = str(terminal.get("upstash_box_name_prefix") or "hermes").strip().lower()
+    raw_prefix = str(terminal.get("upstash_box_name_prefix") or "hermes")
+    prefix = raw_prefix.strip().lower()
     if not _PREFIX.match(prefix):
         raise SettingsError(
-            f"terminal.upstash_box_name_prefix {prefix!r} is not a valid Box name prefix; "
+            f"terminal.upstash_box_name_prefix {raw_prefix!r} is not a valid Box name prefix; "
             "use up to 30 lowercase letters, digits and '-'"
         )
     runtime = (image or "").strip() or str(terminal.get("upstash_box_runtime") or "").strip() or None
