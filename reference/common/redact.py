@@ -29,3 +29,22 @@ class RedactingFilter(logging.Filter):
             record.msg = redact(record.getMessage(), values)
             record.args = None
         return True
+
+
+_GUARDED: dict[str, RedactingFilter] = {}
+_SECRETS: set[str] = set()
+
+
+def guard_loggers(names: Iterable[str], secret: str | None) -> None:
+    """Mask ``secret`` in records of the named third-party loggers.
+
+    Client libraries log request headers at DEBUG (websockets logs its whole
+    handshake, API key included); a filter on their own loggers masks the
+    value before any handler sees it.
+    """
+    if secret:
+        _SECRETS.add(secret)
+    for name in names:
+        if name not in _GUARDED:
+            _GUARDED[name] = RedactingFilter(lambda: _SECRETS)
+            logging.getLogger(name).addFilter(_GUARDED[name])

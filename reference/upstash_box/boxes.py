@@ -88,8 +88,9 @@ class Account:
         return box
 
     def create(self, name: str, *, labels: tuple[str, ...], size: str, runtime: str | None,
-               keep_alive: bool) -> Any:
-        """Create a Box; if another process created the same name first, attach to it."""
+               keep_alive: bool) -> tuple[Any, bool]:
+        """Create a Box, or attach to the one another process just created under the
+        same name; returns (box, attached)."""
         sdk = self._sdk()
         config: dict[str, Any] = {**self.options(), "name": name, "labels": list(labels), "size": size}
         if runtime:
@@ -97,13 +98,13 @@ class Account:
         if keep_alive:
             config["keep_alive"] = True
         try:
-            return sdk.Box.create(**config)  # never retried: a retry could create a second Box
+            return sdk.Box.create(**config), False  # never retried: a retry could create a second Box
         except sdk.BoxError as exc:
             if status_code(exc) == 409:
                 box = self.find(name)
                 if box is not None:
                     logger.info("Box %s was created by another process; attaching to it", name)
-                    return box
+                    return box, True
             hint = ""
             if status_code(exc) in (402, 403, 429) or "limit" in str(exc).lower():
                 hint = ("; paused Boxes count toward the plan's limit: list them with "

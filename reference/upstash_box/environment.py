@@ -57,17 +57,20 @@ class UpstashBoxEnvironment(BaseEnvironment):
 
     def _new_box(self, name: str) -> Any:
         s = self._settings
-        box = self._account.create(name, labels=s.labels, size=s.size, runtime=s.runtime, keep_alive=s.keep_alive)
+        box, attached = self._account.create(name, labels=s.labels, size=s.size, runtime=s.runtime,
+                                             keep_alive=s.keep_alive)
         logger.info("using Box %s (%s) for task %s", box.id, name, self._task_id)
-        return box
+        return self._ready(box) if attached else box
 
     def _acquire(self) -> Any:
         name = self._name()
         if not self._settings.persistent:
             return self._new_box(name)
         box = self._account.find(name)
-        if box is None:
-            return self._new_box(name)
+        return self._new_box(name) if box is None else self._ready(box)
+
+    def _ready(self, box: Any) -> Any:
+        """A found Box: resume it if paused; never replace one in the error state."""
         state = self._account.state(box)
         if state == "paused":
             logger.info("resuming paused Box %s", box.id)
@@ -75,7 +78,7 @@ class UpstashBoxEnvironment(BaseEnvironment):
         elif state == "error":
             box.close()
             raise connection_error(
-                f"Box {name} ({box.id}) is in the error state; it was not replaced, so nothing is lost. "
+                f"Box {box.id} is in the error state; it was not replaced, so nothing is lost. "
                 "Inspect it in the Upstash console, then delete it to start over"
             )
         return box

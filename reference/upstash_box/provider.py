@@ -9,10 +9,13 @@ from typing import Any
 
 from agent.terminal_env_provider import TerminalEnvironmentProvider
 
+from reference.common.redact import guard_loggers
 from reference.upstash_box import settings as config
 
 logger = logging.getLogger("reference.upstash_box")
 PROBE_TASK = "prompt-backend-probe"
+# Loggers of the SDK's HTTP and WebSocket clients; websockets logs handshake headers at DEBUG.
+SDK_LOGGERS = ("websockets", "websockets.client", "websockets.sync.client", "httpx", "httpcore", "upstash_box")
 
 
 def _sdk_version() -> str | None:
@@ -136,6 +139,7 @@ class UpstashBoxProvider(TerminalEnvironmentProvider):
         api_key = config.secret(config.KEY_VAR)
         if api_key is None:
             raise connection_error(f"{config.KEY_VAR} is not set; add it to ~/.hermes/.env")
+        guard_loggers(SDK_LOGGERS, api_key)
         account = Account(api_key=api_key, base_url=config.secret(config.URL_VAR))
         settings = config.resolve(container_config, image=image)
         return UpstashBoxEnvironment(account=account, settings=settings, task_id=str(task_id),
