@@ -107,16 +107,19 @@ class _RecordingEnviron(MutableMapping[str, str]):
     def __init__(self, real: MutableMapping[str, str]):
         self.real, self.read = real, set()
 
+    def _note(self, key: object) -> None:
+        self.read.add(os.fsdecode(key) if isinstance(key, bytes | str) else str(key))
+
     def __getitem__(self, key: str) -> str:
-        self.read.add(key)
+        self._note(key)
         return self.real[key]
 
     def __contains__(self, key: object) -> bool:
-        self.read.add(str(key))
+        self._note(key)
         return key in self.real
 
     def get(self, key: str, default: Any = None) -> Any:
-        self.read.add(key)
+        self._note(key)
         return self.real.get(key, default)
 
     def __setitem__(self, key: str, value: str) -> None:
@@ -143,7 +146,7 @@ def _recording_reads() -> Iterator[set[str]]:
 
     class Scope(dict):
         def get(self, key: str, default: Any = None) -> Any:
-            recorder.read.add(key)
+            recorder._note(key)
             return os.environ.get(key, default)
 
     real_environ = os.environ
