@@ -1,0 +1,25 @@
+"""Start the bridge fake for a kit run: HERMES_CF_ENDPOINT and HERMES_CF_TOKEN, and its world."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fakes.services import FakeService
+
+from .server import BridgeServer
+from .settings import TOKEN_VAR, Settings
+from .world import CloudflareWorld
+
+
+def start(workdir: Path, *, settings: Settings | None = None, port: int = 0) -> FakeService:
+    """A running bridge in a fresh world under ``workdir``, with the conformance suite's short intervals."""
+    root = Path(workdir) / "cloudflare-world"
+    server = BridgeServer(root=root, settings=settings or Settings.quick(), port=port).start()
+    return FakeService(
+        name="cloudflare",
+        env=server.exports(),
+        world=CloudflareWorld(server.bridge),
+        secret_vars=frozenset({TOKEN_VAR}),
+        credential_var=TOKEN_VAR,
+        _stop=server.stop,
+    )
