@@ -83,6 +83,14 @@ def lint(session: nox.Session) -> None:
     session.run("ruff", "check", ".")
 
 
+@nox.session(default=False)
+def bench(session: nox.Session) -> None:
+    """Round-trip latency and streaming throughput per backend, with ratios to a baseline."""
+    session.install(".[upstash]")
+    session.run("python", "-W", "ignore::DeprecationWarning", "-m", "conformance.bench",
+                "--out", str(ROOT / "bench" / "results.json"), *session.posargs)
+
+
 @nox.session
 def host_equivalence(session: nox.Session) -> None:
     """Run tempdir_box under hermes-agent 0.19.0 and under the stand-ins; compare verdicts."""
