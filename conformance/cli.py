@@ -113,6 +113,48 @@ def cmd_backends(args: argparse.Namespace) -> int:
     return 0
 
 
+# Fake services `fake serve` can run: name -> "module:Class".  The class takes host=, port=
+# and api_keys=, and has start(), stop(), exports() (the variables to export) and paths_note.
+FAKE_SERVERS = {
+    "upstash": "fakes.upstash.server:UpstashServer",
+    "cloudflare": "fakes.cloudflare.server:BridgeServer",
+}
+
+
+def cmd_fake_serve(args: argparse.Namespace) -> int:
+    import importlib
+    import shlex
+    import signal
+    import threading
+
+    module, _, attr = FAKE_SERVERS[args.name].partition(":")
+    server_class = getattr(importlib.import_module(module), attr)
+    options: dict[str, Any] = {"host": args.host, "port": args.port}
+    if args.api_key:
+        options["api_keys"] = [args.api_key]
+    try:
+        server = server_class(**options).start()
+    except (OSError, RuntimeError) as exc:
+        print(f"error: could not start the {args.name} fake on {args.host}:{args.port}: {exc}", file=sys.stderr)
+        return 1
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    try:
+        for name, value in server.exports().items():
+            print(f"export {name}={shlex.quote(value)}")
+        print(f"# paths: {server.paths_note}")
+        if "vendor paths" not in server.paths_note:
+            print("# commands see host temp paths, so point cwd/home settings at them (the files API also "
+                  "accepts the vendor paths)")
+        print(f"# the {args.name} fake is serving; Ctrl-C stops it", flush=True)
+        while not stop.wait(0.5):
+            pass
+    finally:
+        server.stop()
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hermes-backend-kit", description="Conformance kit for Hermes terminal backends.")
     parser.add_argument("--version", action="version", version=f"hermes-backend-kit {__version__}")
@@ -147,6 +189,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser("backends", help="list the backends the kit knows by name")
     b.set_defaults(func=cmd_backends)
+
+    f = sub.add_parser("fake", help="run a fake vendor service")
+    fsub = f.add_subparsers(dest="action", required=True)
+    serve = fsub.add_parser("serve", help="serve a fake in the foreground and print the variables to export")
+    serve.add_argument("name", choices=sorted(FAKE_SERVERS))
+    serve.add_argument("--port", type=int, default=0, help="TCP port (default: an ephemeral port)")
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
+    serve.add_argument("--api-key", default=None, help="the key to accept (default: a random one, printed)")
+    serve.set_defaults(func=cmd_fake_serve)
     return parser
 
 

@@ -50,7 +50,31 @@ def _tempdir(workdir: Path) -> FakeService:
     )
 
 
-FAKES: dict[str, Callable[[Path], FakeService]] = {"tempdir": _tempdir}
+def _upstash(workdir: Path) -> FakeService:
+    from fakes.upstash import Settings, UpstashServer, UpstashWorld
+
+    # A suite run keeps many paused persistent Boxes; the quota rule itself is
+    # tested in tests/fakes, so the kit's account gets room for them.
+    server = UpstashServer(root=workdir / "boxes", settings=Settings(quota=10_000)).start()
+    return FakeService(
+        name="upstash",
+        env=server.exports(),
+        world=UpstashWorld(server.world),
+        secret_vars=frozenset({"UPSTASH_BOX_API_KEY"}),
+        credential_var="UPSTASH_BOX_API_KEY",
+        _stop=server.stop,
+    )
+
+
+def _cloudflare(workdir: Path) -> FakeService:
+    # Imported here: fakes.cloudflare.service imports this module.
+    from fakes.cloudflare.service import start as start_cloudflare
+
+    return start_cloudflare(workdir)
+
+
+FAKES: dict[str, Callable[[Path], FakeService]] = {"tempdir": _tempdir, "upstash": _upstash,
+                                                   "cloudflare": _cloudflare}
 
 
 def start(name: str, workdir: Path) -> FakeService:

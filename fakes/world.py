@@ -18,13 +18,17 @@ way this is a test double, not an isolation boundary.
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
+import pty
 import secrets
 import shutil
 import signal
+import struct
 import subprocess
 import tempfile
+import termios
 import threading
 import time
 from collections.abc import Iterable, Sequence
@@ -36,6 +40,10 @@ logger = logging.getLogger("fakes.world")
 CREATING, IDLE, RUNNING, PAUSED, ERROR, DELETED = "creating", "idle", "running", "paused", "error", "deleted"
 STATES = (CREATING, IDLE, RUNNING, PAUSED, ERROR, DELETED)
 BOX_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# The launcher chain (unshare, sh, chroot, env -i) starts from this, not from the
+# server's environment: boxes share this machine's /proc, and a process whose
+# initial environment held the server's secrets would show them in /proc/*/environ.
+_LAUNCH_ENV = {"PATH": BOX_PATH, "LANG": "C.UTF-8"}
 _SYSTEM_DIRS = ("usr", "etc", "opt")
 _LINKED_DIRS = ("bin", "lib", "lib32", "lib64", "libx32", "sbin")
 
@@ -100,11 +108,16 @@ class Box:
 
 
 class BoxProcess:
-    """One command in a box: binary pipes, and signals for its whole process group."""
+    """One command in a box: binary pipes (or a PTY), and signals for its whole process group.
 
-    def __init__(self, popen: subprocess.Popen[bytes]):
+    With a PTY, ``pty_master`` is the master side: read it for the merged
+    output, write it for input; ``stdin``/``stdout``/``stderr`` are then None.
+    """
+
+    def __init__(self, popen: subprocess.Popen[bytes], pty_master: int | None = None):
         self.popen = popen
         self.pid = popen.pid
+        self.pty_master = pty_master
         self._terminated = False
 
     @property
@@ -140,6 +153,11 @@ class BoxProcess:
         timer.daemon = True
         timer.start()
 
+    def resize(self, rows: int, cols: int) -> None:
+        """Set the PTY size; the kernel then sends SIGWINCH to the foreground group."""
+        if self.pty_master is not None and rows > 0 and cols > 0:
+            _set_winsize(self.pty_master, rows, cols)
+
     def poll(self) -> int | None:
         return _shell_code(self.popen.poll())
 
@@ -152,6 +170,15 @@ class BoxProcess:
         except (ProcessLookupError, PermissionError):
             return False
         return True
+
+
+def _set_winsize(fd: int, rows: int, cols: int) -> None:
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+
+
+def _take_controlling_tty() -> None:
+    """In the child, after setsid: make the PTY on stdin the session's terminal."""
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
 
 def _shell_code(code: int | None) -> int | None:
@@ -320,8 +347,13 @@ class World:
 
     # -- commands ----------------------------------------------------------------------
     def spawn(self, box: Box, *, cmd: str | None = None, argv: Sequence[str] | None = None, cwd: str | None = None,
-              env: dict[str, str] | None = None, login: bool = True) -> BoxProcess:
-        """Start a command in ``box``: ``cmd`` through ``bash -lc`` (or ``-c``), or ``argv`` as is."""
+              env: dict[str, str] | None = None, login: bool = True, tty: bool = False,
+              rows: int | None = None, cols: int | None = None) -> BoxProcess:
+        """Start a command in ``box``: ``cmd`` through ``bash -lc`` (or ``-c``), or ``argv`` as is.
+
+        ``tty`` runs it on a new PTY (sized ``rows`` x ``cols``, default 24 x 80) that
+        becomes its controlling terminal, so stdout and stderr are merged.
+        """
         if argv:
             command = list(argv)
         elif cmd is not None:
@@ -329,7 +361,8 @@ class World:
         else:
             raise ValueError("spawn needs cmd or argv")
         base_env = {"HOME": self.box_home(box), "USER": self.layout.user, "LOGNAME": self.layout.user,
-                    "SHELL": "/bin/bash", "PATH": BOX_PATH, "LANG": "C.UTF-8", "TERM": "dumb",
+                    "SHELL": "/bin/bash", "PATH": BOX_PATH, "LANG": "C.UTF-8",
+                    "TERM": "xterm-256color" if tty else "dumb",
                     "TMPDIR": "/tmp" if self.namespaced else str(box.tmp_dir)}
         merged = {**base_env, **(env or {})}
         where = cwd or self.box_home(box)
@@ -340,17 +373,34 @@ class World:
         else:
             args = env_argv + command
             host_cwd = where if Path(where).is_dir() else str(box.home_dir)
-        popen = subprocess.Popen(args, cwd=host_cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE, start_new_session=True, bufsize=0)
-        proc = BoxProcess(popen)
+        if tty:
+            master, slave = pty.openpty()
+            try:
+                _set_winsize(slave, rows or 24, cols or 80)
+                popen = subprocess.Popen(args, cwd=host_cwd, stdin=slave, stdout=slave, stderr=slave, env=_LAUNCH_ENV,
+                                         start_new_session=True, preexec_fn=_take_controlling_tty)
+            except BaseException:
+                os.close(master)
+                raise
+            finally:
+                os.close(slave)  # the child holds it now; keeping it would hide the child's exit (no EIO)
+            proc = BoxProcess(popen, pty_master=master)
+        else:
+            popen = subprocess.Popen(args, cwd=host_cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, start_new_session=True, bufsize=0, env=_LAUNCH_ENV)
+            proc = BoxProcess(popen)
         with self._lock:
             box.processes.append(proc)
             box.touch()
         return proc
 
-    def close(self) -> None:
-        """Kill every box's processes and remove the world's directory."""
+    def kill_all(self) -> None:
+        """Kill every process of every box (the boxes and their files stay)."""
         for box in self.boxes(include_deleted=True):
             self._signal_all(box, signal.SIGCONT)
             self._signal_all(box, signal.SIGKILL)
+
+    def close(self) -> None:
+        """Kill every box's processes and remove the world's directory."""
+        self.kill_all()
         shutil.rmtree(self.root, ignore_errors=True)

@@ -94,7 +94,9 @@ def test_credential_comes_from_the_secret_scope(kit, monkeypatch):
     scope = importlib.import_module("agent.secret_scope")
     scoped = os.environ[var]
     monkeypatch.setenv(var, "kit-decoy-" + secrets.token_hex(8))
-    token = scope.set_secret_scope({k: os.environ.get(k, "") for k in kit.secrets} | {var: scoped})
+    # A profile's scope holds everything in its .env: the fake's endpoint too.
+    profile = {**getattr(kit.fake, "env", {}), **{k: os.environ.get(k, "") for k in kit.secrets}}
+    token = scope.set_secret_scope(profile | {var: scoped})
     try:
         env = kit.create(track=False)
     finally:

@@ -20,7 +20,13 @@ from conformance.host.factory import TASK_ID_SHAPES
 from conformance.host.netguard import network_guard
 from conformance.host.registry import RESERVED_NAMES, provider_base_class
 
-CREDENTIAL_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
+# A credential-looking name has one of these words as a whole "_"-separated part
+# (UPSTASH_BOX_API_KEY, GITHUB_TOKEN), unlike SSLKEYLOGFILE or KEYBOARD_LAYOUT.
+CREDENTIAL_WORDS = frozenset({"KEY", "APIKEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "CREDENTIALS"})
+
+
+def _credential_like(name: str) -> bool:
+    return bool(CREDENTIAL_WORDS & set(name.upper().split("_")))
 PROBE_STATUSES = ("ready", "needs_setup", "unavailable")
 
 
@@ -174,7 +180,7 @@ def test_every_credential_read_is_stripped(kit):
     listed = set()
     for entry in (kit.plugin.manifest or {}).get("requires_env") or []:
         listed.add(entry.get("name") if isinstance(entry, dict) else str(entry))
-    credentials = {n for n in read | listed if n and CREDENTIAL_NAME.search(n)}
+    credentials = {n for n in read | listed if n and _credential_like(n)}
     missing = sorted(credentials - set(p.strip_env_keys))
     assert not missing, f"credential variables read or required but not in strip_env_keys: {missing}"
 

@@ -38,8 +38,12 @@ class _HideDrops(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         pending = [record.exc_info[1]] if record.exc_info and record.exc_info[1] else []
+        seen: set[int] = set()  # exception chains can be cyclic
         while pending:
             exc = pending.pop()
+            if id(exc) in seen:
+                continue
+            seen.add(id(exc))
             if isinstance(exc, DroppedConnection):
                 return False
             if isinstance(exc, BaseExceptionGroup):

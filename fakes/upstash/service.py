@@ -1,0 +1,289 @@
+"""The Upstash Box account model over the shared World: keys, names, quota, labels, BoxData.
+
+Nothing here knows HTTP; problems are raised as ``ApiError(status, message)``
+and the routes turn them into ``{"error": message}`` bodies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import posixpath
+import re
+import secrets
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fakes.faults import Faults
+from fakes.world import CREATING, DELETED, ERROR, PAUSED, Box, World
+
+from .settings import RUNTIMES, SIZES, Settings
+
+_LABEL = re.compile(r"^[A-Za-z0-9._-]+$")
+_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def key_digest(key: str) -> str:
+    """How a key is remembered: never the key itself."""
+    return hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Account:
+    digest: str
+
+
+class Service:
+    """Everything the routes share: the world, the faults, the accepted keys, the settings."""
+
+    def __init__(self, world: World, faults: Faults, api_keys: Iterable[str], settings: Settings | None = None):
+        self.world = world
+        self.faults = faults
+        self.settings = settings or Settings()
+        self._digests = {key_digest(k) for k in api_keys if k}
+        if not self._digests:
+            raise ValueError("the Upstash fake needs at least one API key")
+        self._create_lock = threading.Lock()  # name and quota checks and the create are one step
+        self.closing = threading.Event()  # set on shutdown; silenced requests return
+
+    # -- auth ----------------------------------------------------------------------------
+    def add_key(self, key: str) -> None:
+        """Accept another key: a separate account with its own boxes, names and quota."""
+        if not key:
+            raise ValueError("an API key must not be empty")
+        self._digests.add(key_digest(key))
+
+    def authenticate(self, headers: Mapping[str, str]) -> Account:
+        key = headers.get("x-box-api-key")
+        if not key:
+            raise ApiError(401, "missing X-Box-Api-Key header")
+        digest = key_digest(key)
+        if digest not in self._digests:
+            raise ApiError(401, "invalid API key")
+        return Account(digest)
+
+    # -- lookup ----------------------------------------------------------------------------
+    def find(self, account: Account, key: str, *, include_deleted: bool = False) -> Box | None:
+        """The account's box with this id, or else this name (a live box wins a name)."""
+        boxes = self.world.boxes(owner=account.digest, include_deleted=True)
+        by_id = next((b for b in boxes if b.id == key), None)
+        found = by_id or next((b for b in boxes if b.name == key and b.state != DELETED), None)
+        if found is None or (found.state == DELETED and not include_deleted):
+            return None
+        return found
+
+    def require(self, account: Account, key: str) -> Box:
+        """The box, or 404; a deleted box is 404 unless deleted records are visible."""
+        box = self.find(account, key, include_deleted=self.settings.deleted_visible)
+        if box is None:
+            raise ApiError(404, f"box not found: {key}")
+        self.seen(box, account)
+        return box
+
+    def seen(self, box: Box, account: Account) -> None:
+        box.credentials_seen.add(account.digest)
+
+    def state(self, box: Box) -> str:
+        return self.world.state(box)
+
+    def require_usable(self, box: Box, what: str = "run commands") -> None:
+        """Refuse work on a box that cannot do it, naming its state."""
+        state = self.state(box)
+        if state == DELETED:
+            raise ApiError(404, f"box {box.id} is deleted")
+        if state == CREATING:
+            raise ApiError(409, f"box {box.id} is still being created; cannot {what} yet")
+        if state == ERROR:
+            raise ApiError(409, f"box {box.id} is in the error state; cannot {what}")
+        if state in (PAUSED, "pausing"):
+            raise ApiError(409, f"box {box.id} is paused; resume it to {what}")
+
+    async def resume_for_exec(self, box: Box) -> None:
+        """Auto-resume (paused_exec="resume"): resume and wait out the resume delay."""
+        self.world.resume(box)
+        deadline = time.monotonic() + self.world.resume_delay_s + 5
+        while self.state(box) == "resuming" and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+
+    # -- paths ---------------------------------------------------------------------------
+    def _absolute(self, path: Any) -> str:
+        if not isinstance(path, str) or not path:
+            raise ApiError(400, "path must be a non-empty string")
+        if not path.startswith("/"):  # relative paths are relative to the workspace, like the SDK's
+            path = self.world.layout.workspace + "/" + path
+        return posixpath.normpath(path)
+
+    def command_cwd(self, box: Box, path: Any) -> str:
+        """Where a command starts, as the spawned process must see it."""
+        path = self._absolute(path or self.world.layout.workspace)
+        try:
+            host = self.world.host_path(box, path)
+        except PermissionError:
+            return path  # a system directory (/, /usr, ...): used as given
+        if not host.is_dir():
+            raise ApiError(400, f"cwd {path}: no such directory in the box")
+        return path if self.world.namespaced else str(host)
+
+    def file_path(self, box: Box, path: Any, *, follow: bool = True) -> tuple[str, Path]:
+        """(box path, host path) of a files-API path; jailed to the workspace unless configured open.
+
+        ``follow=False`` checks only the parent, so lstat/remove/rename act on a symlink itself.
+        """
+        path = self._absolute(path)
+        workspace = self.world.layout.workspace
+        host_workspace = str(box.workspace_dir)
+        if self.settings.files_jail and not any(path == root or path.startswith(root + "/")
+                                                for root in (workspace, host_workspace)):
+            raise ApiError(403, f"permission_denied: {path} is outside {workspace}")
+        try:
+            host = self.world.host_path(box, path)
+        except PermissionError:
+            raise ApiError(403, f"permission_denied: {path} is outside the box's home, workspace and /tmp")
+        root = os.path.realpath(box.workspace_dir if self.settings.files_jail else box.dir)
+        real = os.path.realpath(host.parent if not follow and host.is_symlink() else host)
+        if real != root and not real.startswith(root + os.sep):
+            raise ApiError(403, f"permission_denied: {path} resolves outside the allowed area")
+        return path, host
+
+    # -- create --------------------------------------------------------------------------
+    def create(self, account: Account, body: Any) -> Box:
+        if not isinstance(body, dict):
+            raise ApiError(400, "request body must be a JSON object")
+        name = body.get("name")
+        if name is not None and (not isinstance(name, str) or not name.strip() or "/" in name
+                                 or any(c.isspace() for c in name) or len(name) > 128):
+            raise ApiError(400, "name must be a non-empty string without spaces or '/', at most 128 characters")
+        size = body.get("size", "small")
+        if size not in SIZES:
+            raise ApiError(400, f"invalid size {size!r}; one of {', '.join(SIZES)}")
+        runtime = body.get("runtime")
+        if runtime is not None and runtime not in RUNTIMES:
+            raise ApiError(400, f"invalid runtime {runtime!r}; one of {', '.join(RUNTIMES)}")
+        labels = body.get("labels") or []
+        if not isinstance(labels, list):
+            raise ApiError(400, "labels must be a list of strings")
+        labels = list(dict.fromkeys(labels))
+        for label in labels:
+            self.check_label(label)
+        if len(labels) > self.settings.max_labels:
+            raise ApiError(400, f"too many labels: at most {self.settings.max_labels}")
+        env_vars = body.get("env_vars") or {}
+        if not isinstance(env_vars, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                                      for k, v in env_vars.items()):
+            raise ApiError(400, "env_vars must map strings to strings")
+        keep_alive = body.get("keep_alive", False)
+        if not isinstance(keep_alive, bool):
+            raise ApiError(400, "keep_alive must be a boolean")
+        meta: dict[str, object] = {
+            "size": size, "runtime": runtime, "keep_alive": keep_alive,
+            "env_vars": {k: v for k, v in env_vars.items() if _ENV_KEY.match(k)},
+            "browser": bool(body.get("browser", False)),
+            "network_policy": body.get("network_policy") or {"mode": "allow-all"},
+            "model": body.get("model"), "agent": body.get("agent"),
+            "enabled_skills": list(body.get("skills") or []),
+            "init_command": body.get("init_command"),
+            "blob_token": "blob_fake_" + secrets.token_hex(12) if self.settings.blob_token else None,
+        }
+        if body.get("ephemeral"):
+            ttl = body.get("ttl")
+            meta["ephemeral"] = True
+            meta["expires_at"] = int(time.time() * 1000) + int(ttl if isinstance(ttl, int) and ttl > 0 else 3600) * 1000
+        with self._create_lock:
+            mine = self.world.boxes(owner=account.digest)
+            if name is not None and any(b.name == name for b in mine):
+                raise ApiError(self.settings.name_conflict_status, f"a box named {name!r} already exists")
+            if len(mine) >= self.settings.quota:
+                raise ApiError(self.settings.quota_status,
+                               f"box limit reached: this API key already has {len(mine)} of {self.settings.quota} "
+                               "boxes (paused boxes count); delete boxes you no longer need")
+            box = self.world.create(name=name, owner=account.digest, labels=labels, meta=meta)
+        self.seen(box, account)
+        return box
+
+    # -- labels ----------------------------------------------------------------------------
+    def check_label(self, label: Any) -> None:
+        if not isinstance(label, str) or not label or len(label) > self.settings.max_label_len \
+                or not _LABEL.match(label):
+            raise ApiError(400, f"invalid label {label!r}: use 1-{self.settings.max_label_len} letters, "
+                                "digits, '.', '_' or '-'")
+
+    def add_label(self, box: Box, label: Any) -> list[str]:
+        self.check_label(label)
+        if label in box.labels:
+            raise ApiError(409, "Label already added")
+        if len(box.labels) >= self.settings.max_labels:
+            raise ApiError(400, f"too many labels: at most {self.settings.max_labels}")
+        box.labels.append(label)
+        box.touch()
+        return list(box.labels)
+
+    def remove_label(self, box: Box, label: str) -> list[str]:
+        if label not in box.labels:
+            raise ApiError(404, "Label not found")
+        box.labels.remove(label)
+        box.touch()
+        return list(box.labels)
+
+    # -- representation ------------------------------------------------------------------
+    def box_data(self, box: Box) -> dict[str, Any]:
+        meta = box.meta
+        data: dict[str, Any] = {
+            "id": box.id,
+            "name": box.name,
+            "status": self.state(box),
+            "created_at": box.created_at,
+            "updated_at": box.updated_at,
+            "last_activity_at": box.updated_at,
+            "labels": list(box.labels),
+            "size": meta.get("size", "small"),
+            "keep_alive": bool(meta.get("keep_alive")),
+            "runtime": meta.get("runtime"),
+            "browser": bool(meta.get("browser")),
+            "network_policy": meta.get("network_policy"),
+            "model": meta.get("model"),
+            "agent": meta.get("agent"),
+            "enabled_skills": meta.get("enabled_skills") or [],
+            "customer_id": "cus_" + (box.owner or "")[:12],
+            "total_cpu_ns": int(meta.get("total_cpu_ns", 0) or 0),  # type: ignore[call-overload]
+        }
+        if meta.get("ephemeral"):
+            data["ephemeral"] = True
+            data["expires_at"] = meta.get("expires_at")
+        return data
+
+    def box_env(self, box: Box) -> dict[str, str]:
+        """The variables every command in the box sees, before a start frame's overlay."""
+        env: dict[str, str] = dict(box.meta.get("env_vars") or {})  # type: ignore[call-overload]
+        token = box.meta.get("blob_token")
+        if isinstance(token, str):
+            env["UPSTASH_BLOB_TOKEN"] = token
+        return env
+
+    def overlay_env(self, entries: Any) -> dict[str, str]:
+        """A start frame's KEY=VALUE list, minus blocked keys and malformed entries (dropped silently)."""
+        env: dict[str, str] = {}
+        if not isinstance(entries, list):
+            return env
+        for entry in entries:
+            if not isinstance(entry, str) or "=" not in entry:
+                continue
+            key, value = entry.split("=", 1)
+            if _ENV_KEY.match(key) and key not in self.settings.blocked_env:
+                env[key] = value
+        return env
+
+    def add_cpu(self, box: Box, cpu_ns: int) -> None:
+        box.meta["total_cpu_ns"] = int(box.meta.get("total_cpu_ns", 0) or 0) + cpu_ns  # type: ignore[call-overload]
+
