@@ -20,7 +20,7 @@ nox.options.reuse_existing_virtualenvs = True
 ROOT = Path(__file__).parent
 REPORTS = ROOT / "reports"
 # The embedded default of `nox -s conformance`: each reference backend on its fake.
-DEFAULT_BACKENDS = ("tempdir_box",)
+DEFAULT_BACKENDS = ("tempdir_box", "upstash_box")
 WORKERS = os.environ.get("KIT_WORKERS", "2")
 PATH_OPTIONS = ("--backend", "--backend-config", "--report")
 
@@ -52,7 +52,7 @@ def _resolve(option: str, value: str, invoked_from: str) -> str:
 @nox.session
 def conformance(session: nox.Session) -> None:
     """Run the conformance suite and write a certification report per backend."""
-    session.install(".")
+    session.install(".[upstash]")
     args = _from_caller(list(session.posargs), session.invoked_from)
     base = ["python", "-m", "pytest", "--pyargs", "conformance.checks", "-p", "no:cacheprovider", "-q",
             "-n", WORKERS]
@@ -93,13 +93,14 @@ def bench(session: nox.Session) -> None:
 
 @nox.session
 def host_equivalence(session: nox.Session) -> None:
-    """Run tempdir_box under hermes-agent 0.19.0 and under the stand-ins; compare verdicts."""
-    session.install(".[hermes]")
+    """Run each default backend under hermes-agent 0.19.0 and under the stand-ins; compare verdicts."""
+    session.install(".[hermes,upstash]")
     REPORTS.mkdir(exist_ok=True)
-    reports = {}
-    for host in ("hermes", "builtin"):
-        reports[host] = str(REPORTS / f"host-{host}.json")
-        session.run("python", "-m", "pytest", "--pyargs", "conformance.checks", "-p", "no:cacheprovider", "-q",
-                    "-n", WORKERS, "--backend", "tempdir_box", "--host", host, "--report", reports[host],
-                    *session.posargs, success_codes=[0, 1])  # failures are compared below, not fatal here
-    session.run("hermes-backend-kit", "report", "compare", reports["hermes"], reports["builtin"])
+    for backend in DEFAULT_BACKENDS:
+        reports = {}
+        for host in ("hermes", "builtin"):
+            reports[host] = str(REPORTS / f"host-{host}-{backend}.json")
+            session.run("python", "-m", "pytest", "--pyargs", "conformance.checks", "-p", "no:cacheprovider",
+                        "-q", "-n", WORKERS, "--backend", backend, "--host", host, "--report", reports[host],
+                        *session.posargs, success_codes=[0, 1])  # failures are compared below, not fatal here
+        session.run("hermes-backend-kit", "report", "compare", reports["hermes"], reports["builtin"])
