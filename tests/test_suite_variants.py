@@ -44,3 +44,8 @@ def test_setup_problems_are_one_clear_message(tmp_path, args, message):
     assert run.returncode == 4, run.output[-1500:]
     assert "hermes-backend-kit: " in run.output and message in run.output
     assert "Traceback" not in run.output
+
+
+def test_live_runs_are_refused_in_ci_unless_allowed(tmp_path):
+    run = run_suite("--live", cwd=tmp_path, workers=0, extra_env={"CI": "true"})
+    assert run.returncode == 4 and "--live refuses to run in CI" in run.output
