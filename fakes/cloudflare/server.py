@@ -9,15 +9,11 @@ from __future__ import annotations
 
 import logging
 import secrets
-import socket
-import threading
-import time
 from pathlib import Path
 from types import TracebackType
 
-import uvicorn
-
 from fakes.faults import Faults
+from fakes.serving import LoopbackServer
 from fakes.world import PathLayout, World
 
 from .delivery import HIDE_DROPS
@@ -51,10 +47,8 @@ class BridgeServer:
         self.faults = Faults()
         self.bridge = Bridge(self.world, settings or Settings(), self.token, self.faults)
         self.app = create_app(self.bridge)
-        self._host, self._port = host, port
-        self._server: uvicorn.Server | None = None
-        self._thread: threading.Thread | None = None
-        self.port = 0
+        self._loop = LoopbackServer(self.app, host=host, port=port, name="cloudflare", ws="none",
+                                    timeout_keep_alive=30)
 
     @property
     def settings(self) -> Settings:
@@ -62,8 +56,11 @@ class BridgeServer:
 
     @property
     def base_url(self) -> str:
-        host = "127.0.0.1" if self._host in ("", "0.0.0.0") else self._host
-        return f"http://{f'[{host}]' if ':' in host else host}:{self.port}"
+        return self._loop.base_url
+
+    @property
+    def port(self) -> int:
+        return self._loop.port
 
     @property
     def paths_note(self) -> str:
@@ -76,38 +73,13 @@ class BridgeServer:
     def start(self, timeout: float = 15.0) -> BridgeServer:
         """Listen, and return once connections are accepted."""
         logging.getLogger("uvicorn.error").addFilter(HIDE_DROPS)
-        family = socket.AF_INET6 if ":" in self._host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        # Accepted sockets inherit this: without it a response's body waits on the
-        # client's delayed ACK of its headers (~40 ms per request).
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.bind((self._host, self._port))
-        sock.listen(128)
-        self.port = sock.getsockname()[1]
-        config = uvicorn.Config(self.app, log_config=None, log_level="warning", access_log=False,
-                                lifespan="off", http="h11", ws="none", loop="asyncio",
-                                timeout_graceful_shutdown=2, timeout_keep_alive=30)
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [sock]},
-                                        name=f"cf-bridge-{self.port}", daemon=True)
-        self._thread.start()
-        deadline = time.monotonic() + timeout
-        while not self._server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                sock.close()
-                raise RuntimeError("the Cloudflare bridge fake did not start")
-            time.sleep(0.01)
+        self._loop.start(timeout)
         return self
 
     def stop(self) -> None:
         """Stop serving, end every stream, kill every box process."""
         self.bridge.close()
-        if self._server is not None:
-            self._server.should_exit = True
-        if self._thread is not None:
-            self._thread.join(10)
-        self._server = self._thread = None
+        self._loop.stop()
         if self._owns_world:  # a shared world keeps its other boxes; ours were destroyed above
             self.world.close()
 

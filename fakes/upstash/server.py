@@ -4,16 +4,12 @@ from __future__ import annotations
 
 import logging
 import secrets
-import socket
-import threading
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 
-import uvicorn
-
 from fakes.faults import Faults
+from fakes.serving import LoopbackServer
 from fakes.world import World
 
 from .app import create_app
@@ -52,9 +48,11 @@ class UpstashServer:
         self.settings = settings or Settings()
         self.app = create_app(self.world, self.faults, self.api_keys, self.settings)
         self.host = host
-        self.port = port
-        self._server: uvicorn.Server | None = None
-        self._thread: threading.Thread | None = None
+        s = self.settings
+        self._loop = LoopbackServer(
+            self.app, host=host, port=port, name="upstash", ws="websockets-sansio", ws_per_message_deflate=False,
+            ws_max_size=s.ws_max_message_bytes, ws_ping_interval=s.ws_ping_interval_s, ws_ping_timeout=None,
+        )
 
     @property
     def service(self) -> Service:
@@ -62,8 +60,11 @@ class UpstashServer:
 
     @property
     def base_url(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}"
+        return self._loop.base_url
+
+    @property
+    def port(self) -> int:
+        return self._loop.port
 
     @property
     def paths_note(self) -> str:
@@ -76,40 +77,13 @@ class UpstashServer:
 
     def start(self, timeout: float = 15.0) -> UpstashServer:
         _quiet_logs()
-        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
-        # proto=IPPROTO_TCP: asyncio sets TCP_NODELAY only on such sockets, and without it every
-        # response written in two parts waits ~40 ms for a delayed ACK.
-        sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((self.host, self.port))
-        self.port = sock.getsockname()[1]
-        s = self.settings
-        config = uvicorn.Config(
-            self.app, log_config=None, access_log=False, lifespan="off", loop="asyncio", http="h11",
-            ws="websockets-sansio", ws_per_message_deflate=False, ws_max_size=s.ws_max_message_bytes,
-            ws_ping_interval=s.ws_ping_interval_s, ws_ping_timeout=None, timeout_graceful_shutdown=2,
-            backlog=512,
-        )
-        self._server = server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True,
-                                        name=f"upstash-fake-{self.port}")
-        self._thread.start()
-        deadline = time.monotonic() + timeout
-        while not server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                sock.close()
-                raise RuntimeError(f"the Upstash Box fake did not start on {self.base_url}")
-            time.sleep(0.01)
+        self._loop.start(timeout)
         return self
 
     def stop(self) -> None:
         self.service.closing.set()
         self.world.kill_all()
-        if self._server is not None:
-            self._server.should_exit = True
-        if self._thread is not None:
-            self._thread.join(10)
-        self._server = self._thread = None
+        self._loop.stop()
         if self._own_world:
             self.world.close()
 
