@@ -22,6 +22,10 @@ KNOWN_BACKENDS: dict[str, KnownBackend] = {
         "upstash_box", "reference.upstash_box", "upstash",
         "reference Upstash Box backend (needs the upstash extra)",
     ),
+    "cloudflare_sandbox": KnownBackend(
+        "cloudflare_sandbox", "reference.cloudflare_sandbox", "cloudflare",
+        "reference Cloudflare Sandbox backend (bridge protocol v1 and its extensions)",
+    ),
 }
 DEFAULT_BACKEND = "tempdir_box"
 

@@ -13,7 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from .service import start
-from .settings import Settings
+from .settings import EXTENSIONS, Settings
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -24,8 +24,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--heartbeat", type=float, default=None, help="heartbeat interval in seconds")
     parser.add_argument("--quick", action="store_true",
                         help="the conformance suite's short intervals instead of the public Worker's timings")
+    parser.add_argument("--extensions", default="",
+                        help=f"protocol extensions to offer: 'all' or a comma list of {', '.join(EXTENSIONS)} "
+                             "(default: none, a plain v1 Worker)")
     args = parser.parse_args(argv)
-    settings = Settings.quick() if args.quick else Settings()
+    offered = EXTENSIONS if args.extensions == "all" else tuple(e for e in args.extensions.split(",") if e)
+    settings = Settings.quick(extensions=offered) if args.quick else Settings(extensions=offered)
     if args.idle is not None:
         settings = replace(settings, idle_s=args.idle)
     if args.heartbeat is not None:

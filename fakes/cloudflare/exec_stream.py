@@ -4,6 +4,9 @@ The command runs in a ``CommandRun`` thread that hands events to the event loop;
 this ASGI callable batches whatever is queued into one write, adds a heartbeat
 every ``heartbeat_s`` for the whole stream, applies stream faults, and treats a
 client that goes away as a cancel (SIGTERM to the command), as the Worker does.
+At most ``OUTPUT_CREDITS`` output events wait for the socket: a client that reads
+slowly slows the command down (its pipe fills) instead of growing the queue, as
+the Worker's streams do.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import threading
 
 from starlette.types import Receive, Scope, Send
 
@@ -27,6 +31,7 @@ STREAM_HEADERS = [
     (b"x-content-type-options", b"nosniff"),
 ]
 TERMINAL = ("exit", "error")
+OUTPUT_CREDITS = 64  # output events (at most 4096 units each) queued ahead of the socket
 
 
 def encode(event: Event) -> bytes:
@@ -45,8 +50,15 @@ class ExecStream:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[Event] = asyncio.Queue()
+        credits = threading.Semaphore(OUTPUT_CREDITS)
+        stopped = threading.Event()
+        closing = self.ws.bridge.closing
 
         def emit(event: Event) -> None:
+            if event.get("type") == "output":
+                while not credits.acquire(timeout=0.1):  # the command waits for the client
+                    if stopped.is_set() or closing.is_set():
+                        return  # nobody will read it
             with contextlib.suppress(RuntimeError):  # the loop is gone: nobody is listening
                 loop.call_soon_threadsafe(queue.put_nowait, event)
 
@@ -73,9 +85,12 @@ class ExecStream:
                         batch, finished = batch[:i + 1], True
                         break
                 await delivery.body(b"".join(encode(e) for e in batch))
+                for _ in range(sum(1 for e in batch if e.get("type") == "output")):
+                    credits.release()
             if finished and not gone.is_set():
                 await delivery.end()
         finally:
+            stopped.set()
             beats.cancel()
             watcher.cancel()
             if not finished:

@@ -20,10 +20,13 @@ from starlette.responses import JSONResponse
 
 from .settings import (
     DEFAULT_TIMEOUT_S,
+    EXT_CONCURRENT_EXEC,
+    EXT_LARGE_OUTPUT,
     INSTANCE_TYPES,
     MAX_AUTH_HEADER,
     MAX_BODY_BYTES,
     MAX_COMMAND_BYTES,
+    MAX_OUTPUT_UNITS,
     MAX_PATH_BYTES,
     MAX_READ_BYTES,
     MAX_STDIN_BYTES,
@@ -176,10 +179,19 @@ class ExecRequest:
     timeout: float
     login: bool
     stdin: str | None
+    concurrent: bool = False  # concurrent-exec extension
+    max_output: int = MAX_OUTPUT_UNITS  # large-output extension
 
 
-def exec_request(data: Mapping[str, Any]) -> ExecRequest:
-    _known(data, ("request_id", "command", "timeout", "login", "stdin"))
+def _extension_fields(settings: Settings | None) -> tuple[str, ...]:
+    """Exec fields the offered extensions add; a v1 Worker calls them unknown_field."""
+    offered = settings.extensions if settings is not None else ()
+    return ((("concurrent",) if EXT_CONCURRENT_EXEC in offered else ())
+            + (("max_output",) if EXT_LARGE_OUTPUT in offered else ()))
+
+
+def exec_request(data: Mapping[str, Any], settings: Settings | None = None) -> ExecRequest:
+    _known(data, ("request_id", "command", "timeout", "login", "stdin", *_extension_fields(settings)))
     request_id = _text(data.get("request_id"), "request_id", 32)
     if not REQUEST_ID.fullmatch(request_id):
         raise ApiError(400, "invalid_field", "Invalid request_id")
@@ -193,8 +205,16 @@ def exec_request(data: Mapping[str, Any]) -> ExecRequest:
     stdin = data.get("stdin")
     if stdin is not None:
         stdin = _text(stdin, "stdin", MAX_STDIN_BYTES, empty=True)
+    concurrent = _or(data.get("concurrent"), False)
+    if not isinstance(concurrent, bool):
+        raise ApiError(400, "invalid_field", "concurrent must be boolean")
+    max_output = _or(data.get("max_output"), MAX_OUTPUT_UNITS)
+    ceiling = settings.large_output_units if settings is not None else MAX_OUTPUT_UNITS
+    if (not _number(max_output) or not math.isfinite(max_output) or max_output != int(max_output)
+            or not 1 <= max_output <= ceiling):
+        raise ApiError(400, "invalid_field", f"max_output must be an integer from 1 to {ceiling}")
     return ExecRequest(request_id, well_formed(command), float(timeout), login,
-                       None if stdin is None else well_formed(stdin))
+                       None if stdin is None else well_formed(stdin), concurrent, int(max_output))
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,6 @@ from .protocol import (
     token_digest,
     workspace_config,
 )
-from .settings import PROTOCOL_VERSION
 from .workspace import Bridge, Workspace
 
 logger = logging.getLogger("fakes.cloudflare")
@@ -131,7 +130,7 @@ async def dispatch(bridge: Bridge, request: Request, path: str, fault: Fault | N
     if not authorized(header, bridge.token):
         return json_response({"error": {"code": "unauthorized", "message": "Unauthorized"}}, 401)
     if path == "/health" and request.method == "GET":
-        return json_response({"ok": True, "protocol": PROTOCOL_VERSION})  # starts no compute
+        return json_response(bridge.settings.health())  # starts no compute
     match = _PATH.fullmatch(path)
     if match is None or not SANDBOX_ID.fullmatch(match.group(1)) or request.scope.get("query_string"):
         raise ApiError(404, "not_found", "Not found")
@@ -152,7 +151,7 @@ async def act(ws: Workspace, action: str, body: dict[str, Any], fault: Fault | N
     if action == "init":
         return json_response(ws.init(workspace_config(body, ws.settings)))
     if action == "exec":
-        exec_req = exec_request(body)
+        exec_req = exec_request(body, ws.settings)
         active, config = ws.begin_exec(exec_req)
         return ExecStream(ws, active, exec_req, config, fault)
     if action == "read":

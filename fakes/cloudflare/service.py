@@ -7,14 +7,16 @@ from pathlib import Path
 from fakes.services import FakeService
 
 from .server import BridgeServer
-from .settings import TOKEN_VAR, Settings
+from .settings import EXTENSIONS, TOKEN_VAR, Settings
 from .world import CloudflareWorld
 
 
 def start(workdir: Path, *, settings: Settings | None = None, port: int = 0) -> FakeService:
-    """A running bridge in a fresh world under ``workdir``, with the conformance suite's short intervals."""
+    """A running bridge in a fresh world under ``workdir``, with the conformance suite's short intervals
+    and every protocol extension offered (pass ``settings`` for a plain v1 Worker)."""
     root = Path(workdir) / "cloudflare-world"
-    server = BridgeServer(root=root, settings=settings or Settings.quick(), port=port).start()
+    settings = settings or Settings.quick(extensions=EXTENSIONS)
+    server = BridgeServer(root=root, settings=settings, port=port).start()
     return FakeService(
         name="cloudflare",
         env=server.exports(),

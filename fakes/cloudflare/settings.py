@@ -31,6 +31,12 @@ REPLAY_MEMORY = 64  # exec ids and cancelled ids remembered per workspace
 
 INSTANCE_TYPES = ("lite", "standard-1", "standard-2", "standard-3", "standard-4")
 
+# Protocol extensions (backward compatible, negotiated through /health; see
+# reference/cloudflare_sandbox/README.md).  A Worker without them is plain v1.
+EXT_CONCURRENT_EXEC = "concurrent-exec"  # exec "concurrent": true shares the workspace with other such execs
+EXT_LARGE_OUTPUT = "large-output"  # exec "max_output": N raises the output limit up to large_output_units
+EXTENSIONS = (EXT_CONCURRENT_EXEC, EXT_LARGE_OUTPUT)
+
 # Fault route names: what Faults.take(route, sandbox_id) is asked with.  A request
 # whose path matches no route is asked as "<METHOD> <raw path>" with no sandbox.
 ROUTE_HEALTH = "GET /health"
@@ -69,10 +75,20 @@ class Settings:
     read_timeout_s: float = 600.0  # /read holds the workspace at most this long
     poll_s: float = 0.05  # supervisor loop tick (signals, deadlines, container loss)
 
+    # Extensions this Worker offers; none by default, as the public v1 Worker.
+    extensions: tuple[str, ...] = ()
+    max_concurrent_execs: int = 16  # concurrent-exec: shared execs per workspace, then workspace_busy
+    large_output_units: int = 1 << 30  # large-output: the highest max_output a request may ask for
+
     def __post_init__(self) -> None:
         unknown = [i for i in self.allowed_instances if i not in INSTANCE_TYPES]
         if unknown:
             raise ValueError(f"unknown instance types {unknown}; known: {', '.join(INSTANCE_TYPES)}")
+        strange = [e for e in self.extensions if e not in EXTENSIONS]
+        if strange:
+            raise ValueError(f"unknown extensions {strange}; known: {', '.join(EXTENSIONS)}")
+        if self.max_concurrent_execs < 1 or self.large_output_units < MAX_OUTPUT_UNITS:
+            raise ValueError("max_concurrent_execs must be >= 1 and large_output_units >= the v1 output limit")
         for name in ("heartbeat_s", "idle_s", "alarm_retry_s", "poll_s", "startup_timeout_s", "read_timeout_s"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
@@ -83,3 +99,16 @@ class Settings:
         stay the Worker's because checks measure them."""
         base = cls(heartbeat_s=1.0, idle_s=30.0, alarm_retry_s=5.0, hard_deadline_grace_s=8.0)
         return replace(base, **overrides)  # type: ignore[arg-type]
+
+    def health(self) -> dict[str, object]:
+        """The /health body: v1's, plus the offered extensions and their limits when there are any."""
+        body: dict[str, object] = {"ok": True, "protocol": PROTOCOL_VERSION}
+        if self.extensions:
+            body["extensions"] = list(self.extensions)
+            limits: dict[str, int] = {}
+            if EXT_CONCURRENT_EXEC in self.extensions:
+                limits["concurrent_execs"] = self.max_concurrent_execs
+            if EXT_LARGE_OUTPUT in self.extensions:
+                limits["max_output"] = self.large_output_units
+            body["limits"] = limits
+        return body

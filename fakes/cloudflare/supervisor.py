@@ -38,7 +38,7 @@ from typing import Any
 from fakes.world import BoxProcess
 
 from .protocol import ApiError, ExecRequest, WorkspaceConfig
-from .settings import MAX_FRAME_UNITS, MAX_OUTPUT_UNITS
+from .settings import MAX_FRAME_UNITS
 from .workspace import Active, Workspace
 
 logger = logging.getLogger("fakes.cloudflare")
@@ -345,7 +345,7 @@ class CommandRun:
         if not text:
             return
         self.units += utf16_units(text)
-        if self.units > MAX_OUTPUT_UNITS:
+        if self.units > self.request.max_output:
             # File tools need full-fidelity data: fail, never truncate.
             raise ApiError(413, "output_limit", "Command output exceeded the bridge limit")
         for piece in frames(text):

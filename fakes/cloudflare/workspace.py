@@ -103,7 +103,10 @@ class Workspace:
         self.box: Box | None = None
         self.generation = 0  # bumped whenever a container starts or stops
         self.active: Active | None = None
+        # concurrent-exec: execs that share the workspace, by request id (never with ``active``)
+        self.shared: dict[str, Active] = {}
         self.lifecycle_busy = False
+        self._starting = threading.Lock()  # one container start at a time, for concurrent cold starts
         self.forgotten = False  # had a config, then all state was deleted
         self._alarm: threading.Timer | None = None
         self._snapshots = 0
@@ -150,7 +153,7 @@ class Workspace:
     def alarm(self) -> None:
         """The idle alarm: snapshot and stop (persistent) or forget (ephemeral) an idle workspace."""
         with self.lock:
-            if self.active or self.lifecycle_busy:
+            if self.busy:
                 self.set_alarm(self.settings.alarm_retry_s)
                 return
             if self.config is None:
@@ -168,8 +171,12 @@ class Workspace:
             logger.exception("idle alarm of %s failed", self.id)
 
     # -- exclusivity ----------------------------------------------------------------------
+    @property
+    def busy(self) -> bool:
+        return bool(self.active or self.lifecycle_busy or self.shared)
+
     def assert_idle(self) -> None:
-        if self.active or self.lifecycle_busy:
+        if self.busy:
             raise ApiError(409, "workspace_busy", "Workspace is busy")
 
     @contextlib.contextmanager
@@ -190,10 +197,23 @@ class Workspace:
             self.active = Active(operation_id)
             return self.active
 
+    def reserve_shared(self, operation_id: str) -> Active:
+        """concurrent-exec: join the other shared execs unless an exclusive operation runs or the cap is reached."""
+        with self.lock:
+            if self.active or self.lifecycle_busy or len(self.shared) >= self.settings.max_concurrent_execs:
+                raise ApiError(409, "workspace_busy", "Workspace is busy")
+            active = self.shared[operation_id] = Active(operation_id)
+            return active
+
+    def _drop(self, active: Active) -> None:
+        if self.active is active:
+            self.active = None
+        if self.shared.get(active.id) is active:
+            del self.shared[active.id]
+
     def finish(self, active: Active) -> None:
         with self.lock:
-            if self.active is active:
-                self.active = None
+            self._drop(active)
             if self.config is not None:
                 self.touch()
 
@@ -221,12 +241,12 @@ class Workspace:
         with self.lock:
             config = self.require_config()
             return {"config": config.as_json(), "running": self.running,
-                    "busy": bool(self.active or self.lifecycle_busy),
+                    "busy": self.busy,
                     "snapshot_saved_at": self.snapshot.saved_at if self.snapshot else None}
 
     def begin_exec(self, request: ExecRequest) -> tuple[Active, WorkspaceConfig]:
         """The checks the Worker answers as HTTP errors before the stream starts."""
-        active = self.reserve(request.request_id)
+        active = (self.reserve_shared if request.concurrent else self.reserve)(request.request_id)
         try:
             with self.lock:
                 config = self.require_config()
@@ -238,8 +258,7 @@ class Workspace:
                 self.touch()
         except BaseException:
             with self.lock:
-                if self.active is active:
-                    self.active = None
+                self._drop(active)
             raise
         return active, config
 
@@ -247,9 +266,10 @@ class Workspace:
         with self.lock:
             if request_id not in self.cancelled:
                 self.cancelled.append(request_id)
-            if self.active is not None and self.active.id == request_id:
-                self.active.cancelled = True
-                self.active.signal = signal.SIGTERM
+            for active in (self.active, self.shared.get(request_id)):
+                if active is not None and active.id == request_id:
+                    active.cancelled = True
+                    active.signal = signal.SIGTERM
 
     def checkpoint(self) -> None:
         with self.exclusive():
@@ -333,6 +353,10 @@ class Workspace:
 
     def ensure_running(self, config: WorkspaceConfig) -> tuple[Box, int]:
         """Start the container if needed (restoring the snapshot), wait out the boot, make the cwd."""
+        with self._starting:  # shared execs may cold-start together: one start, the others wait for it
+            return self._ensure_running(config)
+
+    def _ensure_running(self, config: WorkspaceConfig) -> tuple[Box, int]:
         with self.lock:
             box, generation = self.box, self.generation
             snapshot = self.snapshot

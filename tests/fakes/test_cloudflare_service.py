@@ -76,7 +76,9 @@ def test_start_exports_the_plugin_variables(fake: FakeService) -> None:
     assert fake.secret_vars == frozenset({"HERMES_CF_TOKEN"}) and fake.credential_var == "HERMES_CF_TOKEN"
     assert fake.world.capabilities == frozenset({"world", "world-states"})
     resp = httpx.get(fake.env["HERMES_CF_ENDPOINT"] + "/health", headers={"Authorization": f"Bearer {token}"})
-    assert resp.json() == {"ok": True, "protocol": 1}
+    # The kit's fake offers every protocol extension; the v1 fields are unchanged.
+    assert resp.json() == {"ok": True, "protocol": 1, "extensions": ["concurrent-exec", "large-output"],
+                           "limits": {"concurrent_execs": 16, "max_output": 1 << 30}}
 
 
 def test_bridge_server_has_the_fake_serve_shape() -> None:
