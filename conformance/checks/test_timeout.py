@@ -9,7 +9,7 @@ import pytest
 
 from conformance.checks._support import nonce, out, rc, run, stop_by
 from conformance.host.calls import Call, bounded
-from conformance.host.drivers import interrupted
+from conformance.host.drivers import Background, interrupted
 
 pytestmark = pytest.mark.usefixtures("kit")
 
@@ -125,3 +125,22 @@ def test_create_timeout_is_the_default(make_env):
         f"execute('sleep 20') without timeout ran {elapsed:.1f}s; the create-time timeout of 1 s was not the default")
     assert rc(result) == 124 or "timed out" in out(result).lower(), (
         f"execute('sleep 20') without timeout did not report a timeout: rc {rc(result)}, {out(result)[-120:]!r}")
+
+
+@pytest.mark.clause("timeout.command-not-sandbox")
+def test_a_kill_leaves_the_sandbox_alone(make_env):
+    def scenario(env, how):
+        bg = Background(env)
+        mark = nonce("keep")
+        assert rc(run(env, f"echo {mark} > \"$HOME\"/{mark}")) == 0
+        job, _, _ = bg.spawn("sleep 60")
+        assert job is not None, "the background job did not start"
+        try:
+            stop_by(env, how, "echo started; sleep 30")
+            assert bg.alive(job), f"the {how} stopped a background job of the same sandbox"
+            seen = out(run(env, f"cat \"$HOME\"/{mark}")).strip()
+            assert seen == mark, f"after the {how} a file written earlier is gone ({seen!r})"
+        finally:
+            bg.kill(job)
+
+    _each_kill(make_env, scenario)

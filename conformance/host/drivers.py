@@ -254,8 +254,12 @@ class Background:
         return job, result, elapsed
 
     def alive(self, job: BackgroundJob) -> bool:
-        out = run(self.env, f'kill -0 "$(cat {shlex.quote(job.pid_file)})" 2>/dev/null; echo $?', timeout=10)
-        return out.get("output", "").strip() == "0"
+        """kill -0 as Hermes's poller does, but a zombie waiting to be reaped counts as dead."""
+        pid = f'"$(cat {shlex.quote(job.pid_file)})"'
+        probe = (f"p={pid}; kill -0 \"$p\" 2>/dev/null || {{ echo dead; exit 0; }}; "
+                 "s=$(sed 's/.*) //' /proc/$p/stat 2>/dev/null | cut -d' ' -f1); "
+                 '[ "$s" = Z ] && echo dead || echo alive')
+        return run(self.env, probe, timeout=10).get("output", "").strip() == "alive"
 
     def log(self, job: BackgroundJob) -> str:
         return run(self.env, f"cat {shlex.quote(job.log)} 2>/dev/null", timeout=10).get("output", "")

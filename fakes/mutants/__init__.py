@@ -18,4 +18,5 @@ MUTANTS = (
     "deletes_by_task",
     "claims_remote",
     "bad_config_schema",
+    "stops_sandbox_on_timeout",
 )
