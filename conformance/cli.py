@@ -7,6 +7,7 @@ import json
 import sys
 import textwrap
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from conformance import __version__, backends, contract
@@ -113,6 +114,55 @@ def cmd_backends(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_certify(args: argparse.Namespace) -> int:
+    import subprocess
+
+    from conformance.report import markdown
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    report_path = out / "report.json"
+    report_path.unlink(missing_ok=True)
+    cmd = [sys.executable, "-m", "pytest", "--pyargs", "conformance.checks", "-p", "no:cacheprovider", "-q",
+           "-W", "ignore::DeprecationWarning", "--kit-progress", "--backend", args.backend, "--host", args.host,
+           "--report", str(report_path), "--junitxml", str(out / "junit.xml")]
+    if args.workers:
+        cmd += ["-n", str(args.workers)]
+    for flag, value in (("--backend-config", args.backend_config), ("--fake", args.fake),
+                        ("--waivers", args.waivers)):
+        if value:
+            cmd += [flag, str(Path(value).resolve()) if flag != "--fake" else value]
+    if args.live:
+        cmd.append("--live")
+    print(f"certifying {args.backend} ...", flush=True)
+    subprocess.run(cmd, check=False)
+    if not report_path.exists():
+        print("error: the run ended before writing a report (see the message above)", file=sys.stderr)
+        return 2
+    report = json.loads(report_path.read_text("utf-8"))
+    (out / "report.md").write_text(markdown.render(report, contract.load()), "utf-8")
+    (out / "badge.json").write_text(json.dumps(markdown.badge(report)) + "\n", "utf-8")
+    print(f"wrote {', '.join(str(out / n) for n in ('report.json', 'report.md', 'junit.xml', 'badge.json'))}")
+    if report["certified"]:
+        print(f"CERTIFIED: {report['backend'].get('name')}")
+        return 0
+    print("NOT CERTIFIED: " + "; ".join(report["not_certified_because"][:5]), file=sys.stderr)
+    return 1
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from conformance.report import verify
+
+    found = verify.verify_file(args.report)
+    if found:
+        for problem in found:
+            print(f"FAIL {problem}")
+        return 1
+    report = json.loads(Path(args.report).read_text("utf-8"))
+    print(f"OK {args.report}: schema, hashes and certification ({'certified' if report['certified'] else 'not certified'}) check out")
+    return 0
+
+
 # Fake services `fake serve` can run: name -> "module:Class".  The class takes host=, port=
 # and api_keys=, and has start(), stop(), exports() (the variables to export) and paths_note.
 FAKE_SERVERS = {
@@ -189,6 +239,22 @@ def build_parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser("backends", help="list the backends the kit knows by name")
     b.set_defaults(func=cmd_backends)
+
+    c = sub.add_parser("certify", help="run the suite and write report.json, report.md, junit.xml, badge.json")
+    c.add_argument("--backend", required=True)
+    c.add_argument("--backend-config")
+    mode = c.add_mutually_exclusive_group()
+    mode.add_argument("--fake")
+    mode.add_argument("--live", action="store_true")
+    c.add_argument("--waivers")
+    c.add_argument("--host", default="auto", choices=["auto", "builtin", "hermes"])
+    c.add_argument("--out", required=True, help="directory for the four files")
+    c.add_argument("--workers", type=int, default=2, help="pytest-xdist workers (0: none; default 2)")
+    c.set_defaults(func=cmd_certify)
+
+    v = sub.add_parser("verify", help="re-check a report offline: schema, hashes, certification")
+    v.add_argument("report")
+    v.set_defaults(func=cmd_verify)
 
     f = sub.add_parser("fake", help="run a fake vendor service")
     fsub = f.add_subparsers(dest="action", required=True)

@@ -24,7 +24,7 @@ import pytest
 from conformance import backends, contract
 from conformance.host.abi import HOST_MODES
 from conformance.report import build, table
-from conformance.verdicts import NA_PREFIX, CheckOutcome, aggregate
+from conformance.verdicts import NA_PREFIX, CheckOutcome
 
 _STATE = pytest.StashKey["_KitState"]()
 
@@ -35,6 +35,8 @@ class _KitState:
         self.context: dict[str, Any] = {}
         self.started = time.time()
         self.report: dict[str, Any] | None = None
+        self.waivers: list[Any] = []
+        self.run: Any = None  # this process's KitRun, once a check asked for it
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -51,11 +53,22 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--live", action="store_true", default=False,
                     help="use the real service with the credentials in the environment; no fake")
     group.addoption("--report", default=None, metavar="PATH", help="write the JSON certification report here")
+    group.addoption("--waivers", default=None, metavar="FILE.yaml",
+                    help="accepted known failures: clause, reason, issue URL, expiry date, strict")
+    group.addoption("--kit-progress", action="store_true", default=False,
+                    help="print a line as each check module finishes (the certify command uses it)")
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "clause(*ids): the contract clause ids this check asserts")
     config.stash[_STATE] = _KitState()
+    if config.option.waivers and not hasattr(config, "workerinput"):
+        from conformance.waivers import WaiverError, load
+
+        try:
+            config.stash[_STATE].waivers = load(config.option.waivers, contract.load())
+        except WaiverError as exc:
+            raise pytest.UsageError(f"hermes-backend-kit: {exc}") from None
     config.pluginmanager.register(_Recorder(config), "hermes-backend-kit-recorder")
     settings = _hypothesis_settings()
     if settings is not None:
@@ -125,6 +138,7 @@ def kit(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
     except (BackendConfigError, LoadError, HostError, ContractError, UnknownFake) as exc:
         # A setup problem is one clear message, not a traceback per check.
         pytest.exit(f"hermes-backend-kit: {exc}", returncode=pytest.ExitCode.USAGE_ERROR)
+    request.config.stash[_STATE].run = run
     yield run
     run.close()
 
@@ -181,6 +195,7 @@ class _Recorder:
     def __init__(self, config: pytest.Config):
         self.config = config
         self.state = config.stash[_STATE]
+        self._announced: set[str] = set()
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         self.state.started = time.time()
@@ -194,16 +209,53 @@ class _Recorder:
             self.state.context = json.loads(props["kit_context"])
         outcome = self.state.outcomes.setdefault(report.nodeid, CheckOutcome(report.nodeid, tuple(ids)))
         outcome.absorb(report.when, report.outcome, _reason(report), report.duration)
+        if report.when == "teardown" and self.config.option.kit_progress:
+            self._progress(report.nodeid)
+
+    def _progress(self, nodeid: str) -> None:
+        """One line when every check of a module has finished."""
+        from conformance import manifest
+
+        module = manifest.check_key(nodeid).split("::", 1)[0]
+        expected = {c for c in manifest.shipped()["checks"] if c.startswith(module + "::")}
+        done = [o for o in self.state.outcomes.values() if manifest.check_key(o.nodeid).split("::", 1)[0] == module]
+        if len(done) < len(expected) or module in self._announced:
+            return
+        self._announced.add(module)
+        counts = {k: sum(1 for o in done if o.outcome == k) for k in ("passed", "failed", "skipped")}
+        writer = self.config.pluginmanager.get_plugin("terminalreporter")
+        if writer is not None:
+            writer.ensure_newline()
+            writer.write_line(f"[{module.removeprefix('test_').removesuffix('.py')}] {len(done)} checks: "
+                              f"{counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped")
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: Any) -> Any:
+        """Mask credential values in a failing check's report before it is shown or sent on."""
+        outcome = yield
+        report = outcome.get_result()
+        run = self.state.run
+        if run is None or report.passed or not clause_ids(item):
+            return
+        from reference.common.redact import redact
+
+        secrets = run.secret_values()
+        text = str(report.longrepr)
+        if any(v in text for v in secrets):
+            report.longrepr = redact(text, secrets)
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if hasattr(self.config, "workerinput") or not self.state.outcomes:
             return  # an xdist worker, or no checks ran: nothing to report
-        kit_contract = contract.load()
-        verdicts = aggregate(kit_contract, self.state.outcomes.values())
+        from conformance import manifest
+
+        complete, incomplete = manifest.completeness(self.state.outcomes)
         opts = self.config.option
         self.state.report = build.build(
-            kit_contract, verdicts, self.state.context, duration_s=time.time() - self.state.started,
-            started_at=self.state.started, spec=opts.backend, host_requested=opts.host,
+            contract.load(), self.state.outcomes.values(), self.state.context,
+            duration_s=time.time() - self.state.started, started_at=self.state.started, spec=opts.backend,
+            host_requested=opts.host, waivers=self.state.waivers, complete=complete, incomplete=incomplete,
+            checks_sha256=manifest.files_digest(manifest.check_files()),
         )
         if opts.report:
             path = Path(opts.report)
@@ -217,6 +269,15 @@ class _Recorder:
         terminalreporter.section("hermes-backend-kit: verdicts per group")
         for line in table.render(report):
             terminalreporter.write_line(line)
+        for reason in report["incomplete_reasons"]:
+            terminalreporter.write_line(f"  incomplete: {reason}")
+        for error in report["errors"]:
+            terminalreporter.write_line(f"  waiver error: {error}")
+        for clause in report["clauses"]:
+            if "waived" in clause:
+                w = clause["waived"]
+                terminalreporter.write_line(f"  WAIVED {clause['level']} {clause['id']} ({clause['verdict']}) until "
+                                            f"{w['expires']}: {w['reason']} {w['issue']}")
         for clause in report["clauses"]:
             if clause["verdict"] == "fail" and clause["level"] == "MUST":
                 terminalreporter.write_line(f"  MUST fail {clause['id']}: {clause.get('reason', '')[:300]}")

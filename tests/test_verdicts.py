@@ -47,11 +47,11 @@ def test_setup_error_counts_as_failure():
     assert _verdict(check) == ("fail", "a: setup: could not create the environment")
 
 
-def _report(verdict: str, reason: str = "") -> dict:
+def _report(verdict: str, reason: str = "", *, complete: bool = True, waivers=()) -> dict:
     outcome = _outcome("a", {"pass": "passed", "fail": "failed"}.get(verdict, "skipped"), reason)
-    verdicts = aggregate(CONTRACT, [outcome])
     context = {"backend": {"spec": "x", "name": "x"}, "host": {"mode": "builtin", "requested": "auto"}}
-    return build.build(CONTRACT, verdicts, context, duration_s=1.0, started_at=0.0, spec="x", host_requested="auto")
+    return build.build(CONTRACT, [outcome], context, duration_s=1.0, started_at=0.0, spec="x",
+                       host_requested="auto", complete=complete, waivers=list(waivers))
 
 
 def test_certified_needs_no_must_failure_and_no_must_skip():
@@ -59,6 +59,13 @@ def test_certified_needs_no_must_failure_and_no_must_skip():
     assert _report("pass")["certified"] is False  # every other MUST clause was skipped: "no check ran"
     lines = table.render(_report("fail"))
     assert lines[-1].startswith("NOT CERTIFIED") and any(MUST.split(".", 1)[1] in line for line in lines)
+
+
+def test_certification_is_recomputable_from_the_report():
+    report = _report("fail")
+    assert build.certification(report) == (report["certified"], report["not_certified_because"])
+    assert any(MUST in reason for reason in report["not_certified_because"])
+    assert "the run is not complete" in _report("pass", complete=False)["not_certified_because"]
 
 
 def test_compare_allows_only_host_caused_differences():

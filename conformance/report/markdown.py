@@ -1,0 +1,65 @@
+"""report.md: the human summary of a certification report."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from conformance.contract import Contract
+from conformance.report.table import render as table_lines
+
+
+def render(report: dict[str, Any], contract: Contract) -> str:
+    b, h = report["backend"], report["host"]
+    verdict = "**CERTIFIED**" if report["certified"] else "**NOT CERTIFIED**"
+    hermes = f" (hermes-agent {h['hermes_version']})" if h.get("hermes_version") else ""
+    lines = [
+        f"# Certification report: {b.get('name') or b['spec']}",
+        "",
+        f"{verdict} against contract version {report['contract']['version']} with hermes-backend-kit "
+        f"{report['kit']['version']}.",
+        "",
+        f"- backend: `{b['spec']}` (provider `{b.get('name')}`, plugin `{b.get('plugin')}` {b.get('version') or ''})",
+        f"- capabilities: {', '.join(b.get('capabilities') or []) or 'none'}",
+        f"- host: {h.get('mode')}{hermes}; service: {'live' if report['live'] else 'fake ' + str(report['fake'])}",
+        f"- run: {report['started_at']}, {report['duration_s']} s, complete: {'yes' if report['complete'] else 'no'}",
+    ]
+    if not report["certified"]:
+        lines += ["", "Why not certified:", ""] + [f"- {r}" for r in report["not_certified_because"]]
+    lines += ["", "## Verdicts per group", "", "```", *table_lines(report), "```"]
+    failures = [c for c in report["clauses"] if c["verdict"] == "fail"]
+    if failures:
+        lines += ["", "## Failures", ""]
+        for c in failures:
+            clause = contract.get(c["id"])
+            lines += [f"### `{c['id']}` ({c['level']}{', waived' if 'waived' in c else ''})", "",
+                      f"{clause.statement}", "", f"- source: {clause.source}"]
+            if clause.fix:
+                lines.append(f"- how to fix: {clause.fix}")
+            for check in c["checks"]:
+                if check["outcome"] == "failed":
+                    excerpt = check.get("excerpt", "").replace("`", "'")
+                    lines.append(f"- `{check['id']}`: {excerpt}")
+            lines.append("")
+    waived = [c for c in report["clauses"] if "waived" in c]
+    if waived:
+        lines += ["## Waived", ""]
+        lines += [f"- `{c['id']}` {c['level']} {c['verdict']}: {c['waived']['reason']} ({c['waived']['issue']}, "
+                  f"until {c['waived']['expires']})" for c in waived]
+        lines.append("")
+    skipped = [c for c in report["clauses"] if c["verdict"] in ("skipped", "not-applicable")]
+    if skipped:
+        lines += ["## Not applicable or skipped", ""]
+        lines += [f"- `{c['id']}` {c['verdict']}: {c.get('reason', '')}" for c in skipped]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def badge(report: dict[str, Any]) -> dict[str, Any]:
+    """A shields.io endpoint badge."""
+    must = report["summary"]["must"]
+    passed = must["pass"]
+    total = passed + must["fail"] + must["skipped"]
+    if report["certified"]:
+        message, color = f"certified ({passed}/{total} MUST)", "brightgreen"
+    else:
+        message, color = f"not certified ({passed}/{total} MUST)", "red"
+    return {"schemaVersion": 1, "label": "hermes backend", "message": message, "color": color}
