@@ -163,6 +163,13 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from conformance import doctor
+
+    return doctor.main(args.backend, backend_config=args.backend_config, fake=args.fake, live=args.live,
+                       host=args.host, persistent=args.persistent)
+
+
 # Fake services `fake serve` can run: name -> "module:Class".  The class takes host=, port=
 # and api_keys=, and has start(), stop(), exports() (the variables to export) and paths_note.
 FAKE_SERVERS = {
@@ -251,6 +258,16 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--out", required=True, help="directory for the four files")
     c.add_argument("--workers", type=int, default=2, help="pytest-xdist workers (0: none; default 2)")
     c.set_defaults(func=cmd_certify)
+
+    d = sub.add_parser("doctor", help="a bounded health check of a backend, one row per step")
+    d.add_argument("--backend", required=True)
+    d.add_argument("--backend-config")
+    dmode = d.add_mutually_exclusive_group()
+    dmode.add_argument("--fake")
+    dmode.add_argument("--live", action="store_true")
+    d.add_argument("--host", default="auto", choices=["auto", "builtin", "hermes"])
+    d.add_argument("--persistent", action="store_true", help="check a persistent environment (kept on cleanup)")
+    d.set_defaults(func=cmd_doctor)
 
     v = sub.add_parser("verify", help="re-check a report offline: schema, hashes, certification")
     v.add_argument("report")

@@ -1,0 +1,116 @@
+"""Certification that can be trusted: completeness, waivers, verify, certify and doctor."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+
+from conformance import contract, manifest, traceability
+from conformance.report import verify
+from conformance.waivers import WaiverError, load
+from tests.conftest import run_suite
+
+CONTRACT = contract.load()
+FUTURE = (dt.date.today() + dt.timedelta(days=30)).isoformat()
+
+
+def _waivers(tmp_path, **entry) -> str:
+    path = tmp_path / "waivers.yaml"
+    waiver = {"clause": "exec.result-shape", "reason": "known issue", "issue": "https://example.invalid/i/1",
+              "expires": FUTURE, "strict": False, **entry}
+    path.write_text(yaml.safe_dump([waiver]))
+    return str(path)
+
+
+def test_shipped_manifest_is_current():
+    fresh = manifest.generate(traceability.collect())
+    assert fresh == manifest.shipped(), "run `python -m conformance.manifest` and commit checks.manifest.json"
+
+
+def test_edited_check_files_make_a_run_incomplete(monkeypatch):
+    files = dict(manifest.check_files())
+    files["test_exec.py"] = "0" * 64
+    monkeypatch.setattr(manifest, "check_files", lambda: files)
+    complete, reasons = manifest.completeness(manifest.shipped()["checks"])
+    assert not complete and "check files differ from this kit version: test_exec.py" in reasons[0]
+
+
+@pytest.mark.parametrize("entry, message", [
+    ({"expires": "2020-01-01"}, "expired on 2020-01-01"),
+    ({"clause": "exec.nope"}, "unknown clause 'exec.nope'"),
+    ({"issue": "see slack"}, "issue must be the URL"),
+    ({"strict": "yes"}, "strict must be true or false"),
+])
+def test_bad_waivers_are_errors_naming_the_fix(tmp_path, entry, message):
+    with pytest.raises(WaiverError, match=message):
+        load(_waivers(tmp_path, **entry), CONTRACT)
+
+
+@pytest.mark.suite
+def test_an_expired_waiver_stops_the_run(tmp_path):
+    run = run_suite("--waivers", _waivers(tmp_path, expires="2020-01-01"), cwd=tmp_path, workers=0)
+    assert run.returncode == 4 and "expired on 2020-01-01" in run.output
+
+
+@pytest.mark.suite
+def test_a_narrowed_run_is_not_certified_and_a_strict_pass_is_an_error(tmp_path):
+    run = run_suite("-k", "test_exec", "--waivers", _waivers(tmp_path, strict=True), cwd=tmp_path, workers=0)
+    report = run.report
+    assert report["complete"] is False and report["certified"] is False
+    assert any("did not run" in r for r in report["incomplete_reasons"])
+    assert report["errors"] == ["strict waiver for exec.result-shape but the clause passes: remove the waiver "
+                                "(https://example.invalid/i/1)"]
+    assert verify.problems(report) == []
+
+
+@pytest.mark.suite
+def test_certify_with_a_waived_must_failure_and_verify(tmp_path):
+    waivers = _waivers(tmp_path, clause="timeout.kills-tree", strict=True)
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-m", "conformance.cli", "certify", "--backend",
+                           "fakes.mutants.no_group_kill:provider", "--fake", "tempdir", "--waivers", waivers,
+                           "--out", str(out)], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert {p.name for p in out.iterdir()} == {"report.json", "report.md", "junit.xml", "badge.json"}
+    report = json.loads((out / "report.json").read_text())
+    assert proc.returncode == 0 and report["certified"] is True, proc.stdout[-2000:] + proc.stderr[-2000:]
+    waived = [c for c in report["clauses"] if "waived" in c]
+    assert [c["id"] for c in waived] == ["timeout.kills-tree"] and waived[0]["verdict"] == "fail"
+    assert "WAIVED MUST timeout.kills-tree" in proc.stdout
+    assert "## Waived" in (out / "report.md").read_text()
+    assert json.loads((out / "badge.json").read_text())["color"] == "brightgreen"
+    assert "[timeout]" in proc.stdout  # progress per group
+
+    ok = subprocess.run([sys.executable, "-m", "conformance.cli", "verify", str(out / "report.json")],
+                        capture_output=True, text=True, timeout=60)
+    assert ok.returncode == 0, ok.stdout
+    for edit, problem in (
+        (lambda r: r["clauses"][0].update(verdict="pass" if r["clauses"][0]["verdict"] != "pass" else "fail"),
+         "summary does not match"),
+        (lambda r: r.update(certified=False), "certified is False but the verdicts say True"),
+        (lambda r: r["kit"].update(checks_sha256="0" * 64), "not this kit version's checks"),
+        (lambda r: r["clauses"].pop(), "not the contract's clauses"),
+    ):
+        edited = json.loads((out / "report.json").read_text())
+        edit(edited)
+        assert any(problem in p for p in verify.problems(edited)), (problem, verify.problems(edited))
+
+
+@pytest.mark.suite
+def test_doctor_on_a_fake_backed_reference_backend(tmp_path):
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-W", "ignore", "-m", "conformance.cli", "doctor", "--backend",
+                           "upstash_box"], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    elapsed = time.monotonic() - started
+    rows = [line for line in proc.stdout.splitlines() if line.startswith(("ok  ", "FAIL"))]
+    steps = [line[6:26].strip() for line in rows]
+    assert steps == ["plugin loads", "is_available", "probe", "doctor_checks", "create environment",
+                     "round trip", "identity", "cleanup"], proc.stdout
+    assert proc.returncode == 0 and all(r.startswith("ok") for r in rows), proc.stdout
+    assert elapsed < 10, f"doctor took {elapsed:.1f}s"
+    assert "ubx_" not in proc.stdout  # never a credential
