@@ -114,3 +114,14 @@ def test_doctor_on_a_fake_backed_reference_backend(tmp_path):
     assert proc.returncode == 0 and all(r.startswith("ok") for r in rows), proc.stdout
     assert elapsed < 10, f"doctor took {elapsed:.1f}s"
     assert "ubx_" not in proc.stdout  # never a credential
+
+
+@pytest.mark.suite
+@pytest.mark.parametrize("backend", ["tempdir_box", "upstash_box"])
+def test_certify_writes_four_files_that_verify(backend, tmp_path):
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-m", "conformance.cli", "certify", "--backend", backend, "--out", str(out)],
+                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert {p.name for p in out.iterdir()} == {"report.json", "report.md", "junit.xml", "badge.json"}
+    assert verify.verify_file(out / "report.json") == []

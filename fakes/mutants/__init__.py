@@ -16,7 +16,7 @@ MUTANTS = (
     "cleanup_raises_twice",
     "silent_recreate",
     "deletes_by_task",
-    "claims_remote",
+    "local_fallback",
     "bad_config_schema",
     "stops_sandbox_on_timeout",
 )

@@ -1,11 +1,11 @@
-"""Claims to be remote (is_remote = True) but runs every command on this machine."""
+"""A "remote" backend (is_remote = True) that silently runs every command on this machine."""
 
 from fakes.mutants._base import provider_with
 from fakes.tempdir_box.environment import TempdirBoxEnvironment
 
 WHAT = "a backend that says it is remote silently runs commands locally"
 
-provider = provider_with(TempdirBoxEnvironment, "claims_remote")
+provider = provider_with(TempdirBoxEnvironment, "local_fallback")
 provider.is_remote = True  # type: ignore[misc]
 BREAKS = frozenset({
     "identity.remote-not-local",
