@@ -20,7 +20,7 @@ nox.options.reuse_existing_virtualenvs = True
 ROOT = Path(__file__).parent
 REPORTS = ROOT / "reports"
 # The embedded default of `nox -s conformance`: each reference backend on its fake.
-DEFAULT_BACKENDS = ("tempdir_box", "upstash_box")
+DEFAULT_BACKENDS = ("tempdir_box", "upstash_box", "cloudflare_sandbox", "deepinfra")
 WORKERS = os.environ.get("KIT_WORKERS", "2")
 PATH_OPTIONS = ("--backend", "--backend-config", "--report")
 
@@ -52,7 +52,7 @@ def _resolve(option: str, value: str, invoked_from: str) -> str:
 @nox.session
 def conformance(session: nox.Session) -> None:
     """Run the conformance suite and write a certification report per backend."""
-    session.install(".[upstash]")
+    session.install(".[upstash,deepinfra]")
     args = _from_caller(list(session.posargs), session.invoked_from)
     base = ["python", "-m", "pytest", "--pyargs", "conformance.checks", "-p", "no:cacheprovider", "-q",
             "-n", WORKERS]
@@ -86,7 +86,7 @@ def lint(session: nox.Session) -> None:
 @nox.session(default=False)
 def bench(session: nox.Session) -> None:
     """Round-trip latency and streaming throughput per backend, with ratios to a baseline."""
-    session.install(".[upstash]")
+    session.install(".[upstash,deepinfra]")
     session.run("python", "-W", "ignore::DeprecationWarning", "-m", "conformance.bench",
                 "--out", str(ROOT / "bench" / "results.json"), *session.posargs)
 
@@ -94,7 +94,7 @@ def bench(session: nox.Session) -> None:
 @nox.session
 def host_equivalence(session: nox.Session) -> None:
     """Run each default backend under hermes-agent 0.19.0 and under the stand-ins; compare verdicts."""
-    session.install(".[hermes,upstash]")
+    session.install(".[hermes,upstash,deepinfra]")
     REPORTS.mkdir(exist_ok=True)
     for backend in DEFAULT_BACKENDS:
         reports = {}

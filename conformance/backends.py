@@ -26,6 +26,10 @@ KNOWN_BACKENDS: dict[str, KnownBackend] = {
         "cloudflare_sandbox", "reference.cloudflare_sandbox", "cloudflare",
         "reference Cloudflare Sandbox backend (bridge protocol v1 and its extensions)",
     ),
+    "deepinfra": KnownBackend(
+        "deepinfra", "reference.deepinfra", "deepinfra",
+        "reference DeepInfra sandbox backend (needs the deepinfra extra)",
+    ),
 }
 DEFAULT_BACKEND = "tempdir_box"
 

@@ -175,6 +175,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 FAKE_SERVERS = {
     "upstash": "fakes.upstash.server:UpstashServer",
     "cloudflare": "fakes.cloudflare.server:BridgeServer",
+    "deepinfra": "fakes.deepinfra.server:DeepInfraServer",
 }
 
 

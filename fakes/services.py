@@ -73,8 +73,28 @@ def _cloudflare(workdir: Path) -> FakeService:
     return start_cloudflare(workdir)
 
 
+def _deepinfra(workdir: Path) -> FakeService:
+    from fakes.deepinfra import DeepInfraServer, DeepInfraWorld, Settings
+    from fakes.deepinfra.settings import KEY_VAR
+
+    # A suite run keeps many stopped persistent sandboxes, and the SDK polls
+    # state changes with 0.5 s backoff: the kit's account gets room and
+    # instant transitions.  The cap and the asynchronous states are tested in
+    # tests/fakes and tests/reference.
+    settings = Settings(max_active=10_000, create_delay_s=0.0, boot_delay_s=0.0, stop_delay_s=0.0)
+    server = DeepInfraServer(root=workdir / "sandboxes", settings=settings).start()
+    return FakeService(
+        name="deepinfra",
+        env=server.exports(),
+        world=DeepInfraWorld(server.service),
+        secret_vars=frozenset({KEY_VAR}),
+        credential_var=KEY_VAR,
+        _stop=server.stop,
+    )
+
+
 FAKES: dict[str, Callable[[Path], FakeService]] = {"tempdir": _tempdir, "upstash": _upstash,
-                                                   "cloudflare": _cloudflare}
+                                                   "cloudflare": _cloudflare, "deepinfra": _deepinfra}
 
 
 def start(name: str, workdir: Path) -> FakeService:

@@ -9,7 +9,7 @@ from tests.conftest import run_suite
 pytestmark = pytest.mark.suite
 
 
-@pytest.mark.parametrize("backend", ["upstash_box"])
+@pytest.mark.parametrize("backend", ["upstash_box", "cloudflare_sandbox", "deepinfra"])
 def test_reference_backend_is_certified_against_its_fake(backend, tmp_path):
     run = run_suite("--backend", backend, "-W", "ignore::DeprecationWarning", cwd=tmp_path)
     assert run.report is not None, run.output[-3000:]
@@ -17,4 +17,5 @@ def test_reference_backend_is_certified_against_its_fake(backend, tmp_path):
               if c["verdict"] == "fail" and c["level"] == "MUST"}
     assert not failed, failed
     assert run.report["certified"] is True
-    assert run.report["fake"] == {"upstash_box": "upstash"}[backend]
+    assert run.report["fake"] == {"upstash_box": "upstash", "cloudflare_sandbox": "cloudflare",
+                                  "deepinfra": "deepinfra"}[backend]

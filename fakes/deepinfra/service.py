@@ -1,0 +1,302 @@
+"""The DeepInfra account model over the shared World: keys, the cap, states, stop/start, file paths.
+
+A sandbox is a World box whose ``state`` holds the DeepInfra state and whose
+``meta`` holds the plan, tags and the stop ``epoch`` (bumped by every stop,
+failure or termination, so a running command can tell why it ended).  State
+changes run on timers, so the SDK's polling sees creating -> starting ->
+running and stopping -> stopped.  Nothing here knows HTTP: problems are raised
+as ``ApiError`` and the routes render them.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import secrets
+import shutil
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fakes.faults import Faults
+from fakes.upstash.service import key_digest
+from fakes.world import Box, World
+
+from .settings import (
+    ACTIVE_STATES,
+    CREATING,
+    DEFAULT_PLAN,
+    DELETED,
+    FAILED,
+    IMAGE,
+    PLANS,
+    PROVIDER,
+    RUNNING,
+    STARTING,
+    STOPPED,
+    STOPPING,
+    WORKSPACE,
+    ErrorShape,
+    Settings,
+)
+
+
+class ApiError(Exception):
+    """An error reply: ``shape`` picks {"detail": {"error": m}} or {"error": m}."""
+
+    def __init__(self, status: int, message: str, shape: ErrorShape = "detail"):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.shape = shape
+
+    def body(self) -> dict[str, Any]:
+        return {"detail": {"error": self.message}} if self.shape == "detail" else {"error": self.message}
+
+
+@dataclass(frozen=True)
+class Account:
+    digest: str
+
+
+@dataclass
+class ExecRun:
+    """One running exec: why it ended if the service ended it (timeout, stop, failure, termination)."""
+
+    box: Box
+    epoch: int
+    ended_by: str | None = None
+    kill: Callable[[], None] = field(default=lambda: None, repr=False)
+
+
+class Service:
+    def __init__(self, world: World, faults: Faults, api_keys: Iterable[str], settings: Settings | None = None):
+        self.world = world
+        self.faults = faults
+        self.settings = settings or Settings()
+        self._digests = {key_digest(k) for k in api_keys if k}
+        if not self._digests:
+            raise ValueError("the DeepInfra fake needs at least one API key")
+        self._lock = threading.RLock()  # state changes, the cap check and create are atomic
+        self._runs: dict[str, list[ExecRun]] = {}
+        self._fail_creates = 0
+        self.closing = threading.Event()  # set on shutdown; silenced requests return
+
+    # -- auth ------------------------------------------------------------------------
+    def add_key(self, key: str) -> None:
+        """Accept another key: a separate account with its own sandboxes and cap."""
+        if not key:
+            raise ValueError("an API key must not be empty")
+        self._digests.add(key_digest(key))
+
+    def authenticate(self, headers: Mapping[str, str]) -> Account:
+        scheme, _, token = headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise ApiError(401, "Missing bearer token")
+        digest = key_digest(token.strip())
+        if digest not in self._digests:
+            raise ApiError(401, "Invalid API key")
+        return Account(digest)
+
+    # -- test hooks --------------------------------------------------------------------
+    def fail_next_creates(self, count: int = 1) -> None:
+        """The next ``count`` creates end in ``failed`` instead of ``running``."""
+        with self._lock:
+            self._fail_creates += count
+
+    # -- lookup ------------------------------------------------------------------------
+    def find(self, account: Account, sandbox_id: str) -> Box | None:
+        """The account's sandbox, deleted ones included while they are still visible."""
+        box = self.world.get(sandbox_id, include_deleted=True)
+        if box is None or box.owner != account.digest or box.id != sandbox_id:
+            return None
+        if box.state == DELETED and time.monotonic() - float(box.meta.get("deleted_at", 0.0)) > \
+                self.settings.deleted_visible_s:
+            return None
+        return box
+
+    def require(self, account: Account, sandbox_id: str) -> Box:
+        box = self.find(account, sandbox_id)
+        if box is None:
+            raise ApiError(404, "Sandbox not found")
+        box.credentials_seen.add(account.digest)
+        return box
+
+    def require_running(self, box: Box) -> None:
+        if box.state == DELETED:
+            raise ApiError(404, "Sandbox not found")
+        if box.state != RUNNING:
+            raise ApiError(409, f"Sandbox is {box.state}, not running")
+
+    def visible(self, account: Account) -> list[Box]:
+        boxes = self.world.boxes(owner=account.digest, include_deleted=True)
+        return sorted((b for b in boxes if self.find(account, b.id) is not None), key=lambda b: b.created_at)
+
+    def info(self, box: Box) -> dict[str, Any]:
+        """SandboxInfo as the SDK reads it."""
+        return {"sandbox_id": box.id, "plan": box.meta.get("plan", DEFAULT_PLAN), "image": IMAGE,
+                "state": box.state, "tags": dict(box.meta.get("tags") or {}),  # type: ignore[call-overload]
+                "created_at": box.created_at // 1000, "provider": PROVIDER}
+
+    # -- lifecycle -----------------------------------------------------------------------
+    def create(self, account: Account, body: Any) -> Box:
+        if not isinstance(body, dict):
+            raise ApiError(422, "request body must be a JSON object")
+        plan = body.get("plan") or ""
+        if not isinstance(plan, str):
+            raise ApiError(422, "plan must be a string")
+        plan = plan or DEFAULT_PLAN
+        if plan not in {str(p["id"]) for p in PLANS}:
+            known = ", ".join(str(p["id"]) for p in PLANS)
+            raise ApiError(400, f"Unknown plan {plan!r}; available plans: {known}")
+        tags = body.get("tags") or {}
+        if not isinstance(tags, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in tags.items()):
+            raise ApiError(422, "tags must map strings to strings")
+        idle = body.get("timeout_seconds", 0)
+        if not isinstance(idle, int) or isinstance(idle, bool) or idle < 0:
+            raise ApiError(422, "timeout_seconds must be a non-negative integer")
+        with self._lock:
+            active = [b for b in self.world.boxes(owner=account.digest) if b.state in ACTIVE_STATES]
+            if len(active) >= self.settings.max_active:
+                raise ApiError(429, f"You have reached the maximum of {self.settings.max_active} active sandboxes")
+            box = self.world.create(owner=account.digest, box_id="sb_" + secrets.token_hex(10),
+                                    meta={"plan": plan, "tags": dict(tags), "idle_timeout_s": idle, "epoch": 0})
+            box.state = CREATING  # World.create marks it idle at once; DeepInfra states start here
+            fails = self._fail_creates > 0
+            self._fail_creates -= int(fails)
+        box.credentials_seen.add(account.digest)
+        boot = None if fails else (lambda: self._later(self.settings.boot_delay_s, box, STARTING, RUNNING))
+        self._later(self.settings.create_delay_s, box, CREATING, FAILED if fails else STARTING, boot)
+        return box
+
+    def stop(self, box: Box, *, immediate: bool = False) -> None:
+        """Kill every process, reset everything outside /workspace, then stopping -> stopped."""
+        with self._lock:
+            if box.state in (STOPPING, STOPPED):
+                return  # already on its way
+            if box.state != RUNNING:
+                raise ApiError(409, f"Sandbox is {box.state}, cannot stop")
+            box.state = STOPPED if immediate else STOPPING
+            self._end_runs(box, "stopped")
+            box.touch()
+        self._kill_processes(box)
+        self._reset_outside_workspace(box)
+        if not immediate:
+            self._later(self.settings.stop_delay_s, box, STOPPING, STOPPED)
+
+    def start(self, box: Box) -> None:
+        with self._lock:
+            if box.state in (STARTING, RUNNING):
+                return
+            if box.state != STOPPED:
+                raise ApiError(409, f"Sandbox is {box.state}, cannot start")
+            box.state = STARTING
+            box.touch()
+        self._later(self.settings.boot_delay_s, box, STARTING, RUNNING)
+
+    def terminate(self, box: Box) -> None:
+        with self._lock:
+            if box.state == DELETED:
+                raise ApiError(404, "Sandbox not found")
+            self._end_runs(box, "terminated")
+            box.meta["deleted_at"] = time.monotonic()
+        self.world.delete(box)  # kills its processes, removes its files, marks it deleted
+
+    def fail(self, box: Box) -> None:
+        """Behind the client's back: the sandbox breaks (state failed, processes gone)."""
+        with self._lock:
+            self._end_runs(box, "failed")
+            box.state = FAILED
+            box.touch()
+        self._kill_processes(box)
+
+    # -- internals of the state machine ----------------------------------------------------
+    def _later(self, delay: float, box: Box, expect: str, then: str,
+               and_then: Callable[[], None] | None = None) -> None:
+        """Move ``box`` from ``expect`` to ``then`` after ``delay`` (unless something moved it first)."""
+        def move() -> None:
+            with self._lock:
+                if box.state != expect:
+                    return
+                box.state = then
+                box.touch()
+            if and_then is not None:
+                and_then()
+
+        if delay <= 0:
+            move()
+            return
+        timer = threading.Timer(delay, move)
+        timer.daemon = True
+        timer.start()
+
+    def _end_runs(self, box: Box, why: str) -> None:
+        box.meta["epoch"] = int(box.meta.get("epoch", 0)) + 1  # type: ignore[call-overload]
+        for run in self._runs.get(box.id, []):
+            run.ended_by = run.ended_by or why
+
+    def _kill_processes(self, box: Box) -> None:
+        for proc in box.live_processes():
+            proc.signal(signal.SIGCONT)
+            proc.signal(signal.SIGKILL)
+
+    def _reset_outside_workspace(self, box: Box) -> None:
+        """Back to the base image: an empty home and /tmp; /workspace is kept."""
+        for path in (box.home_dir, box.tmp_dir):
+            shutil.rmtree(path, ignore_errors=True)
+            path.mkdir(parents=True, exist_ok=True)
+        os.chmod(box.tmp_dir, 0o1777)
+
+    # -- exec runs ----------------------------------------------------------------------------
+    def track(self, run: ExecRun) -> None:
+        with self._lock:
+            self._runs.setdefault(run.box.id, []).append(run)
+            if run.epoch != int(run.box.meta.get("epoch", 0)):  # type: ignore[call-overload]
+                run.ended_by = "stopped"
+
+    def forget(self, run: ExecRun) -> None:
+        with self._lock:
+            runs = self._runs.get(run.box.id, [])
+            if run in runs:
+                runs.remove(run)
+
+    # -- files ----------------------------------------------------------------------------
+    def file_path(self, box: Box, path: Any) -> tuple[str, Path]:
+        """(sandbox path, host path) of an fs path: absolute, under /workspace, symlinks resolved inside it."""
+        if not isinstance(path, str) or not path:
+            raise ApiError(422, "path is required")
+        if not path.startswith("/"):
+            raise ApiError(400, f"ERR_PATH_OUTSIDE_WORKSPACE: {path} is not an absolute path under {WORKSPACE}",
+                           "flat")
+        norm = posixpath.normpath(path)
+        if norm != WORKSPACE and not norm.startswith(WORKSPACE + "/"):
+            raise ApiError(400, f"ERR_PATH_OUTSIDE_WORKSPACE: {path} is outside {WORKSPACE}", "flat")
+        return norm, self._resolve(box, norm)
+
+    def _resolve(self, box: Box, norm: str) -> Path:
+        """Follow symlinks the way the sandbox would; refuse any that leave /workspace."""
+        root = box.workspace_dir
+        parts = [p for p in norm[len(WORKSPACE):].split("/") if p]
+        resolved: list[str] = []
+        hops = 0
+        while parts:
+            name = parts.pop(0)
+            candidate = root.joinpath(*resolved, name)
+            if not candidate.is_symlink():
+                resolved.append(name)
+                continue
+            hops += 1
+            if hops > 40:
+                raise ApiError(400, f"too many levels of symbolic links in {norm}", "flat")
+            target = os.readlink(candidate)
+            inside = posixpath.normpath(target if target.startswith("/")
+                                        else posixpath.join(WORKSPACE, *resolved, target))
+            if inside != WORKSPACE and not inside.startswith(WORKSPACE + "/"):
+                raise ApiError(400, f"ERR_PATH_OUTSIDE_WORKSPACE: {norm} leads outside {WORKSPACE}", "flat")
+            parts = [p for p in inside[len(WORKSPACE):].split("/") if p] + parts
+            resolved = []
+        return root.joinpath(*resolved)

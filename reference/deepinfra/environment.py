@@ -1,0 +1,187 @@
+"""DeepInfraEnvironment: Hermes's BaseEnvironment running commands in a DeepInfra sandbox.
+
+Lifecycle: persistent mode (the default) reattaches this session's stopped
+sandbox for the task when exactly one exists, else creates one; cleanup()
+stops it (the idle reaper's call: /workspace is kept, compute released) and
+the next environment for the task resumes it.  Non-persistent mode creates a
+sandbox and terminates it on cleanup().  Every sandbox is terminated at the
+end of the session: wait_for_cleanup() (the host's exit path),
+cleanup(force_remove=True), and an exit hook for stopped leftovers.
+
+Before each command: a stopped sandbox (stopped behind Hermes's back) is
+resumed; a terminated one is replaced and the result says
+``environment_recreated``; a failed one is reported and left alone.  $HOME
+and the default cwd are /workspace, the only directory that survives a stop.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from tools.environments.base import BaseEnvironment
+from tools.environments.base_output import _ThreadedProcessHandle
+
+from reference.common.finalize import CleanupOffThread
+from reference.deepinfra import launcher
+from reference.deepinfra.files import SandboxFiles
+from reference.deepinfra.sandboxes import Account, SandboxBroken, SandboxGone, disown, own
+from reference.deepinfra.settings import HERMES_DIR, MAX_COMMAND_S, TEMP_DIR, WORKSPACE, Settings
+from reference.deepinfra.streaming import CommandRun
+
+logger = logging.getLogger("reference.deepinfra")
+# Hermes's generic container default; /root does not survive a stop, so it means "the workspace".
+_NO_PREFERENCE = ("", "/root", "~")
+
+
+class DeepInfraEnvironment(CleanupOffThread, BaseEnvironment):
+    # stdin comes as bytes to _run_bash; the launcher delivers it exactly (see launcher.py).
+    _stdin_mode = "pipe"
+
+    def __init__(self, *, account: Account, settings: Settings, task_id: str, cwd: str, timeout: int):
+        self._account = account
+        self._settings = settings
+        self._task_id = task_id
+        self._lock = threading.RLock()  # the sandbox handle: replacement, resume, release
+        self._closed = False
+        self._terminated = False
+        self._sync: Any = None
+        self._refusal = threading.local()
+        self._persistent = settings.persistent
+        # A non-persistent sandbox still lasts the whole session: no teardown after each turn.
+        self._session_scoped = not settings.persistent
+        self._files = SandboxFiles(lambda: self._sandbox)
+        self._sandbox = self._acquire()
+        try:
+            super().__init__(cwd=WORKSPACE if cwd in _NO_PREFERENCE else cwd, timeout=timeout)
+            self._prepare()
+        except BaseException:
+            self._release(terminate=not settings.persistent)
+            raise
+
+    # -- the sandbox ------------------------------------------------------------------------
+    @property
+    def sandbox_id(self) -> str:
+        return str(self._sandbox.id)
+
+    def get_temp_dir(self) -> str:
+        return TEMP_DIR  # under /workspace: the session snapshot survives a stop
+
+    def _acquire(self) -> Any:
+        if self._settings.persistent:
+            found = self._account.reattach(self._task_id)
+            if found is not None:
+                return found
+        return self._account.create(self._task_id, self._settings.plan)
+
+    def _prepare(self) -> None:
+        """Transfer directories, Hermes's files, the session snapshot."""
+        self._files.prepare()
+        self._start_sync()
+        self.init_session()
+
+    def _start_sync(self) -> None:
+        from tools.environments.file_sync import FileSyncManager, iter_sync_files
+
+        self._sync = FileSyncManager(
+            get_files_fn=lambda: iter_sync_files(container_base=HERMES_DIR),
+            upload_fn=self._files.upload,
+            delete_fn=self._files.delete,
+            bulk_upload_fn=self._files.upload_many,
+            bulk_download_fn=self._files.download,
+        )
+        self._sync.sync(force=True)
+
+    # -- before each command -------------------------------------------------------------------
+    def _before_execute(self) -> None:
+        self._refusal.text = None
+        with self._lock:
+            if self._terminated:
+                raise RuntimeError(f"the DeepInfra environment for task {self._task_id} was terminated")
+            self._closed = False  # a persistent environment used after cleanup() resumes its sandbox
+            try:
+                self._account.ensure_running(self._sandbox)
+            except SandboxGone:
+                self._replace()
+            except SandboxBroken:
+                self._refusal.text = (
+                    f"deepinfra: sandbox {self.sandbox_id} is in the failed state (a sandbox error); the command "
+                    "did not run and the sandbox was not replaced, so nothing is lost silently. Terminate it in "
+                    "the DeepInfra dashboard to start over.")
+                return
+        if self._sync is not None:
+            self._sync.sync()
+
+    def _replace(self) -> None:
+        """The sandbox was terminated outside Hermes: this command runs in a new one."""
+        old = self.sandbox_id
+        disown(old)
+        self._sandbox = self._account.create(self._task_id, self._settings.plan)
+        logger.info("sandbox %s was terminated outside Hermes; replaced by %s", old, self.sandbox_id)
+        mark = getattr(self, "_mark_recreated", None)
+        if callable(mark):
+            mark()
+        self._snapshot_ready = False
+        self._prepare()
+
+    # -- commands ----------------------------------------------------------------------------
+    def execute(self, command: str, cwd: str = "", **kwargs: Any) -> dict[str, Any]:
+        # Hosts without the provider's default_cwd pass their generic "/root" on every call;
+        # it does not survive a stop, so it means this environment's cwd (a cd is kept).
+        return super().execute(command, "" if cwd == "/root" else cwd, **kwargs)
+
+    def _run_bash(self, cmd_string: str, *, login: bool = False, timeout: int = 120,
+                  stdin_data: str | None = None) -> Any:
+        refusal = getattr(self._refusal, "text", None)
+        if refusal:
+            self._refusal.text = None
+            return _ThreadedProcessHandle(lambda text=refusal: (text, 1))
+        if timeout > MAX_COMMAND_S:
+            logger.warning("DeepInfra stops every command after 30 minutes; this one asks for %ss", timeout)
+        stdin = stdin_data.encode("utf-8", "surrogateescape") if stdin_data is not None else None
+        launch = launcher.launch(cmd_string, login=login, stdin=stdin)
+        return CommandRun(self._account, self._sandbox, launch, timeout).start()
+
+    # -- teardown ----------------------------------------------------------------------------
+    def cleanup(self, force_remove: bool = False) -> None:
+        """Persistent: sync back and stop (the sandbox is resumed later).  Otherwise, or with
+        ``force_remove``: sync back and terminate."""
+        with self._lock:
+            if self._terminated or not hasattr(self, "_sandbox"):
+                return
+            if self._closed and not force_remove and self._settings.persistent:
+                return
+            self._closed = True
+            try:
+                state = self._account.state(self._sandbox)
+            except Exception:
+                state = "unknown"
+            if state == "deleted":
+                self._terminated = True
+                disown(self.sandbox_id)
+                return  # already gone: counts as terminated
+            if self._sync is not None and state == "running":
+                self._sync.sync_back()
+            self._release(terminate=force_remove or not self._settings.persistent, state=state)
+
+    def _release(self, *, terminate: bool, state: str = "unknown") -> None:
+        sandbox_id = self.sandbox_id
+        if terminate:
+            if self._account.terminate_id(sandbox_id):
+                self._terminated = True
+            else:
+                self._closed = False  # kept: a later cleanup may try again
+            return
+        if state in ("running", "starting", "creating", "unknown"):
+            self._account.stop(self._sandbox)
+        own(self._account, sandbox_id)  # still ours until the session ends or it is resumed
+
+    def wait_for_cleanup(self, timeout: float = 15.0) -> None:
+        """The host's exit path: the session ends, so the sandbox is terminated (within ``timeout``)."""
+        if getattr(self, "_terminated", True):
+            return
+        worker = threading.Thread(target=self.cleanup, kwargs={"force_remove": True}, daemon=True,
+                                  name="deepinfra-terminate")
+        worker.start()
+        worker.join(max(0.0, timeout - 0.5))

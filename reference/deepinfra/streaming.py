@@ -1,0 +1,155 @@
+"""Run one command in a sandbox and hand its output to Hermes as it arrives.
+
+``Sandbox.exec`` of deepinfra 0.3.0 reads the whole NDJSON stream into memory
+before it returns (a streaming exec is on the SDK's roadmap).  Hermes needs
+output while the command runs and bounded memory for floods, so this sends the
+same exec request through the SDK's own client (``DeepInfraClient.stream``:
+its auth, error mapping and timeouts) and relays each line into a
+StreamProcessHandle.  When Hermes reads slower than output arrives, the
+handle's pipe fills, this thread stops reading the response, and TCP
+backpressure slows the command down: nothing is dropped, nothing piles up.
+
+Stopping a command (Hermes's timeout or an interrupt) runs the launcher's
+killer through a second exec, which kills only that command's process group;
+only if that fails does the whole sandbox get stopped (the next command
+resumes it).  Everything runs on threads, never on Hermes's.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from typing import Any
+from urllib.parse import quote
+
+from reference.common.redact import redact
+from reference.common.stream_handle import StreamProcessHandle
+from reference.deepinfra.launcher import Launch, killer
+from reference.deepinfra.sandboxes import Account
+from reference.deepinfra.settings import MAX_COMMAND_S
+
+logger = logging.getLogger("reference.deepinfra")
+
+SERVER_GRACE_S = 30  # the service's own timeout trails Hermes's, as a backstop
+HTTP_GRACE_S = 30.0  # the read timeout trails the service's timeout, so its kill arrives as a line
+KILL_GRACE_S = 3.0  # after the killer ran, the stream should end within this
+KILL_ATTEMPTS = 2
+LOST = ("\n[deepinfra: the exec stream ended without an exit status (connection lost or service error); "
+        "the command's outcome is unknown]\n")
+
+
+def server_timeout(timeout_s: float) -> int:
+    return int(min(max(1, int(timeout_s)) + SERVER_GRACE_S, MAX_COMMAND_S))
+
+
+class CommandRun:
+    def __init__(self, account: Account, sandbox: Any, launch: Launch, timeout_s: float):
+        self.account = account
+        self.sandbox = sandbox
+        self.launch = launch
+        self.timeout_s = server_timeout(timeout_s)
+        self.asked_s = timeout_s
+        self.handle = StreamProcessHandle(stop=self._stop)
+        self.done = threading.Event()
+        self._response: Any = None
+
+    def start(self) -> StreamProcessHandle:
+        threading.Thread(target=self._pump, daemon=True, name=f"deepinfra-{self.launch.run_id}").start()
+        return self.handle
+
+    # -- the stream ------------------------------------------------------------------------
+    def _request(self) -> Any:
+        from deepinfra import RequestSpec
+
+        return RequestSpec("POST", f"/v1/sandboxes/{quote(self.sandbox.id, safe='')}/exec",
+                           json={"command": self.launch.argv, "timeout_seconds": self.timeout_s},
+                           timeout=self.timeout_s + HTTP_GRACE_S)
+
+    def _pump(self) -> None:
+        import deepinfra
+
+        code, note, started = 1, None, time.monotonic()
+        try:
+            if self.launch.staged is not None:
+                self.sandbox.fs.write(self.launch.staged_path, self.launch.staged)
+            with self.account.client.stream(self._request()) as response:
+                self._response = response
+                code, note = self._relay(response, started)
+        except deepinfra.ContentTooLargeError:
+            note = "\n[deepinfra: stdin is larger than the 100 MiB a sandbox file transfer allows; the command did not run]\n"
+        except deepinfra.ConflictError as exc:
+            note = (f"\n[deepinfra: sandbox {self.sandbox.id} is not running ({exc.message}); the command did not "
+                    "run. The next command resumes the sandbox.]\n")
+        except deepinfra.NotFoundError:
+            note = (f"\n[deepinfra: sandbox {self.sandbox.id} no longer exists; the command did not run. The next "
+                    "command runs in a new sandbox.]\n")
+        except Exception as exc:  # transport errors, API errors, a stream cut short
+            if not self.handle.killed:
+                note = f"\n[deepinfra: the command failed in the service: {redact(exc, self.account.secrets)}]\n"
+        finally:
+            if note and not self.handle.killed:
+                self.handle.feed(note.encode())
+            self.done.set()
+            self.handle.finish(code)
+
+    def _relay(self, response: Any, started: float) -> tuple[int, str | None]:
+        """Feed output lines to the handle; (exit status, note to append) at the terminal line."""
+        for raw in response.iter_lines():
+            text = raw.strip()
+            if not text:
+                continue
+            try:
+                event = json.loads(text)
+            except ValueError:
+                logger.debug("skipping an unreadable exec stream line of %d characters", len(text))
+                continue
+            if not isinstance(event, dict) or not event:
+                continue  # {} is a heartbeat
+            for stream in ("stdout", "stderr"):
+                piece = event.get(stream)
+                if isinstance(piece, str) and piece:
+                    self.handle.feed(piece.encode("utf-8", "surrogatepass"))
+            if "returncode" in event:
+                try:
+                    return int(event["returncode"]), None
+                except (TypeError, ValueError):
+                    return 1, LOST
+            if "error" in event:
+                return self._ended_by_service(str(event["error"]), time.monotonic() - started)
+        return 1, LOST
+
+    def _ended_by_service(self, message: str, elapsed: float) -> tuple[int, str]:
+        if elapsed >= self.timeout_s - 1:
+            if self.timeout_s >= MAX_COMMAND_S:
+                return 124, ("\n[deepinfra: DeepInfra stops every command after 30 minutes and stopped this one "
+                             f"({message}). Run longer work in the background (nohup ... &) and poll it.]\n")
+            return 124, f"\n[deepinfra: the service stopped the command at its timeout ({message})]\n"
+        return 1, f"\n[deepinfra: the service ended the command: {message}]\n"
+
+    # -- stopping one command ---------------------------------------------------------------
+    def _stop(self) -> None:
+        """Kill this command's process group through a second exec; stop the sandbox only if that fails."""
+        for _ in range(KILL_ATTEMPTS):
+            if self.done.is_set():
+                return
+            try:
+                result = self.sandbox.exec(*killer(self.launch.run_id), timeout=20)
+                if result.returncode == 0 and self.done.wait(KILL_GRACE_S):
+                    return
+            except Exception as exc:
+                logger.info("killing command %s failed: %s", self.launch.run_id, redact(exc, self.account.secrets))
+            if self.done.wait(0.2):
+                return
+        if self.done.is_set():
+            return
+        logger.warning("command %s in sandbox %s could not be killed on its own; stopping the sandbox "
+                       "(the next command resumes it)", self.launch.run_id, self.sandbox.id)
+        self.account.stop(self.sandbox)
+        response = self._response
+        if response is not None and not self.done.wait(KILL_GRACE_S):
+            try:
+                response.close()
+            except Exception:
+                pass
