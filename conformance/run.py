@@ -66,6 +66,11 @@ class KitRun:
         spec, default_fake = backends.resolve(options.backend)
         if options.live and options.fake:
             raise config.BackendConfigError("--live and --fake exclude each other; pick one")
+        if options.live and os.environ.get("CI") and os.environ.get("HERMES_KIT_ALLOW_LIVE") != "1":
+            # Live runs create billed sandboxes with real credentials: never by accident in CI.
+            raise config.BackendConfigError(
+                "--live refuses to run in CI (CI is set); set HERMES_KIT_ALLOW_LIVE=1 "
+                "in the job that is meant to certify against the real service")
         fake_name = None if options.live else (options.fake or default_fake)
 
         hermes_home = _make_hermes_home(workdir / "hermes-home", backend_config.terminal)

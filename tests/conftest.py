@@ -36,7 +36,9 @@ def run_suite(*args: str, cwd: Path, python: str = sys.executable, timeout: floa
     report = cwd / "report.json"
     cmd = [python, "-m", "pytest", "--pyargs", "conformance.checks", "-p", "no:cacheprovider",
            "-q", "--report", str(report), *(["-n", str(workers)] if workers else []), *args]
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "TEMPDIR_BOX_", "HERMES_"))}
+    # The kit's own behaviour must not depend on the machine running it (CI changes --live).
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PYTEST_", "TEMPDIR_BOX_", "HERMES_")) and k != "CI"}
     env.update(extra_env or {})
     proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
     data = json.loads(report.read_text()) if report.exists() else None

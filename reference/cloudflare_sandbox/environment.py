@@ -19,6 +19,7 @@ from typing import Any
 
 from tools.environments.base import BaseEnvironment
 
+from reference.common.finalize import CleanupOffThread
 from reference.common.stream_handle import StreamProcessHandle
 
 from .command import RemoteCommand
@@ -30,7 +31,7 @@ logger = logging.getLogger("reference.cloudflare_sandbox")
 CLEANUP_DEADLINE_S = 12.0  # inside Hermes's 15 s atexit wait
 
 
-class CloudflareSandboxEnvironment(BaseEnvironment):
+class CloudflareSandboxEnvironment(CleanupOffThread, BaseEnvironment):
     _stdin_mode = "pipe"
     _snapshot_timeout = 120  # the bootstrap carries the container's cold start or restore
 

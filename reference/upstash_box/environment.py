@@ -21,6 +21,7 @@ from tools.environments.base import BaseEnvironment
 from tools.environments.base_output import _ThreadedProcessHandle
 
 from reference.common import tar_transfer
+from reference.common.finalize import CleanupOffThread
 from reference.common.naming import sandbox_name
 from reference.upstash_box import session
 from reference.upstash_box.boxes import USABLE, Account, BoxGone, connection_error
@@ -29,7 +30,7 @@ from reference.upstash_box.settings import Settings
 logger = logging.getLogger("reference.upstash_box")
 
 
-class UpstashBoxEnvironment(BaseEnvironment):
+class UpstashBoxEnvironment(CleanupOffThread, BaseEnvironment):
     def __init__(self, *, account: Account, settings: Settings, task_id: str, cwd: str, timeout: int):
         self._account = account
         self._settings = settings
