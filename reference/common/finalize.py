@@ -5,13 +5,21 @@ finalizers on whatever thread happens to allocate at the time: an asyncio
 loop, an HTTP server worker, the agent's own turn.  A cleanup that makes a
 network call there can stall that thread for a whole request timeout, or
 deadlock it when the thread is the one that would answer the call.  So a
-finalizer only starts a daemon thread that does the cleanup.
+finalizer only queues the cleanup for a daemon dispatcher thread.
+
+The finalizer must not start a thread itself: Thread.start() waits for the
+new thread to run, which never happens during interpreter shutdown on
+Python 3.11 (the process hangs at exit), nor when the collector ran inside
+threading's own bookkeeping.  SimpleQueue.put is safe in a finalizer.
 """
 
 from __future__ import annotations
 
+import queue
 import threading
 from typing import Any
+
+_pending: queue.SimpleQueue[Any] = queue.SimpleQueue()
 
 
 class CleanupOffThread:
@@ -19,11 +27,21 @@ class CleanupOffThread:
 
     def __del__(self) -> None:
         try:
-            cleanup: Any = self.cleanup  # type: ignore[attr-defined]
-            threading.Thread(target=_quietly, args=(cleanup,), daemon=True,
-                             name=f"{type(self).__name__}-finalize").start()
-        except Exception:  # interpreter shutdown: threads can no longer start; atexit has run cleanup
+            _pending.put(self.cleanup)  # type: ignore[attr-defined]
+        except Exception:
             pass
+
+
+def _dispatch() -> None:
+    # One thread per cleanup, so a cleanup stuck on the network delays no other.
+    while True:
+        cleanup = _pending.get()
+        try:
+            threading.Thread(target=_quietly, args=(cleanup,), daemon=True,
+                             name=f"{type(getattr(cleanup, '__self__', cleanup)).__name__}-finalize").start()
+        except Exception:  # threads can no longer start: atexit has run cleanup
+            return
+        del cleanup
 
 
 def _quietly(cleanup: Any) -> None:
@@ -31,3 +49,6 @@ def _quietly(cleanup: Any) -> None:
         cleanup()
     except Exception:
         pass
+
+
+threading.Thread(target=_dispatch, daemon=True, name="reference-finalize").start()
