@@ -1,0 +1,62 @@
+"""Random Hermes sessions on every default backend, against its fake (issue 7, section 3).
+
+One Harness (KitRun + fake + environment pool) per backend per worker process,
+shared by the random run and the regression replays.  The random run is
+derandomized so CI is deterministic; `nox -s soak` runs a larger randomized one.
+KIT_MACHINE_EXAMPLES overrides the example count (default 200).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from conformance.session_model import Harness, SessionMachine, regression_json, replay, run_machine
+
+BACKENDS = ("tempdir_box", "upstash_box", "cloudflare_sandbox", "deepinfra")
+EXAMPLES = int(os.environ.get("KIT_MACHINE_EXAMPLES", "200"))
+STEPS = 6
+REGRESSIONS = Path(__file__).parent / "regressions" / "session_machine"
+
+
+def _cases() -> list[tuple[str, Path]]:
+    cases = []
+    for path in sorted(REGRESSIONS.glob("*.json")):
+        wanted = json.loads(path.read_text())["backends"]
+        cases += [(b, path) for b in BACKENDS if wanted == "all" or b in wanted]
+    return cases
+
+
+@pytest.fixture(scope="session")
+def harnesses(tmp_path_factory):
+    """Start each backend's fake once per worker, on first use."""
+    started: dict[str, Harness] = {}
+
+    def get(backend: str) -> Harness:
+        if backend not in started:
+            started[backend] = Harness(backend, tmp_path_factory.mktemp(f"machine-{backend}"))
+        return started[backend]
+
+    yield get
+    for harness in started.values():
+        harness.close()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_random_sessions_match_the_model(harnesses, backend):
+    harness = harnesses(backend)
+    try:
+        run_machine(harness, EXAMPLES, steps=STEPS)
+    except Exception as exc:
+        raise AssertionError(
+            f"{exc}\n\nTo keep this as a regression, save the JSON below as "
+            f"{REGRESSIONS.relative_to(Path.cwd()) if REGRESSIONS.is_relative_to(Path.cwd()) else REGRESSIONS}"
+            f"/<short-name>.json:\n{regression_json(backend, SessionMachine.last_trace)}") from exc
+
+
+@pytest.mark.parametrize(("backend", "path"), _cases(), ids=lambda v: v.stem if isinstance(v, Path) else v)
+def test_regression_replays(harnesses, backend, path):
+    replay(harnesses(backend), json.loads(path.read_text())["steps"])
