@@ -5,6 +5,7 @@
     nox -s tests                                # the kit's own tests (mutants included)
     nox -s lint
     nox -s host_equivalence                     # same verdicts on hermes-agent 0.19.0 and the stand-ins
+    nox -s bench -- [--quick] [--backends a,b]  # benchmark matrix (not in the default sessions)
 """
 
 from __future__ import annotations
@@ -85,8 +86,12 @@ def lint(session: nox.Session) -> None:
 
 @nox.session(default=False)
 def bench(session: nox.Session) -> None:
-    """Round-trip latency and streaming throughput per backend, with ratios to a baseline."""
-    session.install(".[upstash,deepinfra]")
+    """The benchmark matrix (docs/benchmarks.md): every backend on its fake against local bash -c.
+
+    nox -s bench -- [--quick] [--backends tempdir_box,upstash_box] [--skip-suite]
+    """
+    # The profilers are for bench/PROFILE.md's method (py-spy record / pyinstrument), not the run itself.
+    session.install(".[upstash,deepinfra]", "pyinstrument>=4.6", "py-spy>=0.3.14")
     session.run("python", "-W", "ignore::DeprecationWarning", "-m", "conformance.bench",
                 "--out", str(ROOT / "bench" / "results.json"), *session.posargs)
 

@@ -1,0 +1,5 @@
+import sys
+
+from conformance.bench.cli import main
+
+sys.exit(main())

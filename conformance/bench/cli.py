@@ -1,0 +1,257 @@
+"""``python -m conformance.bench``: measure every selected backend and the baseline in one process."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from conformance.backends import KNOWN_BACKENDS
+from conformance.bench import growth, report, suite
+from conformance.bench.measure import MIB, human_size, measured, parse_size, percentile, timed_ms
+from conformance.bench.report import Figure, TargetResult
+from conformance.bench.targets import KitBackend, LocalBash, Target, Unsupported, concurrent_floods
+
+ALL_BACKENDS = ("tempdir_box", "upstash_box", "cloudflare_sandbox", "deepinfra")
+# Backends whose vendor SDK comes from an extra: (importable module, extra name).
+EXTRAS = {"upstash_box": ("upstash_box", "upstash"), "deepinfra": ("deepinfra", "deepinfra")}
+REPEAT_UP_TO = 4 * MIB  # output sizes up to this are repeated (median of 3); larger ones run once
+
+
+@dataclass
+class Plan:
+    sizes: list[int]
+    stream: int
+    stdin: int
+    sync: tuple[int, int, int]  # small files, bytes each, big file bytes
+    concurrency: list[int]
+    per_call: int
+    rounds: int
+    cold_samples: int
+
+
+FULL = Plan([1024, 16 * 1024, 256 * 1024, 4 * MIB, 64 * MIB, 100 * MIB], 100 * MIB, 50 * MIB,
+            (1000, 1024, 50 * MIB), [1, 2, 4, 8, 16], 4 * MIB, 50, 3)
+QUICK = Plan([1024, 16 * 1024, 256 * 1024, 4 * MIB], 4 * MIB, 4 * MIB,
+             (100, 1024, 4 * MIB), [1, 2, 4], 256 * 1024, 10, 2)
+
+
+class MissingExtra(SystemExit):
+    pass
+
+
+def check_extras(backends: list[str]) -> None:
+    """Fail before measuring anything when a backend's SDK is not installed."""
+    for name in backends:
+        if name not in KNOWN_BACKENDS:
+            raise SystemExit(f"bench: unknown backend {name!r}; known: {', '.join(ALL_BACKENDS)}")
+        module, extra = EXTRAS.get(name, (None, None))
+        if module and importlib.util.find_spec(module) is None:
+            raise MissingExtra(
+                f"bench: backend {name} needs its SDK, the '{extra}' extra: module {module!r} is not "
+                f"importable. Install it with: pip install 'hermes-backend-kit[{extra}]' "
+                f"(or drop it: --backends {','.join(b for b in backends if b != name) or 'tempdir_box'})")
+
+
+class Progress:
+    def __init__(self) -> None:
+        self.started = time.perf_counter()
+
+    def __call__(self, target: str, figure: str, text: str) -> None:
+        print(f"[{time.perf_counter() - self.started:7.1f}s] {target:<20} {figure:<30} {text}",
+              file=sys.stderr, flush=True)
+
+
+def _attempt(result: TargetResult, keys: list[str], progress: Progress, figure: str,
+             work: Callable[[], dict[str, Figure]]) -> None:
+    """Run one figure's measurement; a failure or a missing capability becomes n/a with its reason."""
+    try:
+        result.figures.update(work())
+    except Unsupported as exc:
+        for k in keys:
+            result.figures[k] = Figure(na=str(exc))
+        progress(result.name, figure, f"n/a: {exc}")
+    except Exception as exc:
+        reason = f"failed: {type(exc).__name__}: {str(exc)[:300]}"
+        for k in keys:
+            result.figures[k] = Figure(na=reason)
+        progress(result.name, figure, reason)
+        traceback.print_exc(file=sys.stderr)
+
+
+def measure(target: Target, plan: Plan, progress: Progress) -> TargetResult:
+    result = TargetResult(target.name, target.label)
+    name = target.name
+
+    def cold() -> dict[str, Figure]:
+        samples = []
+        for _ in range(plan.cold_samples):
+            started = time.perf_counter()
+            target.cold_start()
+            samples.append((time.perf_counter() - started) * 1000)
+        value = statistics.median(samples)
+        progress(name, "cold start", f"{value:.1f} ms (median of {len(samples)})")
+        return {"cold_start_ms": Figure(value, detail={"samples_ms": [round(s, 2) for s in samples]})}
+
+    def rtt() -> dict[str, Figure]:
+        samples = timed_ms(target.round_trip, plan.rounds)
+        p50, p95 = percentile(samples, 50), percentile(samples, 95)
+        progress(name, "round trip", f"p50 {p50:.2f} ms, p95 {p95:.2f} ms ({len(samples)} rounds)")
+        return {"rtt_p50_ms": Figure(p50), "rtt_p95_ms": Figure(p95)}
+
+    def output(mode: str) -> dict[str, Figure]:
+        bounded = mode == "bounded"
+        sizes = sorted(set(plan.sizes) | {plan.stream})
+        points = []
+        for size in sizes:
+            runs = [measured(lambda s=size: target.flood(s, bounded=bounded))
+                    for _ in range(3 if size <= REPEAT_UP_TO else 1)]
+            latency = statistics.median(r.seconds for r in runs) * 1000
+            rss = max(r.rss_growth_mib for r in runs)
+            points.append({"bytes": size, "latency_ms": round(latency, 3), "rss_mib": round(rss, 2)})
+            progress(name, f"output {mode} {human_size(size)}",
+                     f"{latency:.1f} ms, {size / MIB / (latency / 1000):.1f} MiB/s, RSS +{rss:.1f} MiB")
+        series = [p for p in points if p["bytes"] in plan.sizes]
+        xs = [float(p["bytes"]) for p in series]
+        result.growth[f"output_{mode}"] = {
+            "capture": mode, "points": series,
+            "fits": {"latency": growth.cost_growth(xs, [p["latency_ms"] for p in series]),
+                     "memory": growth.cost_growth(xs, [p["rss_mib"] for p in series],
+                                                  floor=report.RSS_FLOOR_MIB)}}
+        at = next(p for p in points if p["bytes"] == plan.stream)
+        rate = plan.stream / MIB / (at["latency_ms"] / 1000)
+        return {f"output_{mode}_mib_s": Figure(rate), f"rss_{mode}_mib": Figure(at["rss_mib"])}
+
+    def concurrency() -> dict[str, Figure]:
+        points = []
+        for n in plan.concurrency:
+            sample = measured(lambda n=n: concurrent_floods(target, n, plan.per_call))
+            rate = n * plan.per_call / MIB / sample.seconds
+            points.append({"n": n, "mib_s": round(rate, 2), "call_p50_ms": round(percentile(sample.value, 50), 2),
+                           "rss_mib": round(sample.rss_growth_mib, 2)})
+            progress(name, f"concurrency n={n}", f"{rate:.1f} MiB/s total, {human_size(plan.per_call)} per call")
+        result.growth["concurrency"] = {
+            "bytes_per_call": plan.per_call, "capture": "bounded", "points": points,
+            "fits": {"throughput": growth.scaling_growth([p["n"] for p in points], [p["mib_s"] for p in points])}}
+        return {}
+
+    def stdin() -> dict[str, Figure]:
+        data = ("y" * 1023 + "\n") * (plan.stdin // 1024)
+        sample = measured(lambda: target.stdin(data))
+        if sample.value != len(data):
+            raise RuntimeError(f"wc -c counted {sample.value} bytes of stdin, {len(data)} were sent")
+        rate = plan.stdin / MIB / sample.seconds
+        progress(name, f"stdin {human_size(plan.stdin)}", f"{rate:.1f} MiB/s")
+        return {"stdin_mib_s": Figure(rate, detail={"seconds": round(sample.seconds, 3)})}
+
+    def sync() -> dict[str, Figure]:
+        got = target.sync(plan.sync)
+        want = plan.sync[0] + 1
+        if got.files_seen != want or got.big_bytes_seen != plan.sync[2]:
+            raise RuntimeError(f"the sandbox holds {got.files_seen} of {want} files and "
+                               f"{got.big_bytes_seen} of {plan.sync[2]} bytes of the big file")
+        progress(name, "file sync", f"push {got.push_s:.2f} s, back {got.back_s:.2f} s")
+        return {"sync_push_s": Figure(got.push_s, detail={"files": want}),
+                "sync_back_s": Figure(got.back_s)}
+
+    _attempt(result, ["cold_start_ms"], progress, "cold start", cold)
+    _attempt(result, ["rtt_p50_ms", "rtt_p95_ms"], progress, "round trip", rtt)
+    _attempt(result, ["output_bounded_mib_s", "rss_bounded_mib"], progress, "output bounded",
+             lambda: output("bounded"))
+    _attempt(result, ["output_full_mib_s", "rss_full_mib"], progress, "output full", lambda: output("full"))
+    _attempt(result, [], progress, "concurrency", concurrency)
+    _attempt(result, ["stdin_mib_s"], progress, "stdin", stdin)
+    _attempt(result, ["sync_push_s", "sync_back_s"], progress, "file sync", sync)  # last: it adds host files
+    return result
+
+
+def _plan(args: argparse.Namespace) -> Plan:
+    plan = QUICK if args.quick else FULL
+    sizes = [parse_size(s) for s in args.sizes.split(",")] if args.sizes else plan.sizes
+    stream = parse_size(args.stream_size) if args.stream_size else plan.stream
+    sync = (args.sync_files if args.sync_files is not None else plan.sync[0], plan.sync[1],
+            parse_size(args.sync_big_size) if args.sync_big_size else plan.sync[2])
+    return Plan(sorted(sizes), stream, parse_size(args.stdin_size) if args.stdin_size else plan.stdin, sync,
+                [int(n) for n in args.concurrency.split(",")] if args.concurrency else plan.concurrency,
+                parse_size(args.per_call_size) if args.per_call_size else plan.per_call,
+                args.rounds or plan.rounds, args.cold_samples or plan.cold_samples)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m conformance.bench",
+                                description="Benchmark matrix: backends on their fakes against local bash -c.")
+    p.add_argument("--backends", default=",".join(ALL_BACKENDS),
+                   help=f"comma-separated backends (default {','.join(ALL_BACKENDS)})")
+    p.add_argument("--quick", action="store_true", help="smaller sizes, fewer rounds (about a minute)")
+    p.add_argument("--skip-suite", action="store_true", help="do not time the conformance suite")
+    p.add_argument("--out", default="bench/results.json", help="JSON path; the Markdown goes next to it (.md)")
+    p.add_argument("--sizes", help="output sizes of the growth series, e.g. 1K,16K,256K,4M,64M,100M")
+    p.add_argument("--stream-size", help="output size of the throughput figures (default 100M; quick 4M)")
+    p.add_argument("--stdin-size", help="stdin size (default 50M; quick 4M)")
+    p.add_argument("--sync-files", type=int, help="small files to sync (default 1000; quick 100)")
+    p.add_argument("--sync-big-size", help="size of the one big synced file (default 50M; quick 4M)")
+    p.add_argument("--concurrency", help="concurrent execute() calls, e.g. 1,2,4,8,16")
+    p.add_argument("--per-call-size", help="output per concurrent call (default 4M; quick 256K)")
+    p.add_argument("--rounds", type=int, help="round trips of `true` (default 50; quick 10)")
+    p.add_argument("--cold-samples", type=int, help="cold starts per backend (default 3; quick 2)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    check_extras(backends)
+    plan = _plan(args)
+    clean_env = dict(os.environ)  # each KitRun exports its fake's variables into this process
+    progress = Progress()
+    results: list[TargetResult] = []
+    with tempfile.TemporaryDirectory(prefix="kit-bench-") as tmp:
+        progress("local", "start", "baseline: bash -c through subprocess")
+        results.append(measure(LocalBash(Path(tmp)), plan, progress))
+        for name in backends:
+            progress(name, "start", f"{KNOWN_BACKENDS[name].description}; starting its fake")
+            try:
+                target = KitBackend(name, Path(tmp) / name)
+            except Exception as exc:
+                results.append(TargetResult(name, name, error=f"{type(exc).__name__}: {exc}"))
+                progress(name, "start", f"failed: {exc}")
+                continue
+            try:
+                results.append(measure(target, plan, progress))
+            finally:
+                target.close()
+                os.environ.clear()
+                os.environ.update(clean_env)
+    results[0].figures["suite_s"] = Figure(na="the baseline is not a backend: there is no suite to run")
+    for r in results[1:]:
+        if args.skip_suite:
+            r.figures["suite_s"] = Figure(na="skipped (--skip-suite)")
+            continue
+        progress(r.name, "conformance suite", " ".join(suite.command(r.name)[1:]))
+        run = suite.run(r.name, clean_env)
+        r.figures["suite_s"] = Figure(run.seconds, detail={"returncode": run.returncode, "summary": run.summary})
+        progress(r.name, "conformance suite", f"{run.seconds:.1f} s, exit {run.returncode}: {run.summary}")
+    options: dict[str, Any] = {"quick": args.quick, "backends": backends, "skip_suite": args.skip_suite,
+                               "sizes": plan.sizes, "stream": plan.stream, "stdin": plan.stdin,
+                               "sync": {"files": plan.sync[0], "file_bytes": plan.sync[1], "big": plan.sync[2]},
+                               "concurrency": plan.concurrency, "per_call": plan.per_call,
+                               "rounds": plan.rounds, "cold_samples": plan.cold_samples}
+    data = report.to_json(results, {"stream": plan.stream, "stdin": plan.stdin, "sync": plan.sync}, options)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(data, indent=2) + "\n")
+    markdown = report.to_markdown(data)
+    out.with_suffix(".md").write_text(markdown)
+    print(markdown)
+    progress("all", "done", f"wrote {out} and {out.with_suffix('.md')}")
+    return 1 if any(r.error for r in results) else 0
