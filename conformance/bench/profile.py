@@ -1,0 +1,115 @@
+"""Profile one benchmark path of one backend, and summarise a py-spy profile of it.
+
+    py-spy record --format raw --rate 200 -o prof.txt -- \\
+        python -m conformance.bench.profile run --backend deepinfra --path output --size 100M
+    python -m conformance.bench.profile summary prof.txt
+
+py-spy samples every thread, which matters here: the backend's readers, the
+host's drain thread and the fake's event loop all run in their own threads
+of this one process (pyinstrument follows only the calling thread, so it
+sees nothing but the host's wait loop).  The summary is self time per
+function and inclusive time per source area (reference/, fakes/, host, SDK).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import re
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from conformance.bench.measure import MIB, parse_size
+
+PATHS = ("output", "output-full", "rtt", "stdin")
+_FRAME = re.compile(r"^(?P<func>.*) \((?P<file>[^()]*?)(?::\d+)?\)$")
+AREAS = (("reference/", "reference backend"), ("fakes/", "fake service"), ("conformance/host", "Hermes host"),
+         ("site-packages/", "third-party (SDK, uvicorn, websockets, httpx)"), ("python3.", "stdlib"))
+
+
+def run_path(backend: str, path: str, size: int, repeat: int) -> None:
+    from conformance.bench.targets import KitBackend
+
+    with tempfile.TemporaryDirectory(prefix="kit-profile-") as tmp:
+        target = KitBackend(backend, Path(tmp))
+        try:
+            target.round_trip()  # warm: environment created outside the measured loop
+            data = ("y" * 1023 + "\n") * (size // 1024) if path == "stdin" else ""
+            started = time.perf_counter()
+            for _ in range(repeat):
+                if path == "rtt":
+                    target.round_trip()
+                elif path == "stdin":
+                    target.stdin(data)
+                else:
+                    target.flood(size, bounded=path == "output")
+            elapsed = time.perf_counter() - started
+        finally:
+            target.close()
+    per = elapsed / repeat
+    rate = f", {size / MIB / per:.1f} MiB/s" if path != "rtt" else ""
+    print(f"{backend} {path}: {per * 1000:.1f} ms per call{rate} ({repeat} calls)")
+
+
+def _frame_key(frame: str) -> tuple[str, str]:
+    m = _FRAME.match(frame.strip())
+    return (m.group("func"), m.group("file")) if m else (frame.strip(), "")
+
+
+def summarize(profile: Path, top: int = 25) -> str:
+    self_time: collections.Counter[str] = collections.Counter()
+    areas: collections.Counter[str] = collections.Counter()
+    total = 0
+    for line in profile.read_text(errors="replace").splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        n = int(count)
+        total += n
+        frames = [_frame_key(f) for f in stack.split(";") if f]
+        func, file = frames[-1]
+        self_time[f"{func} ({_short(file)})"] += n
+        seen = set()
+        for _, f in frames:
+            for marker, area in AREAS:
+                if marker in f and area not in seen:
+                    seen.add(area)
+                    areas[area] += n
+                    break
+    lines = [f"{total} samples (all non-idle threads)", "", "inclusive by area:"]
+    lines += [f"  {100 * n / total:5.1f}%  {area}" for area, n in areas.most_common()]
+    lines += ["", f"self time, top {top}:"]
+    lines += [f"  {100 * n / total:5.1f}%  {name}" for name, n in self_time.most_common(top)]
+    return "\n".join(lines)
+
+
+def _short(file: str) -> str:
+    for marker in ("site-packages/", "/work/main/", "lib/python3.11/"):
+        if marker in file:
+            return file.split(marker, 1)[1]
+    return file
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m conformance.bench.profile")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run", help="run one path in a loop (under a profiler)")
+    r.add_argument("--backend", required=True)
+    r.add_argument("--path", choices=PATHS, default="output")
+    r.add_argument("--size", default="100M")
+    r.add_argument("--repeat", type=int, default=2)
+    s = sub.add_parser("summary", help="summarise a py-spy --format raw profile")
+    s.add_argument("profile", type=Path)
+    s.add_argument("--top", type=int, default=25)
+    args = p.parse_args(argv)
+    if args.cmd == "run":
+        run_path(args.backend, args.path, parse_size(args.size), args.repeat)
+    else:
+        print(summarize(args.profile, args.top))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
