@@ -25,8 +25,21 @@ from conformance.bench.measure import MIB, parse_size
 
 PATHS = ("output", "output-full", "rtt", "stdin")
 _FRAME = re.compile(r"^(?P<func>.*) \((?P<file>[^()]*?)(?::\d+)?\)$")
-AREAS = (("reference/", "reference backend"), ("fakes/", "fake service"), ("conformance/host", "Hermes host"),
-         ("site-packages/", "third-party (SDK, uvicorn, websockets, httpx)"), ("python3.", "stdlib"))
+# py-spy shortens paths to the module's own: "reference/...", "httpcore/...", "threading.py".
+HOST_FILES = ("standins/", "conformance/", "factory.py", "calls.py", "drivers.py")
+
+
+def area(file: str) -> str:
+    if file.startswith("reference/"):
+        return "reference backend"
+    if file.startswith("fakes/"):
+        return "fake service"
+    if file.startswith(HOST_FILES):
+        return "kit and Hermes host stand-ins"
+    top = file.split("/", 1)[0].removesuffix(".py")
+    if file.startswith("<frozen") or top in sys.stdlib_module_names:
+        return "stdlib"
+    return "third-party (SDKs, httpx, websockets, uvicorn)"
 
 
 def run_path(backend: str, path: str, size: int, repeat: int) -> None:
@@ -71,14 +84,11 @@ def summarize(profile: Path, top: int = 25) -> str:
         frames = [_frame_key(f) for f in stack.split(";") if f]
         func, file = frames[-1]
         self_time[f"{func} ({_short(file)})"] += n
-        seen = set()
-        for _, f in frames:
-            for marker, area in AREAS:
-                if marker in f and area not in seen:
-                    seen.add(area)
-                    areas[area] += n
-                    break
-    lines = [f"{total} samples (all non-idle threads)", "", "inclusive by area:"]
+        # threading/runpy sit under every stack: stdlib counts only where nothing else is.
+        for name in ({area(f) for _, f in frames} - {"stdlib"}) or {"stdlib only"}:
+            areas[name] += n
+    lines = [f"{total} samples (threads py-spy saw as active; blocked Condition.wait/select "
+             "calls can still appear)", "", "inclusive by area (a stack counts once per area it passes through):"]
     lines += [f"  {100 * n / total:5.1f}%  {area}" for area, n in areas.most_common()]
     lines += ["", f"self time, top {top}:"]
     lines += [f"  {100 * n / total:5.1f}%  {name}" for name, n in self_time.most_common(top)]
