@@ -23,6 +23,8 @@ here: they are World.set_state / pause / delete calls.
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 KINDS = ("status", "latency", "drop", "half-close", "silence", "garbage", "truncate", "flood")
@@ -57,6 +59,7 @@ class Faults:
         self._armed: list[Fault] = []
         self._lock = threading.Lock()
         self.log: list[tuple[str, str | None, str]] = []  # (route, box, kind) of every fired fault
+        self.fired_at: list[tuple[float, str]] = []  # (monotonic time, route): how fast a client came back
 
     def arm(self, fault: Fault) -> Fault:
         with self._lock:
@@ -67,6 +70,10 @@ class Faults:
         with self._lock:
             self._armed.clear()
 
+    def remove(self, which: Callable[[Fault], bool]) -> None:
+        with self._lock:
+            self._armed = [f for f in self._armed if not which(f)]
+
     def take(self, route: str, box: str | None = None) -> Fault | None:
         """The first armed fault for this request, consuming one of its firings."""
         with self._lock:
@@ -76,5 +83,6 @@ class Faults:
                     if fault.times >= 0 and fault.fired >= fault.times:
                         self._armed.remove(fault)
                     self.log.append((route, box, fault.kind))
+                    self.fired_at.append((time.monotonic(), route))
                     return fault
         return None

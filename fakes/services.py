@@ -59,7 +59,7 @@ def _upstash(workdir: Path) -> FakeService:
     return FakeService(
         name="upstash",
         env=server.exports(),
-        world=UpstashWorld(server.world),
+        world=UpstashWorld(server.world, server.faults),
         secret_vars=frozenset({"UPSTASH_BOX_API_KEY"}),
         credential_var="UPSTASH_BOX_API_KEY",
         _stop=server.stop,

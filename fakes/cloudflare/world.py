@@ -14,12 +14,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fakes.faults import Faults
+from fakes.fault_script import FaultScript
 
 from .protocol import token_digest
+from .settings import ROUTE_EXEC, ROUTE_HEALTH, ROUTE_INIT, ROUTE_STATUS
 from .workspace import Bridge, Workspace
 
-CAPABILITIES = frozenset({"world", "world-states"})
+CAPABILITIES = frozenset({"world", "world-states", "transport-faults"})
+FAULT_ROUTES = {"create": (ROUTE_INIT,), "exec": (ROUTE_EXEC,), "read": (ROUTE_STATUS, ROUTE_HEALTH)}
 
 
 class CloudflareWorld:
@@ -27,10 +29,7 @@ class CloudflareWorld:
 
     def __init__(self, bridge: Bridge):
         self.bridge = bridge
-
-    @property
-    def faults(self) -> Faults:
-        return self.bridge.faults
+        self.faults = FaultScript(bridge.faults, FAULT_ROUTES)
 
     @property
     def paths_note(self) -> str:

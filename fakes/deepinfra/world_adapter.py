@@ -9,13 +9,27 @@ the sandbox, ``delete`` terminates it.
 
 from __future__ import annotations
 
+from fakes.fault_script import FaultScript
 from fakes.upstash.service import key_digest
 from fakes.world import Box
 
 from .service import Service
-from .settings import CREATING, DELETED, FAILED, RUNNING, STARTING, STOPPED, STOPPING
+from .settings import (
+    CREATING,
+    DELETED,
+    FAILED,
+    ROUTE_CREATE,
+    ROUTE_EXEC,
+    ROUTE_GET,
+    ROUTE_LIST,
+    RUNNING,
+    STARTING,
+    STOPPED,
+    STOPPING,
+)
 
-CAPABILITIES = frozenset({"world", "world-states"})
+CAPABILITIES = frozenset({"world", "world-states", "transport-faults"})
+FAULT_ROUTES = {"create": (ROUTE_CREATE,), "exec": (ROUTE_EXEC,), "read": (ROUTE_GET, ROUTE_LIST)}
 KIT_STATES = {CREATING: "creating", STARTING: "creating", RUNNING: "running", STOPPING: "paused",
               STOPPED: "paused", FAILED: "error", DELETED: "deleted"}
 
@@ -26,6 +40,7 @@ class DeepInfraWorld:
     def __init__(self, service: Service):
         self.service = service
         self.world = service.world
+        self.faults = FaultScript(service.faults, FAULT_ROUTES)
 
     def _box(self, sandbox_id: str) -> Box:
         box = self.world.get(sandbox_id, include_deleted=True)

@@ -1,7 +1,11 @@
-"""Deliberately broken variants of tempdir_box that the suite must catch.
+"""Deliberately broken backends that the suite must catch.
 
-Each module exposes ``provider`` (select it with
-``--backend fakes.mutants.<name>:provider --fake tempdir``), ``BREAKS``: the
+Most are tempdir_box with its environment class swapped.  Transport-fault
+mutants are a reference backend with one function patched (in the suite's own
+process only), run against that backend's fake: ``FAKE`` names it, and
+``SCOPE`` (a ``-k`` expression) limits the run to the checks the breakage can
+reach.  Each module exposes ``provider`` (select it with ``--backend
+fakes.mutants.<name>:provider --fake <FAKE or tempdir>``), ``BREAKS``: the
 clauses it must fail, exactly, and ``WHAT``: the breakage in one line.
 tests/test_mutants.py runs the suite against every mutant and compares.
 """
@@ -19,4 +23,8 @@ MUTANTS = (
     "local_fallback",
     "bad_config_schema",
     "stops_sandbox_on_timeout",
+    "resends_commands",
+    "no_rate_limit_retry",
+    "blocking_finalizer",
+    "open_without_deadline",
 )

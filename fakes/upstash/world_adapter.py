@@ -2,18 +2,27 @@
 
 from __future__ import annotations
 
+from fakes.fault_script import FaultScript
+from fakes.faults import Faults
 from fakes.world import ERROR, PAUSED, Box, World
 
 from .service import key_digest
+from .settings import WS_ROUTE
 
-CAPABILITIES = frozenset({"world", "world-states"})
+CAPABILITIES = frozenset({"world", "world-states", "transport-faults"})
+FAULT_ROUTES = {
+    "create": ("POST /v2/box",),
+    "exec": (WS_ROUTE, "POST /v2/box/{id}/exec", "POST /v2/box/{id}/exec-stream"),
+    "read": ("GET /v2/box/{id}", "GET /v2/box/{id}/status", "GET /v2/box"),
+}
 
 
 class UpstashWorld:
     capabilities = CAPABILITIES
 
-    def __init__(self, world: World):
+    def __init__(self, world: World, faults: Faults | None = None):
         self.world = world
+        self.faults = FaultScript(faults or Faults(), FAULT_ROUTES)
 
     def _box(self, sandbox_id: str) -> Box:
         box = self.world.get(sandbox_id, include_deleted=True)

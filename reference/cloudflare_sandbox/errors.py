@@ -68,6 +68,8 @@ class BridgeError(Exception):
 
     def describe(self) -> str:
         reason = NOT_RUN.get(self.code) or TRANSPORT.get(self.code) or f"the Worker answered {self.code}"
+        if self.status == 429:
+            reason = f"rate limited: too many requests to the Worker ({self.code}); wait a minute and try again"
         status = f" (HTTP {self.status})" if self.status and self.code not in NOT_RUN else ""
         detail = f": {self.detail}" if self.detail else ""
         return f"{self.code}{status}: {reason}{detail}"

@@ -14,6 +14,7 @@ import threading
 import time
 
 from reference.common.redact import redact
+from reference.common.retry import retry
 
 from .client import BridgeClient, Features
 from .errors import PREFIX, BridgeError, connection_error
@@ -22,6 +23,14 @@ from .settings import Settings
 
 logger = logging.getLogger("reference.cloudflare_sandbox")
 BUSY_BACKOFF_S = (0.05, 0.1, 0.2, 0.4, 0.8)
+
+
+OPEN_ATTEMPTS = 5  # 0.5 s doubling backoff: 7.5 s of waiting at most
+
+
+def _passing(exc: BaseException) -> bool:
+    """Rate limits, gateway errors and dropped connections pass; protocol answers do not."""
+    return isinstance(exc, BridgeError) and (exc.status in (429, 502, 503, 504) or exc.code == "connection_error")
 
 
 class Workspace:
@@ -43,8 +52,9 @@ class Workspace:
     def open(self) -> None:
         """Negotiate extensions and initialise the workspace; EnvironmentConnectionError on failure."""
         try:
-            self.features = self.client.health()
-            self.client.init(self.id, self.config)
+            # Both calls are safe to repeat: /health reads, and init is keyed by the workspace id.
+            self.features = retry(self.client.health, attempts=OPEN_ATTEMPTS, retryable=_passing)
+            retry(lambda: self.client.init(self.id, self.config), attempts=OPEN_ATTEMPTS, retryable=_passing)
         except BridgeError as exc:
             self.client.close()
             raise connection_error(f"cannot open workspace {self.id}: {exc.describe()}", secrets=self.secrets) from None

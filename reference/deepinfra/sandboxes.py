@@ -36,6 +36,8 @@ HTTP_TIMEOUT_S = 30.0
 BOOT_WAIT_S = 50.0  # create and start: Hermes holds a per-task lock meanwhile
 STOP_WAIT_S = 30.0
 EXIT_BUDGET_S = 10.0  # terminating leftovers at process exit
+RATE_LIMIT_ATTEMPTS = 5  # 429s that are not the cap: 0.5 s doubling backoff, 7.5 s of waiting at most
+RATE_LIMIT_BACKOFF_S = 0.5
 
 
 class SandboxGone(RuntimeError):
@@ -44,6 +46,12 @@ class SandboxGone(RuntimeError):
 
 class SandboxBroken(RuntimeError):
     """The sandbox is in the failed state."""
+
+
+def is_cap(exc: BaseException) -> bool:
+    """A 429 about the account's active-sandbox cap (waiting will not help), not about request rate."""
+    said = str(getattr(exc, "message", "") or exc).lower()
+    return "active sandbox" in said or "maximum" in said
 
 
 def status_code(exc: BaseException) -> int | None:
@@ -101,7 +109,9 @@ class Account:
         """A new running sandbox; a create that fails leaves nothing behind."""
         import deepinfra
 
-        for attempt in (1, 2):
+        attempt = rate_limited = 0
+        while True:
+            attempt += 1
             creation_id = uuid.uuid4().hex
             tags = {TASK_TAG: task_id, SESSION_TAG: SESSION_ID, CREATION_TAG: creation_id}
             try:
@@ -111,14 +121,22 @@ class Account:
                 self.terminate_id(exc.sandbox_id)  # booted into failed, or too slow: not ours to keep
                 raise self.explain("the new DeepInfra sandbox did not start", exc) from None
             except deepinfra.RateLimitError as exc:
-                raise self.explain(self.cap_message(exc)) from None
+                if is_cap(exc):
+                    raise self.explain(self.cap_message(exc)) from None
+                # A request rate limit: refused, so nothing was made; wait and ask again.
+                rate_limited += 1
+                if rate_limited >= RATE_LIMIT_ATTEMPTS:
+                    raise self.explain(f"DeepInfra kept answering 429 (rate limit) for {rate_limited} attempts; "
+                                       "wait a minute and run the command again", exc) from None
+                time.sleep(RATE_LIMIT_BACKOFF_S * 2 ** (rate_limited - 1))
+                continue
             except deepinfra.BadRequestError as exc:
                 raise self.explain(self.plan_message(plan, exc)) from None
             except (deepinfra.APIStatusError, deepinfra.APIConnectionError) as exc:
                 if is_transient(exc):
                     # The create may have happened with its reply lost: find it by its own tag.
                     self.cleanup_creation(creation_id)
-                    if attempt == 1:
+                    if attempt - rate_limited == 1:
                         logger.info("creating a DeepInfra sandbox failed (%s); cleaned up, trying once more",
                                     redact(exc, self.secrets))
                         continue
@@ -126,7 +144,6 @@ class Account:
             own(self, sandbox.id)
             logger.info("created DeepInfra sandbox %s for task %s", sandbox.id, task_id)
             return sandbox
-        raise AssertionError("unreachable")
 
     def cleanup_creation(self, creation_id: str) -> None:
         import deepinfra

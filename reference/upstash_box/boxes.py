@@ -20,6 +20,7 @@ logger = logging.getLogger("reference.upstash_box")
 USABLE = ("idle", "running", "ready", "creating")
 RESUME_WAIT_S = 30.0
 CREATE_TIMEOUT_MS = 120_000
+CREATE_ATTEMPTS = 5  # on 429 only, with 0.5 s doubling backoff: 7.5 s of waiting at most
 
 
 class BoxGone(RuntimeError):
@@ -98,7 +99,10 @@ class Account:
         if keep_alive:
             config["keep_alive"] = True
         try:
-            return sdk.Box.create(**config), False  # never retried: a retry could create a second Box
+            # Only a 429 is retried: the request was refused, so no Box was made.  Any other
+            # failure may have created one, and a retry could create a second.
+            return retry(lambda: sdk.Box.create(**config), attempts=CREATE_ATTEMPTS,
+                         retryable=lambda e: status_code(e) == 429), False
         except sdk.BoxError as exc:
             if status_code(exc) == 409:
                 box = self.find(name)
@@ -106,7 +110,10 @@ class Account:
                     logger.info("Box %s was created by another process; attaching to it", name)
                     return box, True
             hint = ""
-            if status_code(exc) in (402, 403, 429) or "limit" in str(exc).lower():
+            if status_code(exc) == 429:
+                hint = (f"; the Box API kept answering 429 (rate limit) for {CREATE_ATTEMPTS} attempts: "
+                        "wait a minute and run the command again")
+            elif status_code(exc) in (402, 403) or "limit" in str(exc).lower():
                 hint = ("; paused Boxes count toward the plan's limit: list them with "
                         "`box list --label hermes` and delete the ones you no longer need")
             raise connection_error(f"creating Box {name} failed{hint}", exc, secrets=self.secrets) from None

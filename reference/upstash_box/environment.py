@@ -156,7 +156,10 @@ class UpstashBoxEnvironment(CleanupOffThread, BaseEnvironment):
         payload = stdin_data.encode("utf-8", "surrogateescape") if stdin_data is not None else None
         for attempt in (1, 2):
             try:
-                return session.start(self._box, argv, cwd=self._home, stdin_data=payload)
+                return session.start(self._box, argv, cwd=self._home, stdin_data=payload,
+                                     open_timeout_s=max(1.0, float(timeout)))
+            except session.OpenTimeout as exc:
+                return _ThreadedProcessHandle(lambda text=f"upstash_box: {exc}\n": (text, 124))
             except Exception as exc:
                 refusal = self._why_not_started(exc, retry=attempt == 1)
                 if refusal is None:

@@ -22,10 +22,49 @@ CLOSE_GRACE_S = 2.0
 LOST = "\n[upstash_box: the exec session ended without an exit status (connection lost or server error)]\n"
 
 
-def start(box: Any, argv: list[str], *, cwd: str, stdin_data: bytes | None) -> StreamProcessHandle:
-    """Start ``argv`` in ``box``; raises the SDK's BoxError if the session cannot start."""
+class OpenTimeout(TimeoutError):
+    """The service accepted the session but did not start it in time."""
+
+
+def _open(box: Any, argv: list[str], cwd: str, handle: StreamProcessHandle, within_s: float) -> Any:
+    """Open the exec session, giving up after ``within_s``: a silent service must not
+    hold Hermes's thread past the command's timeout (Hermes's own timer starts only
+    once this returns).  A session that opens after that is closed at once."""
+    lock = threading.Lock()
+    outcome: dict[str, Any] = {}
+    opened = threading.Event()
+
+    def attempt() -> None:
+        try:
+            got = box.exec.session(argv=argv, cwd=cwd, on_stdout=handle.feed, on_stderr=handle.feed)
+        except BaseException as exc:
+            with lock:
+                outcome["error"] = exc
+        else:
+            with lock:
+                late = outcome.get("abandoned", False)
+                outcome["session"] = got
+            if late:
+                got.close()
+        opened.set()
+
+    threading.Thread(target=attempt, daemon=True, name="upstash-box-open").start()
+    opened.wait(within_s)
+    with lock:
+        if "error" in outcome:
+            raise outcome["error"]
+        if "session" not in outcome:
+            outcome["abandoned"] = True
+            raise OpenTimeout(f"the Box did not start the exec session within {within_s:g}s")
+        return outcome["session"]
+
+
+def start(box: Any, argv: list[str], *, cwd: str, stdin_data: bytes | None,
+          open_timeout_s: float = 120.0) -> StreamProcessHandle:
+    """Start ``argv`` in ``box``; raises the SDK's BoxError if the session cannot start,
+    OpenTimeout if it does not start within ``open_timeout_s``."""
     handle = StreamProcessHandle()
-    session = box.exec.session(argv=argv, cwd=cwd, on_stdout=handle.feed, on_stderr=handle.feed)
+    session = _open(box, argv, cwd, handle, open_timeout_s)
 
     def stop() -> None:
         try:

@@ -1,0 +1,215 @@
+"""faults: transport faults scripted through the fake service.
+
+Each check arms one fault by role (create, exec, read; see
+fakes/fault_script.py) on the fake this run talks to, makes the backend meet
+it, and judges what Hermes would see.  Commands count their own runs in a
+file under $HOME, read afterwards through a clean connection, so "not
+retried" is measured rather than guessed.
+"""
+
+from __future__ import annotations
+
+import gc
+import sys
+import time
+from typing import Any
+
+import pytest
+
+from conformance.checks._support import nonce, not_applicable, out, rc, run
+from conformance.host.calls import Call, CallHung
+
+pytestmark = pytest.mark.usefixtures("kit")
+
+EXIT = 7  # the scripted commands' own exit code: any other code is the backend's
+
+
+@pytest.fixture
+def faults(kit, make_env):
+    """The run's fault script; everything armed is cleared before the check's environments are released."""
+    script = kit.world.faults
+    yield script
+    script.clear()
+
+
+def _counting(label: str) -> tuple[str, str]:
+    """A command that records each run of itself, then prints and exits with EXIT; and the record's path."""
+    record = f".kit-runs-{nonce(label)}"
+    # 4 KiB of output before the pause: a fault cutting in after 2 KiB lands while the command runs.
+    command = (f"printf x >> \"$HOME\"/{record}; head -c 4096 /dev/zero | tr '\\0' s; echo; sleep 1; "
+               f"echo finished; exit {EXIT}")
+    return command, record
+
+
+def _runs(env: Any, record: str) -> int:
+    """How many times the counting command ran (read with every fault cleared)."""
+    result = run(env, f"cat \"$HOME\"/{record} 2>/dev/null || true")
+    return out(result).count("x")
+
+
+def _outcome(call: Call, budget: float, what: str) -> dict[str, Any] | BaseException:
+    """The call's result, or the exception it raised; a hang past ``budget`` fails the check."""
+    try:
+        return call.result(budget, what)
+    except CallHung as exc:
+        raise AssertionError(f"{exc}: the backend must give up within that budget") from None
+    except Exception as exc:  # raising is an allowed outcome for every fault here
+        return exc
+
+
+def _describe(outcome: dict[str, Any] | BaseException) -> str:
+    if isinstance(outcome, BaseException):
+        return f"raised {type(outcome).__name__}: {str(outcome)[:200]}"
+    return f"returned returncode {outcome.get('returncode')!r} with output {out(outcome)[-200:]!r}"
+
+
+def _warm(env: Any) -> None:
+    """One command first, so the fault meets the check's command and not the host's session setup."""
+    assert rc(run(env, "true")) == 0, "a plain command failed before any fault was armed"
+
+
+# ------------------------------------------------------------------ dropped connection
+@pytest.mark.clause("faults.dropped-mid-command")
+def test_dropped_connection_fails_cleanly_and_is_not_retried(env, faults):
+    _warm(env)
+    command, record = _counting("drop")
+    faults.arm("drop", "exec", after_bytes=2048)
+    outcome = _outcome(Call(env.execute, command, timeout=10), 20, "execute() over a dropped connection")
+    faults.clear()
+    if isinstance(outcome, dict):
+        assert rc(outcome) != 0 or "finished" in out(outcome), (
+            f"the connection was dropped mid-command and execute() {_describe(outcome)}: "
+            "a lost stream must not read as success"
+        )
+        assert rc(outcome) != 0 or rc(outcome) == EXIT, f"execute() {_describe(outcome)}"
+    runs = _runs(env, record)
+    assert runs == 1, (f"the command ran {runs} times though its connection dropped while it ran; "
+                       "it must run exactly once")
+
+
+# ------------------------------------------------------------------ 429 on create
+@pytest.mark.clause("faults.create-rate-limited")
+def test_rate_limited_create_is_retried_with_backoff_then_reported(kit, make_env, faults):
+    armed = faults.arm("status", "create", status=429, times=2, message="Too many requests: rate limit exceeded")
+    first = Call(lambda: run(make_env(), "echo up"))
+    result = _outcome(first, 60, "creating an environment through two 429 answers")
+    assert isinstance(result, dict) and rc(result) == 0 and "up" in out(result), (
+        f"create was answered 429 twice (then accepted) and the first command {_describe(result)}; "
+        "a rate limit must be retried"
+    )
+    if armed.fired == 0:
+        not_applicable("the backend made no call on the fake's create route")
+    tries = faults.attempts("create")
+    assert len(tries) >= 2 and tries[1] - tries[0] >= 0.05, (
+        f"the backend came back {tries[1] - tries[0]:.3f}s after a 429; a retry needs a backoff"
+        if len(tries) >= 2 else "the backend retried a 429 once at most"
+    )
+    faults.clear()
+
+    armed = faults.arm("status", "create", status=429, times=-1, message="Too many requests: rate limit exceeded")
+    started = time.monotonic()
+    outcome = _outcome(Call(lambda: run(make_env(), "echo up")), 60, "creating against a permanent 429")
+    faults.clear()
+    assert isinstance(outcome, BaseException) or rc(outcome) != 0, (
+        f"every create was answered 429 and the first command {_describe(outcome)}"
+    )
+    message = str(outcome) if isinstance(outcome, BaseException) else out(outcome)
+    assert any(word in message.lower() for word in ("429", "rate", "limit", "too many")), (
+        f"creation failed after {time.monotonic() - started:.1f}s with a message that does not name the rate "
+        f"limit: {message[:300]!r}"
+    )
+    assert armed.fired <= 10, f"the backend tried {armed.fired} times against a permanent 429; at most 10"
+
+
+# ------------------------------------------------------------------ 5xx
+@pytest.mark.clause("faults.read-5xx-retried")
+def test_5xx_on_idempotent_reads_is_retried(make_env, faults):
+    def session() -> dict[str, Any]:
+        # The configured persistence mode: a persistent backend looks its sandbox up first.
+        env = make_env(persistent=None)
+        result = run(env, "echo read-ok")
+        env.cleanup()
+        return result
+
+    armed = faults.arm("status", "read", status=503, times=2, message="Service temporarily unavailable")
+    outcome = _outcome(Call(session), 60, "create, a command and cleanup through 503 on reads")
+    if armed.fired == 0:
+        not_applicable("the backend made no idempotent state read while creating, running and cleaning up")
+    assert isinstance(outcome, dict) and rc(outcome) == 0 and "read-ok" in out(outcome), (
+        f"idempotent reads were answered 503 ({armed.fired} times) and the command {_describe(outcome)}; "
+        "reads must be retried"
+    )
+
+
+@pytest.mark.clause("faults.exec-5xx-not-retried")
+def test_5xx_on_the_command_call_is_not_retried(env, faults):
+    _warm(env)
+    command, record = _counting("5xx")
+    armed = faults.arm("status", "exec", status=500, message="Internal server error")
+    outcome = _outcome(Call(env.execute, command, timeout=10), 20, "execute() answered 500")
+    faults.clear()
+    assert armed.fired >= 1, "the fault on the command call never fired; the world's exec routes are wrong"
+    assert isinstance(outcome, BaseException) or rc(outcome) != 0, (
+        f"the command call was answered 500 and execute() {_describe(outcome)}"
+    )
+    runs = _runs(env, record)
+    assert runs == 0, (
+        f"the command call was answered 500 (the fake ran nothing), yet the command ran {runs} time(s): "
+        "the backend sent it again"
+    )
+
+
+# ------------------------------------------------------------------ silence, half-close
+@pytest.mark.clause("faults.silent-server")
+def test_silent_server_cannot_outlast_the_timeout(env, faults):
+    _warm(env)
+    faults.arm("silence", "exec", times=-1)
+    outcome = _outcome(Call(env.execute, "echo never", timeout=2), 12, "execute(timeout=2) against a silent server")
+    assert isinstance(outcome, BaseException) or rc(outcome) != 0, f"execute() {_describe(outcome)}"
+
+
+@pytest.mark.clause("faults.half-closed")
+def test_half_closed_connection_cannot_outlast_the_timeout(env, faults):
+    _warm(env)
+    faults.arm("half-close", "exec", times=-1)
+    outcome = _outcome(Call(env.execute, f"echo half; sleep 30; exit {EXIT}", timeout=2), 12,
+                       "execute(timeout=2) over a half-closed connection")
+    assert isinstance(outcome, BaseException) or rc(outcome) != 0, f"execute() {_describe(outcome)}"
+
+
+# ------------------------------------------------------------------ damaged frames
+@pytest.mark.clause("faults.damaged-frame")
+@pytest.mark.parametrize("kind", ["garbage", "truncate"])
+def test_damaged_frame_never_becomes_a_wrong_exit_code(env, faults, kind):
+    _warm(env)
+    faults.arm(kind, "exec")
+    outcome = _outcome(Call(env.execute, f"echo damaged-{kind}; exit {EXIT}", timeout=10), 20,
+                       f"execute() with a {kind} frame")
+    faults.clear()
+    if isinstance(outcome, BaseException):
+        return
+    code = rc(outcome)
+    assert code != 0, f"the command exited {EXIT} and a {kind} frame made execute() {_describe(outcome)}"
+    if code != EXIT:
+        assert out(outcome).strip() not in ("", f"damaged-{kind}"), (
+            f"a {kind} frame made execute() {_describe(outcome)}: an infrastructure failure needs a message"
+        )
+
+
+# ------------------------------------------------------------------ finalizer
+@pytest.mark.clause("faults.silent-finalizer")
+def test_garbage_collection_does_not_wait_on_a_silent_service(kit, faults):
+    used = kit.create(track=False)
+    _warm(used)
+    faults.arm("silence", "exec", times=-1)
+    faults.arm("silence", "read", times=-1)
+    caught: list[str] = []
+    previous = sys.unraisablehook
+    sys.unraisablehook = lambda u: caught.append(f"{u.exc_type.__name__}: {u.exc_value}")
+    try:
+        del used
+        outcome = _outcome(Call(gc.collect), 5, "gc.collect() of an environment while the service is silent")
+    finally:
+        sys.unraisablehook = previous
+    assert not isinstance(outcome, BaseException), f"gc.collect() {_describe(outcome)}"
+    assert not caught, f"finalizing an environment raised: {caught}"
