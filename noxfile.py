@@ -62,9 +62,12 @@ def conformance(session: nox.Session) -> None:
             args += ["--report", str(REPORTS / "conformance.json")]
         session.run(*base, *args)
         return
+    reports = []
     for backend in DEFAULT_BACKENDS:
         report = REPORTS / f"conformance-{backend}.json"
         session.run(*base, "--backend", backend, "--report", str(report), *args)
+        reports.append(str(report))
+    session.run("hermes-backend-kit", "report", "matrix", *reports, "--out", str(REPORTS / "faults-matrix.md"))
 
 
 @nox.session

@@ -108,6 +108,26 @@ def cmd_report_compare(args: argparse.Namespace) -> int:
     return 1 if any(d.kind == "mismatch" for d in differences) else 0
 
 
+def cmd_report_matrix(args: argparse.Namespace) -> int:
+    from conformance.report import matrix
+
+    try:
+        reports = matrix.load([Path(p) for p in args.reports])
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    table = matrix.markdown(reports)
+    if args.out:
+        Path(args.out).write_text(table)
+        print(f"fault matrix of {len(reports)} report(s) written to {args.out}")
+    else:
+        print(table, end="")
+    bad = matrix.failing(reports)
+    for cell in bad:
+        print(f"failing: {cell}", file=sys.stderr)
+    return 1 if bad else 0
+
+
 def cmd_backends(args: argparse.Namespace) -> int:
     for known in backends.KNOWN_BACKENDS.values():
         print(f"{known.name:<20} fake: {known.fake or '-':<10} {known.description}")
@@ -244,6 +264,10 @@ def build_parser() -> argparse.ArgumentParser:
     cmp_.add_argument("first")
     cmp_.add_argument("second")
     cmp_.set_defaults(func=cmd_report_compare)
+    mat = rsub.add_parser("matrix", help="the fault matrix (fault x backend) of several reports; exit 1 on a failure")
+    mat.add_argument("reports", nargs="+", help="report.json files, one per backend")
+    mat.add_argument("--out", help="write the Markdown table here instead of printing it")
+    mat.set_defaults(func=cmd_report_matrix)
 
     b = sub.add_parser("backends", help="list the backends the kit knows by name")
     b.set_defaults(func=cmd_backends)
