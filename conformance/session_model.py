@@ -44,7 +44,6 @@ from conformance.host.drivers import (
     FileOps,
     TerminalSession,
     interrupted,
-    run,
     terminal,
 )
 
@@ -62,8 +61,8 @@ SLOW_PICK = 2  # examples whose ``slow`` draw equals this may time out, interrup
 WAIT_S = 15.0  # how long a poll waits for a quick background job to finish
 
 
-def machine_settings(examples: int, *, steps: int = 8, derandomize: bool = True) -> settings:
-    """Small steps, no deadline (fakes share 2 cores), no database in CI."""
+def machine_settings(examples: int, *, steps: int = 8, derandomize: bool = False) -> settings:
+    """Small steps, no deadline (fakes share 2 cores), no database: a run never depends on a previous one."""
     return settings(max_examples=examples, stateful_step_count=steps, deadline=None, derandomize=derandomize,
                     database=None, print_blob=False,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
@@ -82,6 +81,8 @@ class Session:
     start: str  # physical cwd of the first command
     start_attr: str  # env.cwd as the backend reported it after the first command
     term: TerminalSession = field(default_factory=TerminalSession)
+    # What the last example left behind, removed by the next example's first command (one call, not two).
+    stale: str = ""
 
 
 class Harness:
@@ -263,7 +264,8 @@ class SessionMachine(RuleBasedStateMachine):
         # The previous example removed its directory; start from the environment's own start cwd.
         self.session.term.cwd = self.session.start_attr
         base = shlex.quote(self._abs(""))
-        self._shell(f"unset {' '.join(VARS)}; mkdir -p -- {base} && cd -- {base}")
+        self._shell(f"{self.session.stale}unset {' '.join(VARS)}; mkdir -p -- {base} && cd -- {base}")
+        self.session.stale = ""
 
     def teardown(self) -> None:
         SessionMachine.last_trace = list(self.trace)
@@ -272,18 +274,12 @@ class SessionMachine(RuleBasedStateMachine):
             return
         if not self.model.alive:
             return  # cleaned up and never recreated: nothing to give back
-        try:
-            for job in self.model.jobs:
-                if job.long and job.state == "running":
-                    run(session.env, f"kill {job.handle.pid} 2>/dev/null; true", timeout=10)
-            if self.clean:
-                run(session.env, f"rm -rf -- {shlex.quote(self._abs(''))}", timeout=30, cwd="/")
-        except Exception:
-            self.clean = False
-        if self.clean:
-            harness.give_back(session)
-        else:
+        if not self.clean:
             harness.discard(session)
+            return
+        pids = " ".join(str(j.handle.pid) for j in self.model.jobs if j.long and j.state == "running")
+        session.stale = (f"kill {pids} 2>/dev/null; " if pids else "") + f"rm -rf -- {shlex.quote(self._abs(''))}; "
+        harness.give_back(session)
 
     @invariant()
     def state_matches(self) -> None:
@@ -513,12 +509,16 @@ def _wait(predicate: Callable[[], bool], limit: float = WAIT_S) -> bool:
 
 
 # ------------------------------------------------------------------ running and replaying
-def run_machine(harness: Harness, examples: int, *, steps: int = 8, derandomize: bool = True) -> None:
+def run_machine(harness: Harness, examples: int, *, steps: int = 8, seed: int | None = None) -> None:
+    """``seed`` makes a run reproducible (CI); None draws fresh randomness (soak)."""
+    from hypothesis import seed as fixed_seed
     from hypothesis.stateful import run_state_machine_as_test
 
     machine = SessionMachine.for_harness(harness)
+    if seed is not None:
+        machine = fixed_seed(seed)(machine)
     with harness.active():
-        run_state_machine_as_test(machine, settings=machine_settings(examples, steps=steps, derandomize=derandomize))
+        run_state_machine_as_test(machine, settings=machine_settings(examples, steps=steps, derandomize=False))
 
 
 def replay(harness: Harness, steps: list[dict[str, Any]]) -> None:
