@@ -99,6 +99,14 @@ def bench(session: nox.Session) -> None:
                 "--out", str(ROOT / "bench" / "results.json"), *session.posargs)
 
 
+@nox.session(default=False)
+def soak(session: nox.Session) -> None:
+    """10,000 commands from 8 threads per reference backend, leak and RSS counts, 1000 random sessions each."""
+    session.install(".[upstash,deepinfra]")
+    session.run("python", "-W", "ignore::DeprecationWarning", "-m", "conformance.soak",
+                "--out", str(ROOT / "soak" / "results.json"), *session.posargs)
+
+
 @nox.session
 def host_equivalence(session: nox.Session) -> None:
     """Run each default backend under hermes-agent 0.19.0 and under the stand-ins; compare verdicts."""
