@@ -5,31 +5,12 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
 
 import httpx
 import pytest
 from deepinfra import SandboxExecError
 
-from fakes.deepinfra import DeepInfraServer, Settings
-from fakes.deepinfra.testing import Tenant, eventually, tenant
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[DeepInfraServer]:
-    with DeepInfraServer(settings=Settings(create_delay_s=0, boot_delay_s=0, stop_delay_s=0)) as srv:
-        yield srv
-
-
-@pytest.fixture
-def fake(server: DeepInfraServer) -> Iterator[Tenant]:
-    with tenant(server) as t:
-        yield t
-
-
-@pytest.fixture
-def sandbox(fake: Tenant):  # type: ignore[no-untyped-def]
-    return fake.create()
+from fakes.deepinfra.testing import Tenant, eventually
 
 
 def stream_lines(fake: Tenant, sandbox_id: str, command: list[str], timeout_seconds: int = 0) -> list[dict]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import itertools
 import json
 import time
-from collections.abc import Iterator
 
 import httpx
 import pytest
@@ -22,7 +21,7 @@ from deepinfra import (
     Sandbox,
 )
 
-from fakes.deepinfra import ROUTES, DeepInfraServer, Settings
+from fakes.deepinfra import ROUTES
 from fakes.deepinfra.settings import (
     ROUTE_CREATE,
     ROUTE_EXEC,
@@ -31,20 +30,8 @@ from fakes.deepinfra.settings import (
     ROUTE_READ,
     ROUTE_WRITE,
 )
-from fakes.deepinfra.testing import Tenant, tenant
+from fakes.deepinfra.testing import Tenant
 from fakes.faults import KINDS, Fault
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[DeepInfraServer]:
-    with DeepInfraServer(settings=Settings(create_delay_s=0, boot_delay_s=0, stop_delay_s=0)) as srv:
-        yield srv
-
-
-@pytest.fixture
-def fake(server: DeepInfraServer) -> Iterator[Tenant]:
-    with tenant(server) as t:
-        yield t
 
 
 def test_route_names_are_unique_and_cover_every_endpoint():

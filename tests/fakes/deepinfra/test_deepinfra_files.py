@@ -2,31 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 from deepinfra import BadRequestError, ContentTooLargeError, NotFoundError
 
-from fakes.deepinfra import DeepInfraServer, Settings
 from fakes.deepinfra.settings import MAX_FILE_BYTES
-from fakes.deepinfra.testing import Tenant, tenant
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[DeepInfraServer]:
-    with DeepInfraServer(settings=Settings(create_delay_s=0, boot_delay_s=0, stop_delay_s=0)) as srv:
-        yield srv
-
-
-@pytest.fixture
-def fake(server: DeepInfraServer) -> Iterator[Tenant]:
-    with tenant(server) as t:
-        yield t
-
-
-@pytest.fixture
-def sandbox(fake: Tenant):  # type: ignore[no-untyped-def]
-    return fake.create()
+from fakes.deepinfra.testing import Tenant
 
 
 def test_write_then_read_raw_bytes_with_parents_created(sandbox):  # type: ignore[no-untyped-def]

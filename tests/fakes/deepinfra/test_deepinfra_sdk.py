@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import pytest
 from deepinfra import (
@@ -17,21 +16,8 @@ from deepinfra import (
     SandboxFailedError,
 )
 
-from fakes.deepinfra import DeepInfraServer, Settings
+from fakes.deepinfra import DeepInfraServer
 from fakes.deepinfra.testing import Tenant, eventually, tenant
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[DeepInfraServer]:
-    # Instant transitions (the SDK polls with a 0.5 s backoff); the states test slows them down.
-    with DeepInfraServer(settings=Settings(create_delay_s=0, boot_delay_s=0, stop_delay_s=0)) as srv:
-        yield srv
-
-
-@pytest.fixture
-def fake(server: DeepInfraServer) -> Iterator[Tenant]:
-    with tenant(server) as t:
-        yield t
 
 
 # ------------------------------------------------------------------ auth and error bodies
