@@ -11,20 +11,15 @@ Install and select:
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
-logger = logging.getLogger("reference.cloudflare_sandbox")
+from reference.common.plugin import register_provider
 
 
 def register(ctx: Any) -> None:
-    try:
+    def load() -> Any:
         from reference.cloudflare_sandbox.provider import CloudflareSandboxProvider
-    except ImportError as exc:
-        logger.warning("cloudflare_sandbox needs a Hermes with terminal backend plugins (%s); not registered", exc)
-        return
-    add = getattr(ctx, "register_terminal_environment_provider", None)
-    if add is None:
-        logger.warning("this Hermes cannot register terminal backends; cloudflare_sandbox not registered")
-        return
-    add(CloudflareSandboxProvider())
+
+        return CloudflareSandboxProvider()
+
+    register_provider(ctx, "cloudflare_sandbox", load)

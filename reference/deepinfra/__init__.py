@@ -10,20 +10,15 @@ bundles unrelated plugins named ``deepinfra``, the backend is ``deepinfra``):
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
-logger = logging.getLogger("reference.deepinfra")
+from reference.common.plugin import register_provider
 
 
 def register(ctx: Any) -> None:
-    try:
+    def load() -> Any:
         from reference.deepinfra.provider import DeepInfraProvider
-    except ImportError as exc:
-        logger.warning("deepinfra needs a Hermes with terminal backend plugins (%s); not registered", exc)
-        return
-    add = getattr(ctx, "register_terminal_environment_provider", None)
-    if add is None:
-        logger.warning("this Hermes cannot register terminal backends; deepinfra not registered")
-        return
-    add(DeepInfraProvider())
+
+        return DeepInfraProvider()
+
+    register_provider(ctx, "deepinfra", load)

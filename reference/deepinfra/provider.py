@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 from typing import Any
 
 from agent.terminal_env_provider import TerminalEnvironmentProvider
 
+from reference.common.plugin import PromptProbeStub, sdk_version
 from reference.common.redact import guard_loggers
 from reference.deepinfra import settings as config
 
@@ -15,30 +15,6 @@ logger = logging.getLogger("reference.deepinfra")
 PROBE_TASK = "prompt-backend-probe"
 SDK_LOGGERS = ("httpx", "httpcore", "deepinfra")
 INSTALL = "pip install 'hermes-backend-kit[deepinfra]'"
-
-
-def _sdk_version() -> str | None:
-    if importlib.util.find_spec("deepinfra") is None:
-        return None
-    try:
-        from importlib.metadata import version
-
-        return version("deepinfra")
-    except Exception:
-        return "unknown"
-
-
-class PromptProbeStub:
-    """What the prompt-time probe gets: no billable sandbox is created just to describe the backend."""
-
-    def __init__(self, cwd: str, timeout: int):
-        self.cwd, self.timeout = cwd, timeout
-
-    def execute(self, command: str, cwd: str = "", **kwargs: Any) -> dict[str, Any]:
-        return {"output": "deepinfra: the prompt-time probe does not create a sandbox", "returncode": 1}
-
-    def cleanup(self) -> None:
-        return None
 
 
 class DeepInfraProvider(TerminalEnvironmentProvider):
@@ -77,12 +53,12 @@ class DeepInfraProvider(TerminalEnvironmentProvider):
 
     def is_available(self) -> bool:
         try:
-            return _sdk_version() is not None and config.secret(config.KEY_VAR) is not None
+            return sdk_version("deepinfra", "deepinfra") is not None and config.secret(config.KEY_VAR) is not None
         except Exception:
             return False
 
     def check_requirements(self, terminal_config: dict[str, Any]) -> bool:
-        if _sdk_version() is None:
+        if sdk_version("deepinfra", "deepinfra") is None:
             logger.warning("deepinfra needs the deepinfra SDK: %s", INSTALL)
             return False
         try:
@@ -97,7 +73,7 @@ class DeepInfraProvider(TerminalEnvironmentProvider):
 
     def probe(self) -> tuple[str, str]:
         try:
-            version = _sdk_version()
+            version = sdk_version("deepinfra", "deepinfra")
             if version is None:
                 return ("unavailable", "the deepinfra SDK is not installed")
             if config.secret(config.KEY_VAR) is None:
@@ -108,7 +84,7 @@ class DeepInfraProvider(TerminalEnvironmentProvider):
             return ("unavailable", f"cannot read the configuration: {type(exc).__name__}")
 
     def doctor_checks(self) -> list[tuple[bool, str, str]]:
-        version = _sdk_version()
+        version = sdk_version("deepinfra", "deepinfra")
         try:
             has_key = config.secret(config.KEY_VAR) is not None
             plan = config.secret(config.PLAN_VAR)
@@ -131,7 +107,7 @@ class DeepInfraProvider(TerminalEnvironmentProvider):
     def create_environment(self, *, cwd: str, timeout: int, task_id: str = "default", image: str | None = None,
                            container_config: dict[str, Any] | None = None, **kwargs: Any) -> Any:
         if task_id == PROBE_TASK:
-            return PromptProbeStub(cwd, timeout)
+            return PromptProbeStub(cwd, timeout, says="deepinfra: the prompt-time probe does not create a sandbox")
         try:
             import deepinfra  # noqa: F401
         except ImportError as exc:

@@ -9,20 +9,15 @@ Install and select:
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
-logger = logging.getLogger("reference.upstash_box")
+from reference.common.plugin import register_provider
 
 
 def register(ctx: Any) -> None:
-    try:
+    def load() -> Any:
         from reference.upstash_box.provider import UpstashBoxProvider
-    except ImportError as exc:
-        logger.warning("upstash_box needs a Hermes with terminal backend plugins (%s); not registered", exc)
-        return
-    add = getattr(ctx, "register_terminal_environment_provider", None)
-    if add is None:
-        logger.warning("this Hermes cannot register terminal backends; upstash_box not registered")
-        return
-    add(UpstashBoxProvider())
+
+        return UpstashBoxProvider()
+
+    register_provider(ctx, "upstash_box", load)

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import os
 from typing import Any
 
 from agent.terminal_env_provider import TerminalEnvironmentProvider
 
+from reference.common.plugin import PromptProbeStub, sdk_version
 from reference.common.redact import guard_loggers
 from reference.upstash_box import settings as config
 
@@ -16,30 +16,6 @@ logger = logging.getLogger("reference.upstash_box")
 PROBE_TASK = "prompt-backend-probe"
 # Loggers of the SDK's HTTP and WebSocket clients; websockets logs handshake headers at DEBUG.
 SDK_LOGGERS = ("websockets", "websockets.client", "websockets.sync.client", "httpx", "httpcore", "upstash_box")
-
-
-def _sdk_version() -> str | None:
-    if importlib.util.find_spec("upstash_box") is None:
-        return None
-    try:
-        from importlib.metadata import version
-
-        return version("upstash-box")
-    except Exception:
-        return "unknown"
-
-
-class PromptProbeStub:
-    """What the prompt-time probe gets: no Box is created just to describe the backend."""
-
-    def __init__(self, cwd: str, timeout: int):
-        self.cwd, self.timeout = cwd, timeout
-
-    def execute(self, command: str, cwd: str = "", **kwargs: Any) -> dict[str, Any]:
-        return {"output": "upstash_box: the prompt-time probe does not create a Box", "returncode": 1}
-
-    def cleanup(self) -> None:
-        return None
 
 
 class UpstashBoxProvider(TerminalEnvironmentProvider):
@@ -80,12 +56,12 @@ class UpstashBoxProvider(TerminalEnvironmentProvider):
 
     def is_available(self) -> bool:
         try:
-            return _sdk_version() is not None and config.secret(config.KEY_VAR) is not None
+            return sdk_version("upstash_box", "upstash-box") is not None and config.secret(config.KEY_VAR) is not None
         except Exception:
             return False
 
     def check_requirements(self, terminal_config: dict[str, Any]) -> bool:
-        if _sdk_version() is None:
+        if sdk_version("upstash_box", "upstash-box") is None:
             logger.warning("upstash_box needs the upstash-box SDK: pip install 'hermes-backend-kit[upstash]'")
             return False
         if config.secret(config.KEY_VAR) is None:
@@ -96,7 +72,7 @@ class UpstashBoxProvider(TerminalEnvironmentProvider):
 
     def probe(self) -> tuple[str, str]:
         try:
-            version = _sdk_version()
+            version = sdk_version("upstash_box", "upstash-box")
             if version is None:
                 return ("unavailable", "the upstash-box SDK is not installed")
             if config.secret(config.KEY_VAR) is None:
@@ -107,7 +83,7 @@ class UpstashBoxProvider(TerminalEnvironmentProvider):
             return ("unavailable", f"cannot read the configuration: {type(exc).__name__}")
 
     def doctor_checks(self) -> list[tuple[bool, str, str]]:
-        version = _sdk_version()
+        version = sdk_version("upstash_box", "upstash-box")
         try:
             has_key = config.secret(config.KEY_VAR) is not None
         except Exception:
@@ -128,7 +104,7 @@ class UpstashBoxProvider(TerminalEnvironmentProvider):
     def create_environment(self, *, cwd: str, timeout: int, task_id: str = "default", image: str | None = None,
                            container_config: dict[str, Any] | None = None, **kwargs: Any) -> Any:
         if task_id == PROBE_TASK:
-            return PromptProbeStub(cwd, timeout)
+            return PromptProbeStub(cwd, timeout, says="upstash_box: the prompt-time probe does not create a Box")
         try:
             import upstash_box  # noqa: F401
         except ImportError as exc:
