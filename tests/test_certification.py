@@ -102,10 +102,11 @@ def test_certify_with_a_waived_must_failure_and_verify(tmp_path):
 
 
 @pytest.mark.suite
-def test_doctor_on_a_fake_backed_reference_backend(tmp_path):
+@pytest.mark.parametrize("backend", ["upstash_box", "cloudflare_sandbox", "deepinfra"])
+def test_doctor_on_a_fake_backed_reference_backend(backend, tmp_path):
     started = time.monotonic()
     proc = subprocess.run([sys.executable, "-W", "ignore", "-m", "conformance.cli", "doctor", "--backend",
-                           "upstash_box"], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+                           backend], capture_output=True, text=True, timeout=60, cwd=tmp_path)
     elapsed = time.monotonic() - started
     rows = [line for line in proc.stdout.splitlines() if line.startswith(("ok  ", "FAIL"))]
     steps = [line[6:26].strip() for line in rows]
@@ -117,11 +118,17 @@ def test_doctor_on_a_fake_backed_reference_backend(tmp_path):
 
 
 @pytest.mark.suite
-@pytest.mark.parametrize("backend", ["tempdir_box", "upstash_box"])
-def test_certify_writes_four_files_that_verify(backend, tmp_path):
+@pytest.mark.parametrize("backend, fake", [("tempdir_box", "tempdir"), ("upstash_box", "upstash"),
+                                           ("cloudflare_sandbox", "cloudflare"), ("deepinfra", "deepinfra")])
+def test_certify_writes_four_files_that_verify(backend, fake, tmp_path):
+    """Every reference backend certifies against its fake (started by the run itself)."""
     out = tmp_path / "out"
-    proc = subprocess.run([sys.executable, "-m", "conformance.cli", "certify", "--backend", backend, "--out", str(out)],
+    proc = subprocess.run([sys.executable, "-W", "ignore::DeprecationWarning", "-m", "conformance.cli", "certify",
+                           "--backend", backend, "--out", str(out)],
                           capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert {p.name for p in out.iterdir()} == {"report.json", "report.md", "junit.xml", "badge.json"}
     assert verify.verify_file(out / "report.json") == []
+    report = json.loads((out / "report.json").read_text())
+    assert report["certified"] is True and report["fake"] == fake
+    assert report["summary"]["must"]["fail"] == 0
