@@ -54,3 +54,11 @@ def as_list(value: Any) -> list[str]:
         return []
     items = value.split(",") if isinstance(value, str) else list(value)
     return [str(item).strip() for item in items if str(item).strip()]
+
+
+def secret(name: str) -> str | None:
+    """One variable from Hermes's secret scope; stripped, None when unset or blank."""
+    from agent.secret_scope import get_secret
+
+    value = get_secret(name)
+    return value.strip() if isinstance(value, str) and value.strip() else None

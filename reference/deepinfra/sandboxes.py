@@ -24,6 +24,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from reference.common.errors import connection_error as common_connection_error
 from reference.common.redact import redact
 from reference.common.retry import retry
 from reference.deepinfra.settings import KEY_VAR, MAX_ACTIVE, PLAN_VAR
@@ -70,15 +71,7 @@ def is_transient(exc: BaseException) -> bool:
 
 
 def connection_error(message: str, exc: BaseException | None = None, *, secrets: tuple[str | None, ...] = ()) -> Exception:
-    """EnvironmentConnectionError when the host has it (shown as degraded), else RuntimeError."""
-    from tools.environments import base
-
-    text = redact(f"{message}: {exc}" if exc is not None else message, secrets)
-    cls = getattr(base, "EnvironmentConnectionError", RuntimeError)
-    try:
-        return cls(text, retry_hint=f"check {KEY_VAR}, {PLAN_VAR} and the sandboxes in the DeepInfra dashboard")
-    except TypeError:
-        return cls(text)
+    return common_connection_error(message, exc, secrets=secrets, hint=f"check {KEY_VAR}, {PLAN_VAR} and the sandboxes in the DeepInfra dashboard")
 
 
 @dataclass

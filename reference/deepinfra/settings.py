@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from reference.common.settings import as_bool, terminal_settings
+from reference.common.settings import as_bool, secret, terminal_settings
 
 KEY_VAR = "DEEPINFRA_API_KEY"
 PLAN_VAR = "DEEPINFRA_SANDBOX_PLAN"
@@ -30,13 +30,6 @@ TEMP_DIR = f"{WORKSPACE}/.hermes-tmp"  # Hermes's session snapshot and backgroun
 
 MAX_COMMAND_S = 30 * 60  # DeepInfra ends every command after 30 minutes
 MAX_ACTIVE = 5  # active sandboxes per account, stopped ones included
-
-
-def secret(name: str) -> str | None:
-    from agent.secret_scope import get_secret
-
-    value = get_secret(name)
-    return value.strip() if isinstance(value, str) and value.strip() else None
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from reference.common.errors import connection_error as common_connection_error
 from reference.common.redact import redact
 from reference.common.retry import retry
 
@@ -40,15 +41,7 @@ def is_transient(exc: BaseException) -> bool:
 
 
 def connection_error(message: str, exc: BaseException | None = None, *, secrets: tuple[str | None, ...] = ()) -> Exception:
-    """EnvironmentConnectionError when the host has it, else RuntimeError."""
-    from tools.environments import base
-
-    text = redact(f"{message}: {exc}" if exc is not None else message, secrets)
-    cls = getattr(base, "EnvironmentConnectionError", RuntimeError)
-    try:
-        return cls(text, retry_hint="check UPSTASH_BOX_API_KEY, UPSTASH_BOX_BASE_URL and the Box console")
-    except TypeError:
-        return cls(text)
+    return common_connection_error(message, exc, secrets=secrets, hint="check UPSTASH_BOX_API_KEY, UPSTASH_BOX_BASE_URL and the Box console")
 
 
 @dataclass

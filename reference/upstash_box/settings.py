@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from reference.common.settings import as_bool, as_list, terminal_settings
+from reference.common.settings import secret as secret  # read by the provider as config.secret
 
 logger = logging.getLogger("reference.upstash_box")
 
@@ -33,13 +34,6 @@ _PREFIX = re.compile(r"^[a-z0-9][a-z0-9-]{0,29}$")
 
 class SettingsError(ValueError):
     """A setting is unusable; the message names it and the fix."""
-
-
-def secret(name: str) -> str | None:
-    from agent.secret_scope import get_secret
-
-    value = get_secret(name)
-    return value.strip() if isinstance(value, str) and value.strip() else None
 
 
 @dataclass(frozen=True)
