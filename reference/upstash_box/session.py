@@ -19,6 +19,7 @@ logger = logging.getLogger("reference.upstash_box")
 
 STDIN_CHUNK = 256 * 1024
 CLOSE_GRACE_S = 2.0
+STDIN_RACE_S = 2.0  # how long a failed stdin send waits to learn whether the command had already ended
 LOST = "\n[upstash_box: the exec session ended without an exit status (connection lost or server error)]\n"
 
 
@@ -91,7 +92,11 @@ def _feed_stdin(session: Any, data: bytes | None, handle: StreamProcessHandle) -
             view = view[STDIN_CHUNK:]
         session.end_stdin()
     except Exception as exc:
-        if not handle.killed and handle.poll() is None:
+        # The session's reader may not have seen the exit yet: the command can end (and the
+        # server close the session) while the last stdin frame is still going out.  A send
+        # that fails because the command already ended normally lost nothing it would read.
+        code = handle.wait(STDIN_RACE_S)
+        if not handle.killed and (code is None or code == -1):
             handle._hermes_stdin_errors.append(exc)
 
 

@@ -246,3 +246,26 @@ def test_sync_back_tar_uses_absolute_member_names(home, provider, server, tmp_pa
     home_dir = env._home.lstrip("/")
     assert f"{home_dir}/.hermes/skills/demo/SKILL.md" in names
     env.cleanup()
+
+
+
+@pytest.mark.parametrize("exit_code, reported", [(0, False), (-1, True)])
+def test_a_stdin_send_that_fails_as_the_command_ends_is_judged_by_the_exit(exit_code, reported):
+    # The soak saw it: the command ended, the server closed the session, and the last stdin
+    # frame's send failed before the exit reached the handle.  Only a lost session is a failure.
+    import threading
+
+    from reference.common.stream_handle import StreamProcessHandle
+    from reference.upstash_box import session
+
+    class ClosedSession:
+        def write(self, data):
+            pass
+
+        def end_stdin(self):
+            threading.Timer(0.1, handle.finish, args=(exit_code,)).start()  # the exit arrives just after
+            raise ConnectionError("received 1000 (OK); then sent 1000 (OK)")
+
+    handle = StreamProcessHandle()
+    session._feed_stdin(ClosedSession(), b"nonce", handle)
+    assert bool(handle._hermes_stdin_errors) is reported
