@@ -277,8 +277,11 @@ class SessionMachine(RuleBasedStateMachine):
         if not self.clean:
             harness.discard(session)
             return
-        pids = " ".join(str(j.handle.pid) for j in self.model.jobs if j.long and j.state == "running")
-        session.stale = (f"kill {pids} 2>/dev/null; " if pids else "") + f"rm -rf -- {shlex.quote(self._abs(''))}; "
+        # A long job may end (sleep 30) long before the pooled session's next example, and its pid
+        # be recycled by then: kill it only while its exit file is missing, i.e. while it still runs.
+        kills = "".join(f"[ -e {shlex.quote(j.handle.exit_file)} ] || kill {j.handle.pid} 2>/dev/null; "
+                        for j in self.model.jobs if j.long and j.state == "running")
+        session.stale = kills + f"rm -rf -- {shlex.quote(self._abs(''))}; "
         harness.give_back(session)
 
     @invariant()

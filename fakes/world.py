@@ -119,6 +119,7 @@ class BoxProcess:
         self.pid = popen.pid
         self.pty_master = pty_master
         self._terminated = False
+        self._group_gone = False
 
     @property
     def stdin(self):  # type: ignore[no-untyped-def]
@@ -132,7 +133,34 @@ class BoxProcess:
     def stderr(self):  # type: ignore[no-untyped-def]
         return self.popen.stderr
 
+    def owns_group(self) -> bool:
+        """Whether process group ``pid`` can still be this command's.
+
+        Boxes remember commands long after they end, and pids are recycled
+        (pid_max is often 32768): once the leader is reaped and its group has
+        emptied, the number may name another command's group, even another
+        box's, and a delete here would SIGKILL it.  While the leader is
+        unreaped its pid is held; after that a live process with that pid can
+        only be a newcomer, since the kernel keeps a pid free while a group of
+        that id has members.  Otherwise any members left are the leader's
+        orphans (detached jobs).
+        """
+        if self._group_gone:
+            return False
+        if self.popen.returncode is None:
+            return True
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            pass
+        self._group_gone = True
+        return False
+
     def signal(self, signum: int) -> None:
+        if not self.owns_group():
+            return
         try:
             os.killpg(self.pid, signum)
         except (ProcessLookupError, PermissionError):
@@ -165,9 +193,13 @@ class BoxProcess:
         return _shell_code(self.popen.wait(timeout))  # type: ignore[return-value]
 
     def group_alive(self) -> bool:
+        if not self.owns_group():
+            return False
         try:
             os.killpg(self.pid, 0)
         except (ProcessLookupError, PermissionError):
+            if self.popen.returncode is not None:
+                self._group_gone = True  # reaped and empty: the id is free for others from now on
             return False
         return True
 

@@ -98,11 +98,9 @@ def group_alive(pgid: int) -> bool:
     return False
 
 
-def killpg(pgid: int, signum: int) -> None:
-    try:
-        os.killpg(pgid, signum)
-    except (ProcessLookupError, PermissionError):
-        pass
+def _group_alive(proc: BoxProcess) -> bool:
+    """group_alive for a command's own group only: after its reaping the id may be recycled."""
+    return proc.owns_group() and group_alive(proc.pid)
 
 
 class CommandRun:
@@ -179,18 +177,18 @@ class CommandRun:
                 continue  # a wedged supervisor: only the hard deadline ends this
             if not stopping and (self.active.signal or now >= deadline):
                 stopping, sent = True, self.active.signal
-                killpg(proc.pid, sent or signal.SIGTERM)
+                proc.signal(sent or signal.SIGTERM)
                 escalate_at = now + s.kill_grace_s
             elif stopping and now >= escalate_at:
-                killpg(proc.pid, signal.SIGKILL)
+                proc.signal(signal.SIGKILL)
                 escalate_at = now + s.kill_grace_s
         status = proc.poll()
         if stopping:
             # bash is gone; the rest of its group gets what is left of the grace.
-            while group_alive(proc.pid) and time.monotonic() < escalate_at:
+            while _group_alive(proc) and time.monotonic() < escalate_at:
                 self._pump(proc, s.poll_s)
                 self._check(proc)
-            killpg(proc.pid, signal.SIGKILL)
+            proc.signal(signal.SIGKILL)
             self._drain_buffered()
             received = self.active.signal  # a cancel during a timeout's escalation still counts
             code = 128 + received if received else 124
@@ -219,7 +217,7 @@ class CommandRun:
         if time.monotonic() >= self.hard_at:
             # Stop only this command's group; the workspace and its files stay.
             self.active.cancelled = True
-            killpg(proc.pid, signal.SIGKILL)
+            proc.signal(signal.SIGKILL)
             raise ApiError(504, "hard_timeout", "Command stopped at hard deadline")
 
     def _stop_after_failure(self, proc: BoxProcess) -> None:
@@ -228,14 +226,14 @@ class CommandRun:
             return
         s = self.settings
         if not self.ws.stalled:
-            killpg(proc.pid, signal.SIGTERM)
+            proc.signal(signal.SIGTERM)
         give_up = time.monotonic() + s.failure_grace_s
         escalate_at = time.monotonic() + s.kill_grace_s
-        while time.monotonic() < give_up and (proc.popen.poll() is None or group_alive(proc.pid)):
+        while time.monotonic() < give_up and (proc.popen.poll() is None or _group_alive(proc)):
             if not self.ws.stalled and time.monotonic() >= escalate_at:
-                killpg(proc.pid, signal.SIGKILL)
+                proc.signal(signal.SIGKILL)
             self._discard(s.poll_s)
-        killpg(proc.pid, signal.SIGKILL)
+        proc.signal(signal.SIGKILL)
         try:
             proc.popen.wait(timeout=1)
         except subprocess.TimeoutExpired:

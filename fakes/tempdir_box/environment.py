@@ -40,7 +40,7 @@ class TempdirBoxEnvironment(BaseEnvironment):
         self._owner = owner
         self._persistent = persistent
         self._lock = threading.RLock()
-        self._groups: set[int] = set()
+        self._groups: list[subprocess.Popen] = []  # leaders of the groups this environment started
         self._closed = False
         self._report_gone = False
         self._ensure_box(first=True)
@@ -120,7 +120,7 @@ class TempdirBoxEnvironment(BaseEnvironment):
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             text=True, encoding="utf-8", errors="replace",
         )
-        self._track(proc.pid)
+        self._track(proc)
         if stdin_data is not None:
             proc._hermes_stdin_thread = self._feed(proc, stdin_data)  # type: ignore[attr-defined]
         return proc
@@ -156,16 +156,15 @@ class TempdirBoxEnvironment(BaseEnvironment):
         thread.start()
         return thread
 
-    def _track(self, pgid: int) -> None:
+    def _track(self, proc: subprocess.Popen) -> None:
         with self._lock:
-            self._groups.add(pgid)
+            self._groups.append(proc)
             if len(self._groups) > _MAX_TRACKED_GROUPS:
-                self._groups = {g for g in self._groups if _group_alive(g)}
+                self._groups = [p for p in self._groups if _group_alive(p)]
 
     def _kill_process(self, proc: Any) -> None:
-        pid = getattr(proc, "pid", None)
-        if isinstance(pid, int):
-            _kill_group(pid)
+        if isinstance(proc, subprocess.Popen):
+            _kill_group(proc)
         try:
             proc.kill()
         except (ProcessLookupError, PermissionError, OSError):
@@ -205,9 +204,9 @@ class TempdirBoxEnvironment(BaseEnvironment):
             if self._closed:
                 return
             self._closed = True
-            groups, self._groups = self._groups, set()
-        for pgid in groups:
-            _kill_group(pgid)
+            groups, self._groups = self._groups, []
+        for leader in groups:
+            _kill_group(leader)
         if self._sync is not None and self._box.exists():
             self._sync.sync_back()
         if not self._box.exists():
@@ -226,16 +225,41 @@ class TempdirBoxEnvironment(BaseEnvironment):
         self.cleanup()
 
 
-def _group_alive(pgid: int) -> bool:
+def _owns_group(leader: subprocess.Popen) -> bool:
+    """Whether group ``leader.pid`` can still be the one this environment started.
+
+    An environment lives for many commands and pids are recycled (pid_max is
+    often 32768), so once the leader is reaped and its group has emptied, the
+    number may name another command's group.  The kernel keeps a pid free
+    while a group of that id has members, so after the reaping a live process
+    with that pid is a newcomer; without one, any members are the leader's
+    orphans (detached jobs).
+    """
+    if leader.returncode is None:
+        return True  # not reaped yet: the pid is still held
     try:
-        os.killpg(pgid, 0)
+        os.kill(leader.pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        pass
+    return False
+
+
+def _group_alive(leader: subprocess.Popen) -> bool:
+    if not _owns_group(leader):
+        return False
+    try:
+        os.killpg(leader.pid, 0)
     except (ProcessLookupError, PermissionError):
         return False
     return True
 
 
-def _kill_group(pgid: int) -> None:
+def _kill_group(leader: subprocess.Popen) -> None:
+    if not _owns_group(leader):
+        return
     try:
-        os.killpg(pgid, signal.SIGKILL)
+        os.killpg(leader.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError, OSError):
         pass

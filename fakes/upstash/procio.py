@@ -83,7 +83,8 @@ def _cpu_ns(pid: int) -> int:
 async def wait_exit(proc: BoxProcess) -> Exit:
     """Wait for the main process without a thread (a pidfd), then reap it."""
     try:
-        pidfd = os.pidfd_open(proc.pid)
+        # Once reaped, the pid may already name another process: never wait on that one.
+        pidfd = None if proc.popen.returncode is not None else os.pidfd_open(proc.pid)
     except ProcessLookupError:
         pidfd = None  # already reaped by someone's poll()
     except (AttributeError, OSError):
@@ -93,7 +94,7 @@ async def wait_exit(proc: BoxProcess) -> Exit:
             await _ready(pidfd)
         finally:
             os.close(pidfd)
-    cpu = _cpu_ns(proc.pid)
+    cpu = _cpu_ns(proc.pid) if proc.popen.returncode is None else 0
     return Exit(proc.wait(), cpu)
 
 
