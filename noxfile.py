@@ -6,6 +6,7 @@
     nox -s lint
     nox -s host_equivalence                     # same verdicts on hermes-agent 0.19.0 and the stand-ins
     nox -s bench -- [--quick] [--backends a,b]  # benchmark matrix (not in the default sessions)
+    nox -s soak -- [--commands N]               # 8-thread soak and long random sessions (not default)
 """
 
 from __future__ import annotations
