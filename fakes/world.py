@@ -86,6 +86,8 @@ class Box:
     updated_at: int = field(default_factory=lambda: int(time.time() * 1000))
     processes: list[BoxProcess] = field(default_factory=list, repr=False)
     credentials_seen: set[str] = field(default_factory=set, repr=False)
+    # Guards ``processes``: a prune racing an append must not lose a running command.
+    _plock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     @property
     def home_dir(self) -> Path:
@@ -103,8 +105,16 @@ class Box:
         self.updated_at = int(time.time() * 1000)
 
     def live_processes(self) -> list[BoxProcess]:
-        self.processes = [p for p in self.processes if p.group_alive()]
-        return list(self.processes)
+        with self._plock:
+            self.processes[:] = [p for p in self.processes if p.group_alive()]
+            return list(self.processes)
+
+    def add_process(self, proc: BoxProcess) -> None:
+        # Commands whose whole group is gone are dropped first: otherwise every command's Popen,
+        # pipes and argv stay reachable for the box's lifetime (~2-4 KiB per command).
+        self.live_processes()
+        with self._plock:
+            self.processes.append(proc)
 
 
 class BoxProcess:
@@ -333,7 +343,7 @@ class World:
 
     def state(self, box: Box) -> str:
         if box.state in (IDLE, RUNNING):
-            return RUNNING if box.live_processes() and any(p.popen.poll() is None for p in box.processes) else IDLE
+            return RUNNING if any(p.popen.poll() is None for p in box.live_processes()) else IDLE
         return box.state
 
     def set_state(self, box: Box, state: str) -> None:
@@ -421,12 +431,8 @@ class World:
             popen = subprocess.Popen(args, cwd=host_cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, start_new_session=True, bufsize=0, env=_LAUNCH_ENV)
             proc = BoxProcess(popen)
+        box.add_process(proc)
         with self._lock:
-            # Drop commands whose whole group is gone (nothing left to signal): otherwise every
-            # command's Popen, pipes and argv stay reachable for the box's lifetime.  Fakes that
-            # never ask World.state (which prunes too) grew by ~2-4 KiB per command.
-            box.processes[:] = [p for p in box.processes if p.group_alive()]
-            box.processes.append(proc)
             box.touch()
         return proc
 
