@@ -68,7 +68,7 @@ class FaultScript:
         mine = {id(f) for a in armed for f in a.faults}
         self._faults.remove(lambda f: id(f) in mine)
 
-    def attempts(self, role: str) -> list[float]:
-        """Monotonic times of the requests on ``role``'s routes that met a fault, oldest first."""
+    def attempts(self, role: str, *, since: float = 0.0) -> list[float]:
+        """Monotonic times (from ``since`` on) of the requests on ``role``'s routes that met a fault, oldest first."""
         routes = set(self.routes.get(role, ()))
-        return [t for t, route in self._faults.fired_at if route in routes]
+        return [t for t, route in self._faults.fired_at if route in routes and t >= since]
