@@ -9,10 +9,12 @@ accepts connections.
 
 from __future__ import annotations
 
+import logging
 import socket
 import threading
 import time
-from typing import Any
+from types import TracebackType
+from typing import Any, Self
 
 import uvicorn
 
@@ -59,3 +61,61 @@ class LoopbackServer:
         if self._thread is not None:
             self._thread.join(10)
         self._server = self._thread = None
+
+
+def quiet_uvicorn(hide: tuple[logging.Filter, ...]) -> None:
+    """No request logs (headers carry credentials) and no tracebacks for scripted drops."""
+    for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    error_log = logging.getLogger("uvicorn.error")
+    for one in hide:
+        if one not in error_log.filters:
+            error_log.addFilter(one)
+
+
+class FakeServer:
+    """What every fake vendor server shares: a LoopbackServer over a box world it may own.
+
+    Subclasses set ``_loop``, ``world`` and ``_owns_world`` and say how their
+    service ends (``_close_service``: end streams, kill box processes).
+    """
+
+    _loop: LoopbackServer
+    world: Any
+    _owns_world: bool
+    log_filters: tuple[logging.Filter, ...] = ()
+
+    @property
+    def base_url(self) -> str:
+        return self._loop.base_url
+
+    @property
+    def port(self) -> int:
+        return self._loop.port
+
+    @property
+    def paths_note(self) -> str:
+        return self.world.paths_note  # type: ignore[no-any-return]
+
+    def _close_service(self) -> None:
+        raise NotImplementedError
+
+    def start(self, timeout: float = 15.0) -> Self:
+        """Listen, and return once connections are accepted."""
+        quiet_uvicorn(self.log_filters)
+        self._loop.start(timeout)
+        return self
+
+    def stop(self) -> None:
+        """Stop serving, end every stream, kill every box process; remove the world if it is ours."""
+        self._close_service()
+        self._loop.stop()
+        if self._owns_world:  # a shared world keeps its other boxes; ours were destroyed above
+            self.world.close()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()

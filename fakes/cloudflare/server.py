@@ -7,13 +7,11 @@ a fake server class: ``(host=, port=, api_keys=)``, ``start()``, ``stop()``,
 
 from __future__ import annotations
 
-import logging
 import secrets
 from pathlib import Path
-from types import TracebackType
 
 from fakes.faults import Faults
-from fakes.serving import LoopbackServer
+from fakes.serving import FakeServer, LoopbackServer
 from fakes.world import PathLayout, World
 
 from .delivery import HIDE_DROPS
@@ -27,7 +25,7 @@ LAYOUT = PathLayout(home="/home/hermes", workspace="/workspace", user="hermes")
 _GENERATE = object()
 
 
-class BridgeServer:
+class BridgeServer(FakeServer):
     """A bridge protocol v1 service with its own box world.
 
     ``token`` is the server secret (SANDBOX_API_TOKEN); by default a fresh
@@ -35,6 +33,8 @@ class BridgeServer:
     or change ``bridge.token`` later, to see ``not_configured``.  Timings
     default to the public Worker's; see ``Settings.quick()``.
     """
+
+    log_filters = (HIDE_DROPS,)
 
     def __init__(self, *, token: str | object | None = _GENERATE, settings: Settings | None = None,
                  world: World | None = None, root: Path | None = None, host: str = "127.0.0.1",
@@ -54,38 +54,9 @@ class BridgeServer:
     def settings(self) -> Settings:
         return self.bridge.settings
 
-    @property
-    def base_url(self) -> str:
-        return self._loop.base_url
-
-    @property
-    def port(self) -> int:
-        return self._loop.port
-
-    @property
-    def paths_note(self) -> str:
-        return self.world.paths_note
-
     def exports(self) -> dict[str, str]:
         """The plugin's variables for this server."""
         return {ENDPOINT_VAR: self.base_url, TOKEN_VAR: self.token or ""}
 
-    def start(self, timeout: float = 15.0) -> BridgeServer:
-        """Listen, and return once connections are accepted."""
-        logging.getLogger("uvicorn.error").addFilter(HIDE_DROPS)
-        self._loop.start(timeout)
-        return self
-
-    def stop(self) -> None:
-        """Stop serving, end every stream, kill every box process."""
+    def _close_service(self) -> None:
         self.bridge.close()
-        self._loop.stop()
-        if self._owns_world:  # a shared world keeps its other boxes; ours were destroyed above
-            self.world.close()
-
-    def __enter__(self) -> BridgeServer:
-        return self.start()
-
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.stop()

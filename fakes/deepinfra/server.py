@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import logging
 import secrets
 from collections.abc import Sequence
 from pathlib import Path
-from types import TracebackType
 
 from fakes.cloudflare.delivery import HIDE_DROPS as HIDE_STREAM_DROPS
 from fakes.faults import Faults
-from fakes.serving import LoopbackServer
+from fakes.serving import FakeServer, LoopbackServer
 from fakes.upstash.rest import HIDE_DROPS as HIDE_REPLY_DROPS
 from fakes.world import World
 
@@ -19,17 +17,7 @@ from .service import Service
 from .settings import KEY_VAR, LAYOUT, URL_VAR, Settings
 
 
-def _quiet_logs() -> None:
-    """No request logs (the Authorization header carries the key), no noise from scripted drops."""
-    for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
-        logging.getLogger(name).setLevel(logging.WARNING)
-    error_log = logging.getLogger("uvicorn.error")
-    for hide in (HIDE_STREAM_DROPS, HIDE_REPLY_DROPS):
-        if hide not in error_log.filters:
-            error_log.addFilter(hide)
-
-
-class DeepInfraServer:
+class DeepInfraServer(FakeServer):
     """The fake on ``host``:``port`` (0 = an ephemeral port); ``start()`` returns once it accepts connections.
 
     Without ``world`` it makes its own (DeepInfra's layout: HOME /root,
@@ -37,10 +25,12 @@ class DeepInfraServer:
     are the accepted keys, each its own account; by default one random key.
     """
 
+    log_filters = (HIDE_STREAM_DROPS, HIDE_REPLY_DROPS)
+
     def __init__(self, *, world: World | None = None, root: Path | None = None, faults: Faults | None = None,
                  api_keys: Sequence[str] | None = None, settings: Settings | None = None,
                  host: str = "127.0.0.1", port: int = 0, namespaces: bool | None = None):
-        self._own_world = world is None
+        self._owns_world = world is None
         self.world = world or World(root, layout=LAYOUT, namespaces=namespaces)
         self.faults = faults or Faults()
         self.api_keys = list(api_keys) if api_keys else ["di_fake_" + secrets.token_hex(16)]
@@ -54,14 +44,6 @@ class DeepInfraServer:
         return self.app.state.service  # type: ignore[no-any-return]
 
     @property
-    def base_url(self) -> str:
-        return self._loop.base_url
-
-    @property
-    def port(self) -> int:
-        return self._loop.port
-
-    @property
     def paths_note(self) -> str:
         note = self.world.paths_note
         if not self.world.namespaced:
@@ -72,21 +54,6 @@ class DeepInfraServer:
         """The variables that point the deepinfra SDK (and its plugins) at this fake."""
         return {URL_VAR: self.base_url, KEY_VAR: self.api_key}
 
-    def start(self, timeout: float = 15.0) -> DeepInfraServer:
-        _quiet_logs()
-        self._loop.start(timeout)
-        return self
-
-    def stop(self) -> None:
+    def _close_service(self) -> None:
         self.service.closing.set()
         self.world.kill_all()
-        self._loop.stop()
-        if self._own_world:
-            self.world.close()
-
-    def __enter__(self) -> DeepInfraServer:
-        return self.start()
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.stop()

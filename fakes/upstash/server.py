@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import logging
 import secrets
 from collections.abc import Sequence
 from pathlib import Path
-from types import TracebackType
 
 from fakes.faults import Faults
-from fakes.serving import LoopbackServer
+from fakes.serving import FakeServer, LoopbackServer
 from fakes.world import World
 
 from .app import create_app
@@ -18,16 +16,7 @@ from .service import Service
 from .settings import Settings
 
 
-def _quiet_logs() -> None:
-    """No request logs and no handshake headers (they carry the API key) at any root level."""
-    for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
-        logging.getLogger(name).setLevel(logging.WARNING)
-    error_log = logging.getLogger("uvicorn.error")
-    if HIDE_DROPS not in error_log.filters:
-        error_log.addFilter(HIDE_DROPS)
-
-
-class UpstashServer:
+class UpstashServer(FakeServer):
     """The fake on ``host``:``port`` (0 = an ephemeral port); ``start()`` returns once it accepts connections.
 
     Without ``world`` it makes its own under ``root`` (a temp dir by default)
@@ -35,11 +24,13 @@ class UpstashServer:
     processes are killed either way.
     """
 
+    log_filters = (HIDE_DROPS,)
+
     def __init__(self, *, world: World | None = None, root: Path | None = None, faults: Faults | None = None,
                  api_keys: Sequence[str] | None = None, settings: Settings | None = None,
                  host: str = "127.0.0.1", port: int = 0, create_delay_s: float = 0.0,
                  pause_delay_s: float = 0.0, resume_delay_s: float = 0.0, namespaces: bool | None = None):
-        self._own_world = world is None
+        self._owns_world = world is None
         self.world = world or World(root, create_delay_s=create_delay_s, pause_delay_s=pause_delay_s,
                                     resume_delay_s=resume_delay_s, namespaces=namespaces)
         self.faults = faults or Faults()
@@ -58,38 +49,11 @@ class UpstashServer:
     def service(self) -> Service:
         return self.app.state.service  # type: ignore[no-any-return]
 
-    @property
-    def base_url(self) -> str:
-        return self._loop.base_url
-
-    @property
-    def port(self) -> int:
-        return self._loop.port
-
-    @property
-    def paths_note(self) -> str:
-        return self.world.paths_note
-
     def exports(self) -> dict[str, str]:
         """The variables that point the SDK (and hermes-box) at this fake."""
         return {"UPSTASH_BOX_BASE_URL": self.base_url, "UPSTASH_BOX_API_KEY": self.api_key,
                 "UPSTASH_DISABLE_TELEMETRY": "1"}
 
-    def start(self, timeout: float = 15.0) -> UpstashServer:
-        _quiet_logs()
-        self._loop.start(timeout)
-        return self
-
-    def stop(self) -> None:
+    def _close_service(self) -> None:
         self.service.closing.set()
         self.world.kill_all()
-        self._loop.stop()
-        if self._own_world:
-            self.world.close()
-
-    def __enter__(self) -> UpstashServer:
-        return self.start()
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.stop()
