@@ -9,6 +9,6 @@ the scripted faults of ``fakes.faults``.  ``service.start`` runs it for the kit;
 
 from .server import LAYOUT, BridgeServer
 from .settings import ROUTES, Settings
-from .world import CloudflareWorld
+from .world_adapter import CloudflareWorld
 
 __all__ = ["LAYOUT", "ROUTES", "BridgeServer", "CloudflareWorld", "Settings"]

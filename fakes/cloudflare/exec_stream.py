@@ -18,9 +18,9 @@ import threading
 
 from starlette.types import Receive, Scope, Send
 
+from fakes.delivery import Delivery
 from fakes.faults import Fault
 
-from .delivery import Delivery
 from .protocol import ExecRequest, WorkspaceConfig
 from .supervisor import CommandRun, Event
 from .workspace import Active, Workspace

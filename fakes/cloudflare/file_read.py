@@ -16,10 +16,10 @@ import time
 
 from starlette.types import Receive, Scope, Send
 
+from fakes.delivery import Delivery, DroppedConnection
 from fakes.faults import Fault
 from fakes.world import BoxProcess
 
-from .delivery import Delivery, DroppedConnection
 from .protocol import ApiError, ReadRequest
 from .workspace import Active, Workspace
 

@@ -65,10 +65,6 @@ def secret_usable(secret: str | None) -> bool:
     return secret is not None and len(secret) >= 32 and not any(c.isspace() for c in secret)
 
 
-def token_digest(token: str) -> str:
-    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
-
-
 def authorized(header: str | None, secret: str | None) -> bool:
     """Raise not_configured without a usable secret; else compare SHA-256 digests in constant time."""
     if not secret_usable(secret):

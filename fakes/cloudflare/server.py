@@ -10,14 +10,14 @@ from __future__ import annotations
 import secrets
 from pathlib import Path
 
+from fakes.delivery import HIDE_DROPS
 from fakes.faults import Faults
 from fakes.serving import FakeServer, LoopbackServer
 from fakes.world import PathLayout, World
 
-from .delivery import HIDE_DROPS
-from .router import create_app
+from .app import create_app
+from .service import Bridge
 from .settings import ENDPOINT_VAR, TOKEN_VAR, Settings
-from .workspace import Bridge
 
 # The container of the public repository: user hermes, HOME /home/hermes,
 # WORKDIR /workspace (worker/container/Dockerfile).

@@ -30,12 +30,12 @@ from starlette.requests import Request
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from fakes.cloudflare.delivery import Delivery
+from fakes import procio
+from fakes.delivery import Delivery
 from fakes.faults import Fault
-from fakes.upstash import procio
+from fakes.rest_skeleton import Context, endpoint
 from fakes.world import Box, BoxProcess
 
-from .rest import Context, endpoint, json_body
 from .service import ApiError, ExecRun, Service
 from .settings import MAX_COMMAND_TIMEOUT_S, ROUTE_EXEC
 
@@ -61,8 +61,8 @@ def effective_timeout(svc: Service, requested: int) -> float:
 
 @endpoint(ROUTE_EXEC, stream_faults=True)
 async def exec_command(request: Request, ctx: Context) -> Any:
-    box = ctx.sandbox()
-    body = await json_body(request)
+    box = ctx.box()
+    body = await ctx.svc.json_body(request)
     command = body.get("command") if isinstance(body, dict) else None
     if not isinstance(command, list) or not command or not all(isinstance(a, str) for a in command):
         raise ApiError(422, "command must be a non-empty list of strings")

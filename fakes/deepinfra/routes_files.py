@@ -17,9 +17,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from fakes.upstash.rest import CORRUPTING
+from fakes.delivery import CORRUPTING
+from fakes.rest_skeleton import Context, endpoint
 
-from .rest import Context, endpoint
 from .service import ApiError
 from .settings import MAX_FILE_BYTES, ROUTE_READ, ROUTE_WRITE
 
@@ -42,7 +42,7 @@ def _prepare_parent(host: Path, path: str) -> None:
 
 @endpoint(ROUTE_WRITE)
 async def write_file(request: Request, ctx: Context) -> Response:
-    box = ctx.sandbox()
+    box = ctx.box()
     ctx.svc.require_running(box)
     path, host = ctx.svc.file_path(box, request.query_params.get("path"))
     declared = request.headers.get("content-length")
@@ -93,7 +93,7 @@ async def _chunks(host: Path) -> AsyncIterator[bytes]:
 
 @endpoint(ROUTE_READ)
 async def read_file(request: Request, ctx: Context) -> Response:
-    box = ctx.sandbox()
+    box = ctx.box()
     ctx.svc.require_running(box)
     _, host = ctx.svc.file_path(box, request.query_params.get("path"))
     size = await run_in_threadpool(_open_for_read, host)

@@ -7,7 +7,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from .rest import Context, endpoint, json_body
+from fakes.rest_skeleton import Context, endpoint
+
 from .settings import (
     PLANS,
     ROUTE_CATALOG,
@@ -22,7 +23,7 @@ from .settings import (
 
 @endpoint(ROUTE_CREATE)
 async def create_sandbox(request: Request, ctx: Context) -> Response:
-    box = await run_in_threadpool(ctx.svc.create, ctx.account, await json_body(request))
+    box = await run_in_threadpool(ctx.svc.create, ctx.account, await ctx.svc.json_body(request))
     return JSONResponse({"sandbox_id": box.id, "tags": dict(box.meta.get("tags") or {})})  # type: ignore[call-overload]
 
 
@@ -39,24 +40,24 @@ async def catalog(request: Request, ctx: Context) -> Response:
 
 @endpoint(ROUTE_GET)
 async def get_sandbox(request: Request, ctx: Context) -> Response:
-    return JSONResponse(ctx.svc.info(ctx.sandbox()))
+    return JSONResponse(ctx.svc.info(ctx.box()))
 
 
 @endpoint(ROUTE_STOP)
 async def stop_sandbox(request: Request, ctx: Context) -> Response:
-    await run_in_threadpool(ctx.svc.stop, ctx.sandbox())
+    await run_in_threadpool(ctx.svc.stop, ctx.box())
     return JSONResponse({})
 
 
 @endpoint(ROUTE_START)
 async def start_sandbox(request: Request, ctx: Context) -> Response:
-    await run_in_threadpool(ctx.svc.start, ctx.sandbox())
+    await run_in_threadpool(ctx.svc.start, ctx.box())
     return JSONResponse({})
 
 
 @endpoint(ROUTE_DELETE)
 async def terminate_sandbox(request: Request, ctx: Context) -> Response:
-    await run_in_threadpool(ctx.svc.terminate, ctx.sandbox())
+    await run_in_threadpool(ctx.svc.terminate, ctx.box())
     return JSONResponse({})
 
 

@@ -6,10 +6,9 @@ import secrets
 from collections.abc import Sequence
 from pathlib import Path
 
-from fakes.cloudflare.delivery import HIDE_DROPS as HIDE_STREAM_DROPS
+from fakes.delivery import HIDE_DROPS
 from fakes.faults import Faults
 from fakes.serving import FakeServer, LoopbackServer
-from fakes.upstash.rest import HIDE_DROPS as HIDE_REPLY_DROPS
 from fakes.world import World
 
 from .app import create_app
@@ -25,7 +24,7 @@ class DeepInfraServer(FakeServer):
     are the accepted keys, each its own account; by default one random key.
     """
 
-    log_filters = (HIDE_STREAM_DROPS, HIDE_REPLY_DROPS)
+    log_filters = (HIDE_DROPS,)
 
     def __init__(self, *, world: World | None = None, root: Path | None = None, faults: Faults | None = None,
                  api_keys: Sequence[str] | None = None, settings: Settings | None = None,

@@ -22,8 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fakes.faults import Faults
-from fakes.upstash.service import key_digest
+from fakes import rest_skeleton
+from fakes.faults import Fault, Faults
+from fakes.keys import Account
+from fakes.rest_skeleton import VendorService
 from fakes.world import Box, World
 
 from .settings import (
@@ -45,22 +47,16 @@ from .settings import (
 )
 
 
-class ApiError(Exception):
+class ApiError(rest_skeleton.ApiError):
     """An error reply: ``shape`` picks {"detail": {"error": m}} or {"error": m}."""
 
     def __init__(self, status: int, message: str, shape: ErrorShape = "detail"):
-        super().__init__(message)
-        self.status = status
-        self.message = message
+        super().__init__(status, message)
         self.shape = shape
 
     def body(self) -> dict[str, Any]:
         return {"detail": {"error": self.message}} if self.shape == "detail" else {"error": self.message}
 
-
-@dataclass(frozen=True)
-class Account:
-    digest: str
 
 
 @dataclass
@@ -73,34 +69,32 @@ class ExecRun:
     kill: Callable[[], None] = field(default=lambda: None, repr=False)
 
 
-class Service:
+class Service(VendorService):
+    vendor = "DeepInfra"
+    missing_key = "Missing bearer token"
+    invalid_key = "Invalid API key"
+    invalid_json_status = 422
+    no_box_in_path = "Sandbox not found"
+    settings: Settings
+
     def __init__(self, world: World, faults: Faults, api_keys: Iterable[str], settings: Settings | None = None):
-        self.world = world
-        self.faults = faults
-        self.settings = settings or Settings()
-        self._digests = {key_digest(k) for k in api_keys if k}
-        if not self._digests:
-            raise ValueError("the DeepInfra fake needs at least one API key")
+        super().__init__(world, faults, api_keys, settings or Settings())
         self._lock = threading.RLock()  # state changes, the cap check and create are atomic
         self._runs: dict[str, list[ExecRun]] = {}
         self._fail_creates = 0
-        self.closing = threading.Event()  # set on shutdown; silenced requests return
 
-    # -- auth ------------------------------------------------------------------------
-    def add_key(self, key: str) -> None:
-        """Accept another key: a separate account with its own sandboxes and cap."""
-        if not key:
-            raise ValueError("an API key must not be empty")
-        self._digests.add(key_digest(key))
-
-    def authenticate(self, headers: Mapping[str, str]) -> Account:
+    # -- the wire --------------------------------------------------------------------
+    def presented_key(self, headers: Mapping[str, str]) -> str | None:
         scheme, _, token = headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not token.strip():
-            raise ApiError(401, "Missing bearer token")
-        digest = key_digest(token.strip())
-        if digest not in self._digests:
-            raise ApiError(401, "Invalid API key")
-        return Account(digest)
+        return token.strip() if scheme.lower() == "bearer" else None
+
+    def error(self, status: int, message: str) -> ApiError:
+        return ApiError(status, message)
+
+    def fault_error(self, fault: Fault) -> ApiError:
+        """A scripted status: the SDK retries 502, 503 and 504 on a GET, never on a POST, PUT or DELETE
+        (deepinfra/clients/deepinfra.py)."""
+        return ApiError(fault.status, fault.message, self.settings.fault_error_shape)
 
     # -- test hooks --------------------------------------------------------------------
     def fail_next_creates(self, count: int = 1) -> None:

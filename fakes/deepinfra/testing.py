@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 
-from fakes.upstash.service import key_digest
+from fakes.keys import key_digest
 from fakes.world import Box
 
 from .server import DeepInfraServer

@@ -9,9 +9,10 @@ the sandbox, ``delete`` terminates it.
 
 from __future__ import annotations
 
-from fakes.fault_script import FaultScript
-from fakes.upstash.service import key_digest
-from fakes.world import Box
+from collections.abc import Iterable
+from pathlib import Path
+
+from fakes.world_view import BoxWorldView
 
 from .service import Service
 from .settings import (
@@ -28,25 +29,17 @@ from .settings import (
     STOPPING,
 )
 
-CAPABILITIES = frozenset({"world", "world-states", "transport-faults"})
 FAULT_ROUTES = {"create": (ROUTE_CREATE,), "exec": (ROUTE_EXEC,), "read": (ROUTE_GET, ROUTE_LIST)}
 KIT_STATES = {CREATING: "creating", STARTING: "creating", RUNNING: "running", STOPPING: "paused",
               STOPPED: "paused", FAILED: "error", DELETED: "deleted"}
 
 
-class DeepInfraWorld:
-    capabilities = CAPABILITIES
+class DeepInfraWorld(BoxWorldView):
+    vendor = "DeepInfra"
 
     def __init__(self, service: Service):
+        super().__init__(service.world, service.faults, FAULT_ROUTES)
         self.service = service
-        self.world = service.world
-        self.faults = FaultScript(service.faults, FAULT_ROUTES)
-
-    def _box(self, sandbox_id: str) -> Box:
-        box = self.world.get(sandbox_id, include_deleted=True)
-        if box is None:
-            raise KeyError(f"no sandbox {sandbox_id!r} in the DeepInfra fake")
-        return box
 
     def sandboxes(self) -> dict[str, str]:
         """Every sandbox that is not deleted, in the kit's state names."""
@@ -56,35 +49,23 @@ class DeepInfraWorld:
         """Every sandbox that is not deleted, in DeepInfra's own state names."""
         return {box.id: box.state for box in self.world.boxes()}
 
-    def locate(self, relpath: str, content: str) -> str | None:
-        """The sandbox holding ``content`` at ``relpath`` under /workspace or under root's home.
-
-        Checks plant nonces under $HOME; the reference backend's $HOME is
-        /workspace (the only directory that survives a stop), a plain shell's is /root.
-        """
+    def nonce_places(self) -> Iterable[tuple[str, Path]]:
+        """/workspace, then root's home: checks plant nonces under $HOME, and the reference backend's
+        $HOME is /workspace (the only directory that survives a stop), a plain shell's is /root."""
         for box in self.world.boxes():
-            for base in (box.workspace_dir, box.home_dir):
-                try:
-                    if (base / relpath).read_text("utf-8", "replace").strip() == content:
-                        return box.id
-                except OSError:
-                    continue
-        return None
-
-    def authenticated_with(self, sandbox_id: str, credential: str) -> bool:
-        """Was this credential used against this sandbox (it is the only key that can reach it)?"""
-        return key_digest(credential) in self._box(sandbox_id).credentials_seen
+            yield box.id, box.workspace_dir
+            yield box.id, box.home_dir
 
     def pause(self, sandbox_id: str) -> None:
         """Stopped at once: processes killed, everything but /workspace reset."""
-        box = self._box(sandbox_id)
+        box = self.box(sandbox_id)
         if box.state == RUNNING:
             self.service.stop(box, immediate=True)
 
     def fail(self, sandbox_id: str) -> None:
-        self.service.fail(self._box(sandbox_id))
+        self.service.fail(self.box(sandbox_id))
 
     def delete(self, sandbox_id: str) -> None:
-        box = self._box(sandbox_id)
+        box = self.box(sandbox_id)
         if box.state != DELETED:
             self.service.terminate(box)

@@ -9,9 +9,12 @@ fault route names are ``settings.ROUTES``.
 
 from __future__ import annotations
 
+from fakes.keys import key_digest
+from fakes.rest_skeleton import ApiError
+
 from .app import create_app
 from .server import UpstashServer
-from .service import ApiError, Service, key_digest
+from .service import Service
 from .settings import ROUTES, WS_ROUTE, Settings
 from .world_adapter import UpstashWorld
 

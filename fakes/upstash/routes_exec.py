@@ -12,12 +12,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from fakes import procio
+from fakes.delivery import CuttableStream, DroppedConnection, hang
 from fakes.faults import Fault
+from fakes.rest_skeleton import endpoint
 from fakes.world import DELETED, PAUSED, Box, BoxProcess
 
-from . import procio
-from .rest import Context, CuttableStream, DroppedConnection, endpoint, hang, json_body
-from .service import ApiError, Service
+from .service import ApiError, BoxContext, Service
 
 FLOOD_LINE = b"flood " * 15 + b"flood\n"
 
@@ -29,10 +30,10 @@ async def ready_for_exec(svc: Service, box: Box) -> None:
     svc.require_usable(box)
 
 
-async def _prepare(request: Request, ctx: Context) -> tuple[Box, list[str], str]:
+async def _prepare(request: Request, ctx: BoxContext) -> tuple[Box, list[str], str]:
     """Validate an exec request: (box, argv, cwd as the process sees it)."""
     box = ctx.live_box()
-    body = await json_body(request)
+    body = await ctx.svc.json_body(request)
     command = body.get("command") if isinstance(body, dict) else None
     if not isinstance(command, list) or not command or not all(isinstance(a, str) for a in command):
         raise ApiError(400, "command must be a non-empty list of strings")
@@ -63,7 +64,7 @@ def flood_chunks(total: int, chunk: int) -> list[bytes]:
 
 
 @endpoint("POST /v2/box/{id}/exec")
-async def exec_command(request: Request, ctx: Context) -> Response:
+async def exec_command(request: Request, ctx: BoxContext) -> Response:
     box, argv, cwd = await _prepare(request, ctx)
     proc = _spawn(ctx.svc, box, argv, cwd)
     exited = asyncio.ensure_future(procio.wait_exit(proc))
@@ -92,13 +93,13 @@ def _error_trailer(message: str) -> bytes:
 
 
 @endpoint("POST /v2/box/{id}/exec-stream", stream_faults=True)
-async def exec_stream(request: Request, ctx: Context) -> Response:
+async def exec_stream(request: Request, ctx: BoxContext) -> Response:
     box, argv, cwd = await _prepare(request, ctx)
     return CuttableStream(_stream(ctx, box, argv, cwd), media_type="text/event-stream",
                           headers={"Cache-Control": "no-store"})
 
 
-async def _stream(ctx: Context, box: Box, argv: list[str], cwd: str) -> AsyncIterator[bytes]:
+async def _stream(ctx: BoxContext, box: Box, argv: list[str], cwd: str) -> AsyncIterator[bytes]:
     """Merged output in arrival order, then the trailer; the fault (if any) cuts in at ``after_bytes``.
 
     The command starts on the first read of the body, so a reply that is never sent runs nothing.
@@ -133,7 +134,7 @@ async def _stream(ctx: Context, box: Box, argv: list[str], cwd: str) -> AsyncIte
                     elif kind == "drop":
                         raise DroppedConnection("scripted drop")
                     elif kind == "half-close":
-                        await hang(svc)
+                        await hang(svc.closing)
                         return
                     elif kind == "truncate":
                         whole = _trailer(0, 0)
@@ -148,7 +149,7 @@ async def _stream(ctx: Context, box: Box, argv: list[str], cwd: str) -> AsyncIte
             if pending.kind == "drop":
                 raise DroppedConnection("scripted drop")
             if pending.kind == "half-close":
-                await hang(svc)
+                await hang(svc.closing)
                 return
             if pending.kind == "truncate":
                 whole = _trailer(result.code, result.cpu_ns)

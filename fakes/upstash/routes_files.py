@@ -21,9 +21,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from fakes.rest_skeleton import endpoint
+
 from . import multipart
-from .rest import Context, endpoint, json_body
-from .service import ApiError
+from .service import ApiError, BoxContext
 
 _KINDS = {stat.S_IFREG: "file", stat.S_IFDIR: "directory", stat.S_IFLNK: "symlink"}
 
@@ -75,7 +76,7 @@ def _read(host: Path, offset: int, length: int | None) -> bytes:
 
 
 @endpoint("GET /v2/box/{id}/files/read")
-async def read_file(request: Request, ctx: Context) -> Response:
+async def read_file(request: Request, ctx: BoxContext) -> Response:
     box = ctx.live_box()
     path, host = ctx.svc.file_path(box, request.query_params.get("path"))
     length, offset = _int_param(request, "length"), _int_param(request, "offset") or 0
@@ -97,9 +98,9 @@ def _write(host: Path, data: bytes) -> None:
 
 
 @endpoint("POST /v2/box/{id}/files/write")
-async def write_file(request: Request, ctx: Context) -> Response:
+async def write_file(request: Request, ctx: BoxContext) -> Response:
     box = ctx.live_box()
-    body = await json_body(request)
+    body = await ctx.svc.json_body(request)
     if not isinstance(body, dict) or not isinstance(body.get("content"), str):
         raise ApiError(400, "body must have a path and a string content")
     path, host = ctx.svc.file_path(box, body.get("path"))
@@ -128,7 +129,7 @@ def _list(host: Path, folder: str) -> list[dict[str, Any]]:
 
 
 @endpoint("GET /v2/box/{id}/files/list")
-async def list_files(request: Request, ctx: Context) -> Response:
+async def list_files(request: Request, ctx: BoxContext) -> Response:
     box = ctx.live_box()
     folder, host = ctx.svc.file_path(box, request.query_params.get("folder") or ctx.svc.world.layout.workspace)
     return JSONResponse({"files": await _disk(folder, _list, host, folder)})
@@ -141,7 +142,7 @@ def _stat(host: Path, follow: bool) -> dict[str, Any]:
 
 
 @endpoint("GET /v2/box/{id}/files/stat")
-async def stat_file(request: Request, ctx: Context) -> Response:
+async def stat_file(request: Request, ctx: BoxContext) -> Response:
     box = ctx.live_box()
     follow = request.query_params.get("follow", "").lower() in ("1", "true", "yes")
     path, host = ctx.svc.file_path(box, request.query_params.get("path"), follow=follow)
@@ -153,18 +154,18 @@ def _mkdir(host: Path, parents: bool) -> None:
 
 
 @endpoint("POST /v2/box/{id}/files/mkdir")
-async def make_dir(request: Request, ctx: Context) -> Response:
+async def make_dir(request: Request, ctx: BoxContext) -> Response:
     box = ctx.live_box()
-    body = await json_body(request)
+    body = await ctx.svc.json_body(request)
     path, host = ctx.svc.file_path(box, body.get("path") if isinstance(body, dict) else None)
     await _disk(path, _mkdir, host, bool(body.get("parents")))
     return JSONResponse({"message": "Directory created", "path": path})
 
 
 @endpoint("POST /v2/box/{id}/files/rename")
-async def rename_file(request: Request, ctx: Context) -> Response:
+async def rename_file(request: Request, ctx: BoxContext) -> Response:
     box = ctx.live_box()
-    body = await json_body(request)
+    body = await ctx.svc.json_body(request)
     if not isinstance(body, dict):
         raise ApiError(400, "body must have from and to")
     src, src_host = ctx.svc.file_path(box, body.get("from"), follow=False)
@@ -185,9 +186,9 @@ def _remove(host: Path, recursive: bool) -> None:
 
 
 @endpoint("POST /v2/box/{id}/files/remove")
-async def remove_file(request: Request, ctx: Context) -> Response:
+async def remove_file(request: Request, ctx: BoxContext) -> Response:
     box = ctx.live_box()
-    body = await json_body(request)
+    body = await ctx.svc.json_body(request)
     path, host = ctx.svc.file_path(box, body.get("path") if isinstance(body, dict) else None, follow=False)
     if path == ctx.svc.world.layout.workspace or host == box.workspace_dir:
         raise ApiError(403, "permission_denied: the workspace itself cannot be removed")
@@ -201,7 +202,7 @@ async def remove_file(request: Request, ctx: Context) -> Response:
 
 
 @endpoint("POST /v2/box/{id}/files/upload")
-async def upload_files(request: Request, ctx: Context) -> Response:
+async def upload_files(request: Request, ctx: BoxContext) -> Response:
     box = ctx.live_box()
     try:
         parts = multipart.parse(await request.body(), request.headers.get("content-type", ""))
@@ -219,7 +220,7 @@ async def upload_files(request: Request, ctx: Context) -> Response:
 
 
 @endpoint("GET /v2/box/{id}/files/download")
-async def download_file(request: Request, ctx: Context) -> Response:
+async def download_file(request: Request, ctx: BoxContext) -> Response:
     box = ctx.live_box()
     path, host = ctx.svc.file_path(box, request.query_params.get("folder") or request.query_params.get("path"))
     data = await _disk(path, _read, host, 0, None)

@@ -6,12 +6,12 @@ import secrets
 from collections.abc import Sequence
 from pathlib import Path
 
+from fakes.delivery import HIDE_DROPS
 from fakes.faults import Faults
 from fakes.serving import FakeServer, LoopbackServer
 from fakes.world import World
 
 from .app import create_app
-from .rest import HIDE_DROPS
 from .service import Service
 from .settings import Settings
 

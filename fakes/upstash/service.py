@@ -1,13 +1,12 @@
 """The Upstash Box account model over the shared World: keys, names, quota, labels, BoxData.
 
-Nothing here knows HTTP; problems are raised as ``ApiError(status, message)``
-and the routes turn them into ``{"error": message}`` bodies.
+Problems are raised as ``ApiError(status, message)``; the request skeleton
+(fakes/rest_skeleton.py) turns them into ``{"error": message}`` bodies.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import os
 import posixpath
 import re
@@ -15,11 +14,12 @@ import secrets
 import threading
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from fakes.faults import Faults
+from fakes.keys import Account
+from fakes.rest_skeleton import ApiError, Context, VendorService
 from fakes.world import CREATING, DELETED, ERROR, PAUSED, Box, World
 
 from .settings import RUNTIMES, SIZES, Settings
@@ -28,51 +28,42 @@ _LABEL = re.compile(r"^[A-Za-z0-9._-]+$")
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-class ApiError(Exception):
-    def __init__(self, status: int, message: str):
-        super().__init__(message)
-        self.status = status
-        self.message = message
+class BoxContext(Context):
+    """A handler's view of the request: ``box()`` is the box the path's {id} (an id or a name) addresses
+    (a deleted one only when deleted records are visible)."""
+
+    svc: Service
+
+    def live_box(self) -> Box:
+        """The addressed box, 404 if deleted even when deleted records are visible."""
+        box = self.box()
+        if box.state == DELETED:
+            raise ApiError(404, f"box not found: {self.key}")
+        return box
 
 
-def key_digest(key: str) -> str:
-    """How a key is remembered: never the key itself."""
-    return hashlib.sha256(key.encode()).hexdigest()[:16]
-
-
-@dataclass(frozen=True)
-class Account:
-    digest: str
-
-
-class Service:
+class Service(VendorService):
     """Everything the routes share: the world, the faults, the accepted keys, the settings."""
 
+    vendor = "Upstash Box"
+    missing_key = "missing X-Box-Api-Key header"
+    invalid_key = "invalid API key"
+    no_box_in_path = "no box in the path"
+    context_type = BoxContext
+    settings: Settings
+
     def __init__(self, world: World, faults: Faults, api_keys: Iterable[str], settings: Settings | None = None):
-        self.world = world
-        self.faults = faults
-        self.settings = settings or Settings()
-        self._digests = {key_digest(k) for k in api_keys if k}
-        if not self._digests:
-            raise ValueError("the Upstash fake needs at least one API key")
+        super().__init__(world, faults, api_keys, settings or Settings())
         self._create_lock = threading.Lock()  # name and quota checks and the create are one step
-        self.closing = threading.Event()  # set on shutdown; silenced requests return
 
     # -- auth ----------------------------------------------------------------------------
-    def add_key(self, key: str) -> None:
-        """Accept another key: a separate account with its own boxes, names and quota."""
-        if not key:
-            raise ValueError("an API key must not be empty")
-        self._digests.add(key_digest(key))
+    def presented_key(self, headers: Mapping[str, str]) -> str | None:
+        return headers.get("x-box-api-key")
 
-    def authenticate(self, headers: Mapping[str, str]) -> Account:
-        key = headers.get("x-box-api-key")
-        if not key:
-            raise ApiError(401, "missing X-Box-Api-Key header")
-        digest = key_digest(key)
-        if digest not in self._digests:
-            raise ApiError(401, "invalid API key")
-        return Account(digest)
+    def fault_box(self, account: Account, key: str | None) -> str | None:
+        """A fault may name a box by id; the path may address it by name."""
+        found = self.find(account, key, include_deleted=True) if key else None
+        return found.id if found else key
 
     # -- lookup ----------------------------------------------------------------------------
     def find(self, account: Account, key: str, *, include_deleted: bool = False) -> Box | None:

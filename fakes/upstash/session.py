@@ -29,11 +29,11 @@ from typing import Any
 from starlette.responses import JSONResponse
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from fakes import procio
+from fakes.delivery import DroppedConnection
 from fakes.faults import Fault
 from fakes.world import CREATING, DELETED, ERROR, PAUSED, Box, BoxProcess
 
-from . import procio
-from .rest import DroppedConnection
 from .routes_exec import flood_chunks
 from .service import ApiError, Service
 from .settings import SIGNALS, WS_ROUTE

@@ -15,7 +15,7 @@ from upstash_box import Box, BoxError, EphemeralBox
 
 from fakes.world import DELETED
 
-from .upstash_fixtures import Fake
+from .helpers import Fake
 
 MIB = 1024 * 1024
 

@@ -12,7 +12,7 @@ from upstash_box import Box, BoxError
 from fakes.faults import KINDS, Fault
 from fakes.upstash import ROUTES, WS_ROUTE
 
-from .upstash_fixtures import Fake, alive, eventually
+from .helpers import Fake, alive, eventually
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 STREAM = "POST /v2/box/{id}/exec-stream"

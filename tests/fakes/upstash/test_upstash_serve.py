@@ -16,7 +16,7 @@ from upstash_box import Box, BoxError
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 MIB = 1024 * 1024
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _serve(*extra: str) -> tuple[subprocess.Popen[str], dict[str, str], list[str]]:

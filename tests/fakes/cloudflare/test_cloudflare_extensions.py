@@ -17,7 +17,8 @@ import pytest
 
 from fakes.cloudflare import BridgeServer, CloudflareWorld, Settings
 from fakes.cloudflare.settings import EXTENSIONS, MAX_OUTPUT_UNITS
-from tests.fakes.test_cloudflare_bridge import (
+
+from .bridge_client import (
     FAST,
     Client,
     error_of,

@@ -17,12 +17,11 @@ from typing import Any
 import httpx
 import pytest
 
-from fakes.cloudflare import BridgeServer
+from fakes.cloudflare import BridgeServer, CloudflareWorld
 from fakes.cloudflare import service as cf_service
-from fakes.cloudflare.world import CloudflareWorld
 from fakes.services import FakeService
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="module")

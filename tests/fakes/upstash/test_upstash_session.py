@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from upstash_box import BoxError
 
-from .upstash_fixtures import Fake, alive, eventually
+from .helpers import Fake, alive, eventually
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")  # websockets 17 about the SDK's connect()
 

@@ -1,4 +1,4 @@
-"""Asynchronous access to a box process: non-blocking pipe I/O, its exit, and its output.
+"""Asynchronous access to a box process for the fakes' event loops: non-blocking pipe I/O, its exit, its output.
 
 Output is read only when the consumer asks for the next chunk, through a
 one-slot queue, so a client that stops reading stops the reads and the

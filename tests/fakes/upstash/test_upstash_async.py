@@ -13,7 +13,7 @@ from upstash_box import AsyncBox, BoxError
 from fakes.faults import Fault
 from fakes.upstash import WS_ROUTE
 
-from .upstash_fixtures import Fake
+from .helpers import Fake
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 

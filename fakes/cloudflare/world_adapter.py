@@ -12,24 +12,24 @@ the idle alarm does); ``fail`` = the container is lost and no snapshot exists;
 
 from __future__ import annotations
 
+from collections.abc import Collection, Iterable
 from pathlib import Path
 
-from fakes.fault_script import FaultScript
+from fakes.world_view import WorldView
 
-from .protocol import token_digest
+from .service import Bridge
 from .settings import ROUTE_EXEC, ROUTE_HEALTH, ROUTE_INIT, ROUTE_STATUS
-from .workspace import Bridge, Workspace
+from .workspace import Workspace
 
-CAPABILITIES = frozenset({"world", "world-states", "transport-faults"})
 FAULT_ROUTES = {"create": (ROUTE_INIT,), "exec": (ROUTE_EXEC,), "read": (ROUTE_STATUS, ROUTE_HEALTH)}
 
 
-class CloudflareWorld:
-    capabilities = CAPABILITIES
+class CloudflareWorld(WorldView):
+    vendor = "Cloudflare bridge"
 
     def __init__(self, bridge: Bridge):
+        super().__init__(bridge.faults, FAULT_ROUTES)
         self.bridge = bridge
-        self.faults = FaultScript(bridge.faults, FAULT_ROUTES)
 
     @property
     def paths_note(self) -> str:
@@ -38,33 +38,27 @@ class CloudflareWorld:
     def workspace(self, sandbox_id: str) -> Workspace:
         found = self.bridge.find(sandbox_id)
         if found is None:
-            raise KeyError(f"no workspace {sandbox_id!r}")
+            raise KeyError(f"no workspace {sandbox_id!r} in the {self.vendor} fake")
         return found
 
     def sandboxes(self) -> dict[str, str]:
         states = {ws.id: ws.world_state() for ws in self.bridge.all()}
         return {sid: state for sid, state in states.items() if state is not None}
 
-    def locate(self, relpath: str, content: str) -> str | None:
-        """The workspace whose $HOME/relpath holds ``content`` (live files first, then snapshots)."""
-        candidates: list[tuple[str, Path]] = []
+    def nonce_places(self) -> Iterable[tuple[str, Path]]:
+        """Live homes first, then the homes kept in snapshots."""
+        snapshots: list[tuple[str, Path]] = []
         for ws in self.bridge.all():
             box, snapshot = ws.box, ws.snapshot
             if box is not None:
-                candidates.insert(0, (ws.id, box.home_dir / relpath))
+                yield ws.id, box.home_dir
             if snapshot is not None:
-                candidates.append((ws.id, snapshot.path / "home" / relpath))
-        for sandbox_id, path in candidates:
-            try:
-                if path.read_text("utf-8", "replace").strip() == content:
-                    return sandbox_id
-            except OSError:
-                continue
-        return None
+                snapshots.append((ws.id, snapshot.path / "home"))
+        yield from snapshots
 
-    def authenticated_with(self, sandbox_id: str, credential: str) -> bool:
+    def credentials(self, sandbox_id: str) -> Collection[str]:
         ws = self.bridge.find(sandbox_id)
-        return ws is not None and token_digest(credential) in ws.credentials
+        return ws.credentials if ws is not None else ()
 
     def pause(self, sandbox_id: str) -> None:
         self.workspace(sandbox_id).pause()

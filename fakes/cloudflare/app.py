@@ -1,4 +1,4 @@
-"""The bridge's Starlette app: faults first, then auth, routing, and the workspace actions.
+"""The ASGI app: the bridge Worker's routes, faults first, then auth, routing, and the workspace actions.
 
 Order of checks, as in the public Worker: a scripted fault; auth (503
 ``not_configured`` without a usable secret, 401 ``unauthorized``); ``GET
@@ -21,9 +21,10 @@ from starlette.responses import Response
 from starlette.routing import Mount
 from starlette.types import Receive, Scope, Send
 
+from fakes.delivery import CORRUPTING, FaultyReply, Silence
 from fakes.faults import Fault
+from fakes.keys import key_digest
 
-from .delivery import CORRUPTING, Delivery, DroppedConnection, wait_gone
 from .exec_stream import ExecStream
 from .file_read import open_read
 from .protocol import (
@@ -35,10 +36,10 @@ from .protocol import (
     json_response,
     read_json,
     read_request,
-    token_digest,
     workspace_config,
 )
-from .workspace import Bridge, Workspace
+from .service import Bridge
+from .workspace import Workspace
 
 logger = logging.getLogger("fakes.cloudflare")
 
@@ -64,33 +65,6 @@ def fault_reply(fault: Fault) -> Response:
     return json_response({"error": {"code": code, "message": fault.message}}, fault.status)
 
 
-class Silence:
-    """Accept the request and never answer."""
-
-    def __init__(self, bridge: Bridge):
-        self.bridge = bridge
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await wait_gone(receive, self.bridge.closing)
-        raise DroppedConnection("silence")
-
-
-class FaultyReply:
-    """A finished JSON reply delivered under a corrupting fault: the action happened, its answer is damaged."""
-
-    def __init__(self, response: Response, fault: Fault, bridge: Bridge):
-        self.response, self.fault, self.bridge = response, fault, bridge
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        headers = self.response.raw_headers
-        if self.fault.kind == "garbage":  # the body grows; let the server chunk it
-            headers = [(k, v) for k, v in headers if k != b"content-length"]
-        delivery = Delivery(send, receive, self.fault, self.bridge.closing)
-        await delivery.start(self.response.status_code, headers)
-        await delivery.body(bytes(self.response.body))
-        await delivery.end()
-
-
 def create_app(bridge: Bridge) -> Starlette:
     async def handle(request: Request) -> Any:
         raw = request.scope.get("raw_path") or request.scope["path"].encode()
@@ -103,7 +77,7 @@ def create_app(bridge: Bridge) -> Starlette:
             elif fault.kind == "status":
                 return fault_reply(fault)
             elif fault.kind == "silence":
-                return Silence(bridge)
+                return Silence(bridge.closing)
         try:
             reply = await dispatch(bridge, request, path, fault)
         except ApiError as exc:
@@ -112,7 +86,7 @@ def create_app(bridge: Bridge) -> Starlette:
             logger.exception("bridge request %s failed", route)
             reply = error_response(exc)
         if fault is not None and fault.kind in CORRUPTING and isinstance(reply, Response):
-            return FaultyReply(reply, fault, bridge)
+            return FaultyReply(reply, fault, bridge.closing)
         return reply
 
     async def endpoint(scope: Scope, receive: Receive, send: Send) -> None:
@@ -140,7 +114,7 @@ async def dispatch(bridge: Bridge, request: Request, path: str, fault: Fault | N
     if request.method != expected:
         raise ApiError(405, "method_not_allowed", "Method not allowed")
     ws = bridge.workspace(match.group(1))
-    ws.credentials.add(token_digest(header[len("Bearer "):] if header else ""))
+    ws.credentials.add(key_digest(header[len("Bearer "):] if header else ""))
     if action == "status":
         return json_response(ws.status())
     body = await read_json(request.headers, request.stream())

@@ -1,0 +1,89 @@
+"""The one interface through which the kit's checks inspect and steer any fake's sandboxes.
+
+A world view lists the fake's sandboxes with their states in the kit's words
+(creating, idle, running, paused, error, deleted), finds the sandbox holding a
+nonce a check planted in its $HOME, tells whether a credential reached a
+sandbox, and disturbs a sandbox behind its client's back (``pause``,
+``fail``, ``delete``); ``faults`` arms transport faults by role
+(fakes/fault_script.py).  Each vendor's ``world_adapter.py`` says how its own
+states and lifecycle map onto these.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping
+from pathlib import Path
+from typing import ClassVar
+
+from fakes.fault_script import FaultScript
+from fakes.faults import Faults
+from fakes.keys import key_digest
+from fakes.world import Box, World
+
+CAPABILITIES = frozenset({"world", "world-states", "transport-faults"})
+
+
+class WorldView:
+    capabilities: ClassVar[frozenset[str]] = CAPABILITIES
+    vendor: ClassVar[str] = "vendor"
+
+    def __init__(self, faults: Faults, routes: Mapping[str, tuple[str, ...]]):
+        self.faults = FaultScript(faults, routes)
+
+    # -- what a vendor says --------------------------------------------------------------
+    def sandboxes(self) -> dict[str, str]:
+        """Every sandbox that is not deleted, with its state."""
+        raise NotImplementedError
+
+    def nonce_places(self) -> Iterable[tuple[str, Path]]:
+        """(sandbox id, directory) pairs where a check's nonce may be, in the order to look."""
+        raise NotImplementedError
+
+    def credentials(self, sandbox_id: str) -> Collection[str]:
+        """Digests (fakes.keys.key_digest) of the credentials that reached the sandbox."""
+        raise NotImplementedError
+
+    def pause(self, sandbox_id: str) -> None:
+        raise NotImplementedError
+
+    def fail(self, sandbox_id: str) -> None:
+        raise NotImplementedError
+
+    def delete(self, sandbox_id: str) -> None:
+        raise NotImplementedError
+
+    # -- shared --------------------------------------------------------------------------
+    def locate(self, relpath: str, content: str) -> str | None:
+        """The sandbox whose ``relpath`` (under one of its nonce places) holds ``content``."""
+        for sandbox_id, base in self.nonce_places():
+            try:
+                if (base / relpath).read_text("utf-8", "replace").strip() == content:
+                    return sandbox_id
+            except OSError:
+                continue
+        return None
+
+    def authenticated_with(self, sandbox_id: str, credential: str) -> bool:
+        """Was this credential used against this sandbox (it is the only key that can reach it)?"""
+        return key_digest(credential) in self.credentials(sandbox_id)
+
+
+class BoxWorldView(WorldView):
+    """A view of a fake whose sandboxes are the boxes of a ``fakes.world.World`` themselves."""
+
+    def __init__(self, world: World, faults: Faults, routes: Mapping[str, tuple[str, ...]]):
+        super().__init__(faults, routes)
+        self.world = world
+
+    def box(self, sandbox_id: str) -> Box:
+        box = self.world.get(sandbox_id, include_deleted=True)
+        if box is None:
+            raise KeyError(f"no sandbox {sandbox_id!r} in the {self.vendor} fake")
+        return box
+
+    def nonce_places(self) -> Iterable[tuple[str, Path]]:
+        for box in self.world.boxes():
+            yield box.id, box.home_dir
+
+    def credentials(self, sandbox_id: str) -> Collection[str]:
+        return self.box(sandbox_id).credentials_seen
