@@ -6,6 +6,7 @@ import logging
 import subprocess
 import sys
 import textwrap
+import threading
 
 import pytest
 
@@ -221,3 +222,146 @@ def test_bounded_collector_keeps_head_and_tail():
     full = _BoundedOutputCollector(None)
     full.append("x" * 10_000)
     assert full.render() == ("x" * 10_000, False)
+
+
+# --------------------------------------------------------------- BaseEnvironment.execute, as current hosts run it
+def _local_env():
+    """A stand-in BaseEnvironment running local bash in a private temp dir."""
+    from conformance.host.standins.base import BaseEnvironment
+
+    return features._probe_class(BaseEnvironment)()
+
+
+def test_run_bash_runs_on_a_worker_thread_and_before_execute_on_the_callers():
+    env = _local_env()
+    try:
+        assert env.execute("echo hop")["output"].strip() == "hop"
+        caller = threading.get_ident()
+        assert env.threads["_before_execute"] == caller
+        assert env.threads["_run_bash"] != caller
+    finally:
+        env.cleanup()
+
+
+def test_an_interrupt_on_the_callers_thread_stops_a_command_waited_for_on_a_worker():
+    from conformance.host.drivers import interrupted
+
+    env = _local_env()
+    try:
+        result, _ = interrupted(env, "echo started; sleep 30", after_s=0.3, timeout=30)
+        assert result["returncode"] == 130 and result["output"] == "started\n\n[Command interrupted]"
+        assert env.threads["_run_bash"] not in (None, threading.get_ident())
+    finally:
+        env.cleanup()
+
+
+def test_context_variables_cross_to_the_worker_and_thread_locals_do_not():
+    import contextvars
+
+    scope: contextvars.ContextVar[str] = contextvars.ContextVar("kit_scope", default="unset")
+    local = threading.local()
+    seen: dict[str, str] = {}
+    env = _local_env()
+    run_bash = env._run_bash
+
+    def spying_run_bash(*args, **kwargs):
+        seen["context"] = scope.get()
+        seen["thread-local"] = getattr(local, "value", "unset")
+        return run_bash(*args, **kwargs)
+
+    env._run_bash = spying_run_bash
+    token = scope.set("caller")
+    local.value = "caller"
+    try:
+        assert env.execute("true")["returncode"] == 0
+    finally:
+        scope.reset(token)
+        env.cleanup()
+    assert seen == {"context": "caller", "thread-local": "unset"}
+
+
+def test_a_wait_that_never_returns_ends_at_the_deadline_with_124():
+    env = _local_env()
+    never = threading.Event()
+
+    def stuck_wait(proc, timeout=120, **kwargs):
+        kwargs["output"].append("partial\n")
+        never.wait(30)
+        return {"output": "late", "returncode": 0}
+
+    env._wait_for_process = stuck_wait
+    try:
+        result = env.execute("sleep 20", timeout=1)
+    finally:
+        never.set()
+        env.cleanup()
+    assert result == {"output": "partial\n\n[Command timed out after 1s]", "returncode": 124}
+
+
+def test_functions_and_aliases_a_command_defines_reach_the_next_command():
+    env = _local_env()
+    try:
+        env.execute("greet() { echo \"hi $1\"; }; alias shout='echo LOUD'; export KIT_KEPT=yes; _private() { :; }")
+        assert env.execute("greet you; shout; echo $KIT_KEPT")["output"].split("\n")[:3] == ["hi you", "LOUD", "yes"]
+        assert env.execute("type -t _private || echo none")["output"].strip() == "none"
+    finally:
+        env.cleanup()
+
+
+def test_fetch_file_and_realpath_have_the_current_hosts_shape(tmp_path):
+    import inspect
+
+    from conformance.host.standins.base import BaseEnvironment, FileFetchError
+
+    params = inspect.signature(BaseEnvironment.fetch_file).parameters
+    assert params["max_bytes"].kind is inspect.Parameter.KEYWORD_ONLY
+    assert params["max_bytes"].default is inspect.Parameter.empty
+    env = _local_env()
+    try:
+        source = f"{env._dir}/data.bin"
+        with open(source, "wb") as fh:
+            fh.write(bytes(range(256)))
+        with pytest.raises(TypeError):
+            env.fetch_file(source, str(tmp_path / "no-cap"))
+        assert env.fetch_file(source, str(tmp_path / "copy"), max_bytes=256) is None
+        assert (tmp_path / "copy").read_bytes() == bytes(range(256))
+        with pytest.raises(FileFetchError, match="larger than the 255-byte limit"):
+            env.fetch_file(source, str(tmp_path / "capped"), max_bytes=255)
+        assert not (tmp_path / "capped").exists()
+        assert env.fetch_realpath(f"{env._dir}/no/such/dir/file") is None
+        assert env.fetch_realpath(source) == source
+    finally:
+        env.cleanup()
+
+
+def test_feature_detection_tells_the_0_19_shape_from_the_current_one():
+    """Detected by behaviour: a base shaped like hermes-agent 0.19.0 (spawn and wait on the
+    caller's thread, exports-only re-dump, no fetch_file) lacks those three features and keeps
+    the ones it composes the same way."""
+    import shlex
+
+    from conformance.host.standins.base import BaseEnvironment
+
+    class CallerThreadShape(BaseEnvironment):
+        fetch_file = None
+        fetch_realpath = None
+
+        def _wrap_command(self, command, cwd):
+            snap, marker = shlex.quote(self._snapshot_path), self._cwd_marker
+            return "\n".join([
+                f"source {snap} >/dev/null 2>&1 || true", f"builtin cd -- {shlex.quote(cwd)} || exit 126",
+                "eval " + shlex.quote(command), "__ec=$?", f"export -p > {snap}",
+                f"printf '\\n{marker}%s{marker}\\n' \"$(pwd -P)\"", "exit $__ec",
+            ])
+
+        def execute(self, command, cwd="", *, timeout=None, **kwargs):
+            self._before_execute()
+            proc = self._run_bash(self._wrap_command(command, cwd or self.cwd), timeout=timeout or self.timeout)
+            result = self._wait_for_process(proc, timeout=timeout or self.timeout)
+            self._update_cwd(result)
+            return result
+
+    old = features.detect(CallerThreadShape)
+    assert not any(old[name] for name in ("exec-worker-thread", "snapshot-redumps-functions", "fetch-file")), old
+    assert all(old[name] for name in ("wait-loop", "session-snapshot", "cwd-marker", "cwd-observed")), old
+    assert all(features.detect(BaseEnvironment).values())

@@ -26,6 +26,7 @@ STANDINS: dict[str, str] = {
     "agent.provider_base": "conformance.host.standins.provider_base",
     "agent.terminal_env_provider": "conformance.host.standins.terminal_env_provider",
     "agent.secret_scope": "conformance.host.standins.secret_scope",
+    "agent.deadline": "conformance.host.standins.deadline",
     "tools.interrupt": "conformance.host.standins.interrupt",
     "tools.terminal_tool": "conformance.host.standins.terminal_tool",
     "tools.environments.base_output": "conformance.host.standins.base_output",

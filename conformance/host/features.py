@@ -2,7 +2,11 @@
 
 Detected by running each behaviour on a tiny local-bash BaseEnvironment
 subclass of the active host (a fraction of a second in all), never from a
-version string.  The result decides whether a host-provided clause applies.
+version string.  The result decides whether a host-provided clause applies,
+and it tells the host shapes apart: hermes-agent 0.19.0 spawns and waits on
+the caller's thread, re-dumps only exports after a command and has no
+fetch_file; current hosts (0.21) spawn and wait on a worker thread, re-dump
+functions and aliases too, and fetch with a keyword-only ``max_bytes``.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -24,14 +29,20 @@ def _probe_class(base_cls: type) -> type:
 
         def __init__(self) -> None:
             self._dir = tempfile.mkdtemp(prefix="kit-host-probe-")
+            self.threads: dict[str, int] = {}  # hook name -> the thread it last ran on
             super().__init__(cwd=self._dir, timeout=10)
             self.init_session()
 
         def get_temp_dir(self) -> str:
             return self._dir
 
+        def _before_execute(self) -> None:
+            self.threads["_before_execute"] = threading.get_ident()
+            super()._before_execute()
+
         def _run_bash(self, cmd_string: str, *, login: bool = False, timeout: int = 120,
                       stdin_data: str | None = None):
+            self.threads["_run_bash"] = threading.get_ident()
             args = ["bash", "-l" if login else "--noprofile", "-c", cmd_string]
             proc = subprocess.Popen(
                 args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -88,8 +99,32 @@ def _bounded(env: Any) -> bool:
     return "OUTPUT TRUNCATED" in out and len(out) < 100_000
 
 
+def _functions_redumped(env: Any) -> bool:
+    env.execute("kit_probe_fn() { echo kept-function; }; alias kit_probe_alias='echo kept-alias'")
+    out = env.execute("kit_probe_fn; kit_probe_alias").get("output", "")
+    return out.split() == ["kept-function", "kept-alias"]
+
+
+def _worker_thread(env: Any) -> bool:
+    env.threads.clear()
+    env.execute("true")
+    caller = threading.get_ident()
+    return env.threads.get("_before_execute") == caller and env.threads.get("_run_bash") not in (None, caller)
+
+
 def _fetch(env: Any) -> bool:
-    return callable(getattr(env, "fetch_file", None)) and callable(getattr(env, "fetch_realpath", None))
+    """fetch_file as Hermes's callers call it (keyword max_bytes) copies exactly; realpath resolves."""
+    data = bytes(range(256)) * 4
+    source = os.path.join(env._dir, "kit-fetch-probe.bin")
+    link = os.path.join(env._dir, "kit-fetch-probe.link")
+    dest = os.path.join(env._dir, "kit-fetch-probe.copy")
+    with open(source, "wb") as fh:
+        fh.write(data)
+    os.symlink(source, link)
+    env.fetch_file(source, dest, max_bytes=len(data))
+    with open(dest, "rb") as fh:
+        copied = fh.read()
+    return copied == data and env.fetch_realpath(link) == source
 
 
 def _heredoc(env: Any) -> bool:
@@ -120,6 +155,8 @@ def _wait_loop(env: Any) -> bool:
 PROBES: dict[str, ProbeFn] = {
     "wait-loop": _wait_loop,
     "session-snapshot": _snapshot,
+    "snapshot-redumps-functions": _functions_redumped,
+    "exec-worker-thread": _worker_thread,
     "cwd-marker": _cwd_marker,
     "cwd-observed": _cwd_observed,
     "snapshot-excludes-session-vars": _excludes_session_vars,
@@ -131,9 +168,10 @@ PROBES: dict[str, ProbeFn] = {
 }
 
 
-def detect() -> dict[str, bool]:
-    """Probe every feature on the active host; a probe that raises means absent."""
-    base_cls = importlib.import_module("tools.environments.base").BaseEnvironment
+def detect(base_cls: type | None = None) -> dict[str, bool]:
+    """Probe every feature on the active host (or on ``base_cls``); a probe that raises means absent."""
+    if base_cls is None:
+        base_cls = importlib.import_module("tools.environments.base").BaseEnvironment
     env = _probe_class(base_cls)()
     found: dict[str, bool] = {}
     try:

@@ -3,26 +3,36 @@
 It reproduces the documented behaviour of current Hermes hosts
 (research/hermes-host.md sections 3.3 to 3.8): one bash script per command
 that re-sources a session snapshot, cds, evals the command, re-dumps the
-snapshot and prints an in-band cwd marker; a wait loop that drains output
-and turns timeouts into 124 and interrupts into 130; bounded capture;
-fetch_file over base64; and the one-shot ``environment_recreated`` flag.
+whole snapshot (exports, functions, aliases) and prints an in-band cwd
+marker; a wait loop that drains output and turns timeouts into 124 and
+interrupts into 130; bounded capture; fetch_file over base64; and the
+one-shot ``environment_recreated`` flag.
 
-The wait loop runs on the calling thread, as in hermes-agent 0.19.0, so a
-per-thread interrupt set on the caller is seen directly.
+As on current hosts, ``execute`` runs ``_before_execute`` on the calling
+thread, then spawns (``_run_bash``) and waits on a worker thread under a
+deadline of the command's timeout plus a grace (agent.deadline).  A backend
+therefore cannot hand state from ``_before_execute`` to ``_run_bash``
+through a thread-local.  The wait watches the interrupt flag of the calling
+thread as well as its own, so an interrupt the agent sets on its tool thread
+still stops the command.
 """
 
 from __future__ import annotations
 
 import base64
+import binascii
 import logging
 import os
 import shlex
+import signal
+import threading
 import time
 import uuid
 from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any
 
+from conformance.host.standins import deadline as _deadline
 from conformance.host.standins import interrupt as _interrupt
 from conformance.host.standins import terminal_tool as _terminal_tool
 from conformance.host.standins.base_output import (
@@ -47,11 +57,14 @@ __all__ = [
 logger = logging.getLogger("tools.environments.base")
 
 # Exported names matching these are per-session identity and never persist.
-_SESSION_VAR_PATTERNS = ("HERMES_SESSION_*", "HERMES_RPC_*", "HERMES_CRON_AUTO_DELIVER_*",
-                         "HERMES_BROWSER_CONTROL_*")
+_SESSION_VAR_PREFIXES = ("HERMES_SESSION_", "HERMES_RPC_", "HERMES_CRON_AUTO_DELIVER_",
+                         "HERMES_BROWSER_CONTROL_")
 _SESSION_VAR_NAMES = ("AI_AGENT", "HERMES_AGENT", "HERMES_DELEGATED_CHILD_CONTEXT",
                       "HERMES_CRON_SESSION", "HERMES_KERNEL_DIR", "HERMES_UI_SESSION_ID")
 _FETCH_TIMEOUT = 300
+# The worker's deadline is the command's timeout plus this: the wait loop's own 124
+# (with the output so far) comes first; the deadline only catches a wait that never returns.
+_WAIT_BOUND_GRACE_S = 2.0
 
 
 class EnvironmentConnectionError(RuntimeError):
@@ -72,31 +85,38 @@ def sanitize_task_id_for_path(task_id: str) -> str:
     return cleaned.strip("._") or "default"
 
 
-def _dump_snapshot_script(snapshot_path: str, *, full: bool) -> str:
-    """Shell that rewrites the snapshot atomically, minus per-session variables.
+def _snapshot_dump(snapshot_path: str, *, bootstrap: bool) -> str:
+    """Shell that rewrites the snapshot atomically: exports, functions, aliases, options.
 
-    ``full`` (session start) also captures functions, aliases and shell
-    options; after each command only the exports are re-dumped, as the host
-    does.  The dump runs in a subshell so unsetting the session variables
-    there does not touch the command's shell; $BASHPID keeps concurrent
-    writers' temp files apart, and mv publishes the snapshot in one step.
+    The same dump runs at session start and after every command, so a
+    function or alias a command defines is there for the next one.  It is
+    written into a fresh ``mktemp`` file and published with ``mv``; a reader
+    never sees half a snapshot and concurrent writers never share a file.
+    Per-session variables are unset in a subshell before ``export -p`` so they
+    never reach the file and the command's own shell keeps them.  Functions
+    are chosen by name (``declare -F``), skipping private ``_name`` helpers.
+    At session start a temp file that cannot be made fails the bootstrap;
+    after a command the dump is best effort and the old snapshot stays.
     """
-    tmp = shlex.quote(snapshot_path + ".tmp.") + "$BASHPID"
     snap = shlex.quote(snapshot_path)
-    session_globs = "|".join(_SESSION_VAR_PATTERNS)
-    extras = (
-        "__hermes_f=$(declare -F | awk '{print $3}' | grep -vE '^_[^_]'); "
-        "[ -z \"$__hermes_f\" ] || declare -f $__hermes_f; alias -p; "
-        "echo 'shopt -s expand_aliases'; echo 'set +e'; echo 'set +u' "
-    ) if full else ""
-    return (
-        f"__hermes_t={tmp}; "
-        "{ ( for __hermes_v in $(compgen -e); do case $__hermes_v in "
-        f"{session_globs}) unset \"$__hermes_v\";; esac; done; "
-        f"unset {' '.join(_SESSION_VAR_NAMES)}; export -p; {extras}"
-        f') > "$__hermes_t" && mv -f "$__hermes_t" {snap}; }} 2>/dev/null '
-        '|| rm -f "$__hermes_t" 2>/dev/null || true'
-    )
+    tmp = '"$__hermes_snap_tmp"'
+    allocate = f"__hermes_snap_tmp=$(mktemp {shlex.quote(snapshot_path + '.tmp.XXXXXXXXXX')})"
+    unset = " ".join([*(f"${{!{prefix}*}}" for prefix in _SESSION_VAR_PREFIXES), *_SESSION_VAR_NAMES])
+    body = "\n".join([
+        f"  {{ ( unset {unset} 2>/dev/null; export -p ) || true; }} > {tmp}",
+        "  __hermes_fns=$(declare -F | awk '{print $3}' | grep -vE '^_[^_]') || true",
+        f'  if [ -n "$__hermes_fns" ]; then declare -f $__hermes_fns >> {tmp}; fi',
+        f"  alias -p >> {tmp}",
+        f"  printf '%s\\n' 'shopt -s expand_aliases' 'set +e' 'set +u' >> {tmp}",
+        f"  mv -f {tmp} {snap}",
+    ])
+    if bootstrap:
+        return f"{allocate} || exit 1\n{{\n{body}\n}} || rm -f {tmp}"
+    return f"{allocate} && {{\n{body}\n}} 2>/dev/null || rm -f {tmp} 2>/dev/null || true"
+
+
+def _new_collector(bounded_capture: bool) -> _BoundedOutputCollector:
+    return _BoundedOutputCollector(DEFAULT_MAX_OUTPUT_CHARS if bounded_capture else None)
 
 
 class BaseEnvironment(ABC):
@@ -153,7 +173,7 @@ class BaseEnvironment(ABC):
         marker = self._cwd_marker
         bootstrap = "\n".join([
             "umask 077",
-            _dump_snapshot_script(self._snapshot_path, full=True),
+            _snapshot_dump(self._snapshot_path, bootstrap=True),
             f"builtin cd -- {self._quote_cwd_for_cd(self.cwd)} 2>/dev/null || true",
             f"printf '\\n{marker}%s{marker}\\n' \"$(pwd -P)\"",
         ])
@@ -189,14 +209,15 @@ class BaseEnvironment(ABC):
         if self._snapshot_ready:
             lines.append(f"source {shlex.quote(self._snapshot_path)} >/dev/null 2>&1 || true")
         lines += [
-            "export AI_AGENT=1 HERMES_AGENT=1 GIT_PAGER=${GIT_PAGER:-cat} PAGER=${PAGER:-cat}",
+            'export AI_AGENT="${AI_AGENT:-hermes-agent}" HERMES_AGENT="${HERMES_AGENT:-true}"',
+            'export GIT_PAGER="${GIT_PAGER:-cat}" PAGER="${PAGER:-cat}"',
             f"builtin cd -- {self._quote_cwd_for_cd(cwd)} || exit 126",
             "eval " + shlex.quote(command),
             "__hermes_ec=$?",
             "umask 077",
         ]
         if self._snapshot_ready:
-            lines.append(_dump_snapshot_script(self._snapshot_path, full=False))
+            lines.append(_snapshot_dump(self._snapshot_path, bootstrap=False))
         lines += [f"printf '\\n{marker}%s{marker}\\n' \"$(pwd -P)\"", "exit $__hermes_ec"]
         return "\n".join(lines)
 
@@ -207,14 +228,17 @@ class BaseEnvironment(ABC):
 
     # -- waiting --------------------------------------------------------------
     def _wait_for_process(self, proc: ProcessHandle, timeout: int = 120, *,
-                          bounded_capture: bool = False) -> dict[str, Any]:
-        sink = _BoundedOutputCollector(DEFAULT_MAX_OUTPUT_CHARS if bounded_capture else None)
+                          bounded_capture: bool = False, watch_interrupt_tid: int | None = None,
+                          output: _BoundedOutputCollector | None = None) -> dict[str, Any]:
+        """Drain and wait; 130 on an interrupt of this thread or of ``watch_interrupt_tid``
+        (the thread that called execute), 124 with the output so far on a timeout."""
+        sink = output if output is not None else _new_collector(bounded_capture)
         drainer = drain(proc, sink)
         deadline = time.monotonic() + timeout
         pause = 0.005
         try:
             while proc.poll() is None:
-                if _interrupt.is_interrupted():
+                if _interrupt.is_interrupted() or _interrupt.is_thread_interrupted(watch_interrupt_tid):
                     self._kill_process(proc)
                     drainer.join(2)
                     return self._render(sink, "\n[Command interrupted]", 130)
@@ -289,42 +313,93 @@ class BaseEnvironment(ABC):
             stdin = None
         script = self._wrap_command(command, cwd or self.cwd)
         login = not self._snapshot_ready and not self._prefer_nonlogin
-        proc = self._run_bash(script, login=login, timeout=effective_timeout, stdin_data=stdin)
-        result = self._wait_for_process(proc, timeout=effective_timeout, bounded_capture=bounded_capture)
+
+        caller = threading.get_ident()
+        sink = _new_collector(bounded_capture)
+        spawned: list[ProcessHandle] = []
+
+        def spawn_and_wait() -> dict[str, Any]:
+            proc = self._run_bash(script, login=login, timeout=effective_timeout, stdin_data=stdin)
+            spawned.append(proc)
+            return self._wait_for_process(proc, timeout=effective_timeout, bounded_capture=bounded_capture,
+                                          watch_interrupt_tid=caller, output=sink)
+
+        def stop_spawned() -> None:
+            if spawned:
+                self._kill_spawned(spawned[0])
+
+        try:
+            bound = float(effective_timeout)
+        except (TypeError, ValueError):
+            bound = 120.0  # a timeout that is not a number must not remove the deadline
+        try:
+            outcome = _deadline.run_bounded_sync(spawn_and_wait, bound + _WAIT_BOUND_GRACE_S,
+                                                 label=f"terminal.wait:{type(self).__name__}",
+                                                 on_timeout=stop_spawned)
+        except (KeyboardInterrupt, SystemExit):
+            stop_spawned()
+            raise
+        if outcome.timed_out:
+            result = self._render(sink, f"\n[Command timed out after {effective_timeout}s]", 124)
+        else:
+            result = outcome.value
         self._update_cwd(result)
         if self._recreated_pending:
             self._recreated_pending = False
             result["environment_recreated"] = True
         return result
 
-    # -- file fetch over exec ------------------------------------------------
-    def fetch_file(self, remote_path: str, local_dest: str | os.PathLike[str], *,
-                   max_bytes: int = 50 * 1024 * 1024) -> Path:
-        tag = uuid.uuid4().hex[:10]
-        begin, end = f"__HERMES_FETCH_BEGIN_{tag}__", f"__HERMES_FETCH_END_{tag}__"
-        q = shlex.quote(remote_path)
-        command = (
-            f"[ -f {q} ] || {{ echo 'missing'; exit 3; }}; "
-            f"size=$(wc -c < {q}); [ \"$size\" -le {int(max_bytes)} ] || {{ echo \"too large: $size\"; exit 4; }}; "
-            f"echo {begin}; head -c {int(max_bytes)} {q} | base64; echo {end}"
-        )
-        result = self.execute(command, timeout=_FETCH_TIMEOUT)
-        output = result.get("output", "")
-        if result.get("returncode") != 0 or begin not in output or end not in output:
-            raise FileFetchError(f"cannot fetch {remote_path}: {output.strip()[-200:] or 'no output'}")
-        payload = output.split(begin, 1)[1].split(end, 1)[0]
-        data = base64.b64decode("".join(payload.split()))
-        dest = Path(local_dest)
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        dest.write_bytes(data)
-        return dest
+    def _kill_spawned(self, proc: ProcessHandle) -> None:
+        """The deadline's last resort for a wait that never returned: kill the command and,
+        when it leads a process group of its own, that group."""
+        try:
+            self._kill_process(proc)
+        except Exception:
+            logger.debug("killing a command past its deadline failed", exc_info=True)
+        pid = getattr(proc, "pid", None)
+        if not isinstance(pid, int) or pid <= 0:
+            return
+        try:
+            if os.getpgid(pid) == pid and pid != os.getpgid(0):
+                os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError, OSError):
+            pass
 
-    def fetch_realpath(self, path: str) -> str:
-        result = self.execute(f"readlink -f -- {shlex.quote(path)}", timeout=_FETCH_TIMEOUT)
-        resolved = result.get("output", "").strip()
-        if result.get("returncode") != 0 or not resolved:
-            raise FileFetchError(f"cannot resolve {path}")
-        return resolved.splitlines()[-1]
+    # -- file fetch over exec ------------------------------------------------
+    def fetch_file(self, remote_path: str, local_dest: str | os.PathLike[str], *, max_bytes: int) -> None:
+        """Copy a regular sandbox file to ``local_dest`` (whose directory must exist).
+
+        Base64 over execute(), read with ``head -c max_bytes+1`` inside the
+        sandbox so an endless file cannot flood the host; the payload sits
+        between random fences so shell noise around it does not corrupt it.
+        Raises FileFetchError for a missing, unreadable or oversized file.
+        """
+        fence = f"__HERMES_FETCH_{uuid.uuid4().hex[:12]}__"
+        q = shlex.quote(remote_path)
+        command = (f"[ -f {q} ] && [ -r {q} ] || exit 3; echo {fence}; "
+                   f"head -c {int(max_bytes) + 1} < {q} | base64 || exit 4; echo {fence}")
+        result = self.execute(command, timeout=_FETCH_TIMEOUT, rewrite_compound_background=False)
+        output = result.get("output") or ""
+        first, last = output.find(fence), output.rfind(fence)
+        if int(result.get("returncode") or 0) != 0 or first == -1 or last <= first:
+            raise FileFetchError(f"cannot read {remote_path!r} in the sandbox: it is missing, not a regular file, "
+                                 "or unreadable")
+        try:
+            data = base64.b64decode("".join(output[first + len(fence):last].split()), validate=True)
+        except (ValueError, binascii.Error) as exc:
+            raise FileFetchError(f"the copy of {remote_path!r} arrived corrupted: {exc}") from exc
+        if len(data) > max_bytes:
+            raise FileFetchError(f"{remote_path!r} is larger than the {max_bytes}-byte limit of this fetch")
+        Path(local_dest).write_bytes(data)
+
+    def fetch_realpath(self, remote_path: str) -> str | None:
+        """The sandbox's ``readlink -f`` of ``remote_path``, or None when it cannot be resolved."""
+        result = self.execute(f"readlink -f -- {shlex.quote(remote_path)} 2>/dev/null",
+                              rewrite_compound_background=False)
+        if int(result.get("returncode") or 0) != 0:
+            return None
+        lines = [line.strip() for line in (result.get("output") or "").splitlines()]
+        return next((line for line in reversed(lines) if line.startswith("/")), None)
 
     # -- teardown ----------------------------------------------------------------
     def stop(self) -> None:

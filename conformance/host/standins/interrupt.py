@@ -1,4 +1,9 @@
-"""Stand-in for ``tools.interrupt``: per-thread interrupt flags."""
+"""Stand-in for ``tools.interrupt``: per-thread interrupt flags.
+
+The agent sets the flag on the thread that called the tool.  Current hosts
+wait for a command on a worker thread, so the wait loop asks about the
+caller's thread by id (``is_thread_interrupted``) as well as its own.
+"""
 
 from __future__ import annotations
 
@@ -18,8 +23,15 @@ def set_interrupt(active: bool, thread_id: int | None = None) -> None:
 
 
 def is_interrupted() -> bool:
+    return is_thread_interrupted(threading.get_ident())
+
+
+def is_thread_interrupted(thread_id: int | None) -> bool:
+    """Whether ``thread_id`` has its flag set; ``None`` never has."""
+    if thread_id is None:
+        return False
     with _lock:
-        return threading.get_ident() in _interrupted
+        return thread_id in _interrupted
 
 
 def clear_current_thread_interrupt() -> None:
