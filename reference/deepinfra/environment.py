@@ -12,6 +12,11 @@ Before each command: a stopped sandbox (stopped behind Hermes's back) is
 resumed; a terminated one is replaced and the result says
 ``environment_recreated``; a failed one is reported and left alone.  $HOME
 and the default cwd are /workspace, the only directory that survives a stop.
+
+Hermes calls ``_before_execute`` on the caller's thread and ``_run_bash`` on
+a worker thread (current hosts) or the same thread (0.19.0), so what the one
+learns for the other is kept on the environment, never in a thread-local:
+the id of a sandbox found in the failed state, which no command is sent to.
 """
 
 from __future__ import annotations
@@ -47,7 +52,7 @@ class DeepInfraEnvironment(CleanupOffThread, BaseEnvironment):
         self._closed = False
         self._terminated = False
         self._sync: Any = None
-        self._refusal = threading.local()
+        self._failed_sandbox: str | None = None  # this sandbox id was seen in the failed state
         self._persistent = settings.persistent
         # A non-persistent sandbox still lasts the whole session: no teardown after each turn.
         self._session_scoped = not settings.persistent
@@ -95,7 +100,6 @@ class DeepInfraEnvironment(CleanupOffThread, BaseEnvironment):
 
     # -- before each command -------------------------------------------------------------------
     def _before_execute(self) -> None:
-        self._refusal.text = None
         with self._lock:
             if self._terminated:
                 raise RuntimeError(f"the DeepInfra environment for task {self._task_id} was terminated")
@@ -105,13 +109,20 @@ class DeepInfraEnvironment(CleanupOffThread, BaseEnvironment):
             except SandboxGone:
                 self._replace()
             except SandboxBroken:
-                self._refusal.text = (
-                    f"deepinfra: sandbox {self.sandbox_id} is in the failed state (a sandbox error); the command "
-                    "did not run and the sandbox was not replaced, so nothing is lost silently. Terminate it in "
-                    "the DeepInfra dashboard to start over.")
+                self._failed_sandbox = self.sandbox_id  # _run_bash refuses, on whichever thread it runs
                 return
+            self._failed_sandbox = None
         if self._sync is not None:
             self._sync.sync()
+
+    def _refusal(self) -> str | None:
+        """Why no command may be sent now: the current sandbox was found in the failed state."""
+        with self._lock:
+            if self._failed_sandbox is None or self._failed_sandbox != self.sandbox_id:
+                return None
+        return (f"deepinfra: sandbox {self._failed_sandbox} is in the failed state (a sandbox error); the command "
+                "did not run and the sandbox was not replaced, so nothing is lost silently. Terminate it in "
+                "the DeepInfra dashboard to start over.")
 
     def _replace(self) -> None:
         """The sandbox was terminated outside Hermes: this command runs in a new one."""
@@ -133,10 +144,9 @@ class DeepInfraEnvironment(CleanupOffThread, BaseEnvironment):
 
     def _run_bash(self, cmd_string: str, *, login: bool = False, timeout: int = 120,
                   stdin_data: str | None = None) -> Any:
-        refusal = getattr(self._refusal, "text", None)
-        if refusal:
-            self._refusal.text = None
-            return _ThreadedProcessHandle(lambda text=refusal: (text, 1))
+        refusal = self._refusal()
+        if refusal is not None:
+            return _ThreadedProcessHandle(lambda: (refusal, 1))
         if timeout > MAX_COMMAND_S:
             logger.warning("DeepInfra stops every command after 30 minutes; this one asks for %ss", timeout)
         stdin = stdin_data.encode("utf-8", "surrogateescape") if stdin_data is not None else None
