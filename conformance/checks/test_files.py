@@ -22,6 +22,8 @@ from conformance.host.drivers import FileOps
 pytestmark = pytest.mark.usefixtures("kit")
 
 OP_TIMEOUT = 10  # per file-tool command; a stuck stdin stream fails fast instead of hanging
+# Hermes's callers always pass a cap; any cap above the fixture's size copies it whole.
+FETCH_MAX_BYTES = 20 * 1024 * 1024
 
 
 def _home(env) -> str:
@@ -119,6 +121,8 @@ def test_binary_file_with_every_byte_value_reads_back(env):
 
 @pytest.mark.clause("files.fetch")
 def test_fetch_file_and_realpath(env, tmp_path):
+    """Called as Hermes's media delivery calls them: ``max_bytes`` always passed by keyword, the
+    destination in an existing directory, the copy judged by the file written, not a return value."""
     fetch_error = importlib.import_module("tools.environments.base").FileFetchError
     ops = FileOps(env, timeout=OP_TIMEOUT)
     rng = random.Random(7)
@@ -132,9 +136,9 @@ def test_fetch_file_and_realpath(env, tmp_path):
     assert rc(result) == 0, f"setting up the fetch fixture failed: {out(result)[-300:]!r}"
     assert ops.sha256(remote) == sha256_hex(data), "the fixture file was not written intact"
 
-    dest = tmp_path / "fetched" / "payload.bin"
-    returned = bounded(env.fetch_file, remote, str(dest), deadline=60, what="fetch_file")
-    assert dest.is_file(), f"fetch_file returned {returned!r} but wrote nothing at {dest}"
+    dest = tmp_path / "payload.bin"
+    bounded(env.fetch_file, remote, str(dest), max_bytes=FETCH_MAX_BYTES, deadline=60, what="fetch_file")
+    assert dest.is_file(), f"fetch_file({remote!r}, max_bytes={FETCH_MAX_BYTES}) wrote nothing at {dest}"
     got = dest.read_bytes()
     assert got == data, f"fetch_file copied {len(got)} bytes that differ from the {len(data)}-byte sandbox file"
 
@@ -142,8 +146,8 @@ def test_fetch_file_and_realpath(env, tmp_path):
     assert resolved == remote, f"fetch_realpath({link!r}) returned {resolved!r}, expected {remote!r}"
 
     with pytest.raises(fetch_error):
-        bounded(env.fetch_file, f"{work}/missing-{nonce('m')}", str(tmp_path / "missing"), deadline=60,
-                what="fetch_file(missing)")
+        bounded(env.fetch_file, f"{work}/missing-{nonce('m')}", str(tmp_path / "missing"),
+                max_bytes=FETCH_MAX_BYTES, deadline=60, what="fetch_file(missing)")
     with pytest.raises(fetch_error):
         bounded(env.fetch_file, remote, str(tmp_path / "too-big"), max_bytes=1024, deadline=60,
                 what="fetch_file(oversized)")
