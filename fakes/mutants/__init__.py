@@ -27,4 +27,7 @@ MUTANTS = (
     "no_rate_limit_retry",
     "blocking_finalizer",
     "open_without_deadline",
+    "raises_after_start",
+    "timeout_word_in_error",
+    "thread_local_state",
 )
