@@ -1,0 +1,585 @@
+"""The init of one isolated box: builds its namespaces once, then starts its commands on request.
+
+Run by the host as ``python -I -S box_init.py FD`` (standard library only: once
+the box's root is in place the host's Python installation may be out of view,
+so everything is imported up front).  FD is a Unix stream socket to the host,
+which speaks the framed JSON protocol at the end of this file.
+
+Two processes: the *setup* process (the one the host started) creates the user
+namespace and lets the host write its id maps, then creates the mount, UTS,
+IPC and PID namespaces and forks the *init*, PID 1 of the box.  The init
+builds the box's root (a tmpfs holding read-only binds of the system
+directories, the box's own writable directories at their inside paths, a
+fresh /proc and a minimal /dev), pivots into it, detaches the old root, sets
+the hostname and reports ready.  From then on it forks commands on request
+(each in its own session, with the descriptors the host sent), reports their
+exits, reaps every orphan of the box, and stops or continues all of the box's
+processes at once.  The setup process only waits for the init and exits with it.
+
+When the host runs as root, the sources are resolved first as root in a
+private mount namespace (the host's temp directories are often mode 0700, out
+of reach of the box's unprivileged ids), and the system directories are made
+read-only there: copied into the box's user namespace those mounts are locked
+read-only, which no process in the box can undo.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import fcntl
+import json
+import os
+import platform
+import resource
+import select
+import signal
+import socket
+import struct
+import sys
+import termios
+import traceback
+
+CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
+CLONE_NEWUSER, CLONE_NEWPID = 0x10000000, 0x20000000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 0x1, 0x2, 0x4, 0x8
+MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 0x20, 0x1000, 0x4000, 0x40000
+MNT_DETACH = 2
+AT_FDCWD, AT_RECURSIVE = -100, 0x8000
+MOUNT_ATTR_RDONLY = 0x1
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_NAME = 1, 4, 24, 15
+SYS_MOUNT_SETATTR = 442  # the same number on every architecture
+SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "loongarch64": 41, "ppc64le": 203, "ppc64": 203,
+                  "s390x": 217, "i686": 217, "armv7l": 218}
+# Capabilities box commands never get (bounding set): mounting, devices, raw I/O, kernel and
+# clock settings, tracing outside the box's uid, file handles that bypass the mount view.
+DROPPED_CAPS = (2, 9, 12, 16, 17, 19, 20, 21, 22, 25, 26, 27, 30, 32, 33, 34, 35, 36, 37, 38, 39, 40)
+DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
+DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+HEADER = struct.Struct("!I")
+MAX_FRAME = 64 << 20
+
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
+libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
+libc.unshare.argtypes = [ctypes.c_int]
+libc.syscall.restype = ctypes.c_long
+
+
+class MountAttr(ctypes.Structure):
+    _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64),
+                ("propagation", ctypes.c_uint64), ("userns_fd", ctypes.c_uint64)]
+
+
+def _fail(what: str) -> OSError:
+    err = ctypes.get_errno()
+    return OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def _b(text: str | None) -> bytes | None:
+    return None if text is None else os.fsencode(text)
+
+
+def unshare(flags: int) -> None:
+    if libc.unshare(flags) != 0:
+        raise _fail(f"unshare({flags:#x})")
+
+
+def mount(source: str | None, target: str, fstype: str | None = None, flags: int = 0,
+          data: str | None = None) -> None:
+    if libc.mount(_b(source), _b(target), _b(fstype), flags, _b(data)) != 0:
+        raise _fail(f"mount {source} on {target}")
+
+
+def umount(target: str, flags: int = 0) -> None:
+    if libc.umount2(_b(target), flags) != 0:
+        raise _fail(f"umount {target}")
+
+
+def prctl(option: int, arg: int) -> int:
+    return int(libc.prctl(ctypes.c_int(option), ctypes.c_ulong(arg), ctypes.c_ulong(0), ctypes.c_ulong(0),
+                          ctypes.c_ulong(0)))
+
+
+def make_readonly(target: str) -> None:
+    """Read-only for ``target`` and every mount below it."""
+    attr = MountAttr(MOUNT_ATTR_RDONLY, 0, 0, 0)
+    done = libc.syscall(ctypes.c_long(SYS_MOUNT_SETATTR), ctypes.c_int(AT_FDCWD), _b(target),
+                        ctypes.c_uint(AT_RECURSIVE), ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)))
+    if done == 0:
+        return
+    # Kernels before 5.12: the top mount only, keeping the flags a user namespace may not drop.
+    st = os.statvfs(target)
+    keep = st.f_flag & (MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | keep)
+
+
+def pivot_root(new_root: str) -> None:
+    """Make ``new_root`` the root and detach the old one, so nothing of it stays reachable."""
+    number = SYS_PIVOT_ROOT.get(platform.machine())
+    if number is None:
+        raise OSError(errno.ENOSYS, f"pivot_root: unknown system call number on {platform.machine()}")
+    os.chdir(new_root)
+    if libc.syscall(ctypes.c_long(number), b".", b".") != 0:
+        raise _fail("pivot_root")
+    umount(".", MNT_DETACH)  # the old root is stacked on the new one: take it off
+    os.chdir("/")
+
+
+# -- framing (shared with the host side, which imports this module) -----------------------------
+class Channel:
+    """Length-prefixed JSON frames over a Unix stream socket, descriptors riding on a frame."""
+
+    def __init__(self, sock: socket.socket):
+        self.sock = sock
+        self._buf = bytearray()
+        self._fds: list[int] = []
+
+    def send(self, message: dict, fds: list[int] | tuple[int, ...] = ()) -> None:
+        payload = json.dumps(message).encode()
+        data = HEADER.pack(len(payload)) + payload
+        if fds:
+            rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack(f"{len(fds)}i", *fds))]
+            sent = self.sock.sendmsg([data], rights, socket.MSG_NOSIGNAL)
+            data = data[sent:]
+        if data:
+            self.sock.sendall(data, socket.MSG_NOSIGNAL)
+
+    def pending(self) -> dict | None:
+        """The next whole frame already received, if any."""
+        if len(self._buf) < HEADER.size:
+            return None
+        (size,) = HEADER.unpack_from(self._buf)
+        if size > MAX_FRAME:
+            raise ValueError(f"frame of {size} bytes")
+        if len(self._buf) < HEADER.size + size:
+            return None
+        payload = bytes(self._buf[HEADER.size:HEADER.size + size])
+        del self._buf[:HEADER.size + size]
+        return json.loads(payload)
+
+    def take_fds(self, count: int) -> list[int]:
+        taken, self._fds = self._fds[:count], self._fds[count:]
+        return taken
+
+    def fill(self) -> bool:
+        """Receive what is there (blocking for at least one byte); False at end of stream."""
+        data, ancdata, _, _ = self.sock.recvmsg(1 << 16, socket.CMSG_SPACE(64 * 4), socket.MSG_CMSG_CLOEXEC)
+        for level, kind, blob in ancdata:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                usable = len(blob) - len(blob) % 4
+                self._fds.extend(struct.unpack(f"{usable // 4}i", blob[:usable]))
+        if not data:
+            return False
+        self._buf += data
+        return True
+
+    def receive(self) -> dict | None:
+        """The next frame, blocking; None at end of stream."""
+        while True:
+            message = self.pending()
+            if message is not None:
+                return message
+            if not self.fill():
+                return None
+
+
+# -- setup ------------------------------------------------------------------------------------
+def _mkdirs(path: str) -> None:
+    os.makedirs(path, mode=0o755, exist_ok=True)
+
+
+def _stage(spec: dict) -> dict:
+    """As root in a private mount namespace: bind every source under one traversable tmpfs.
+
+    The box's directories often sit below 0700 directories the box's ids cannot
+    traverse; bound here (through descriptors opened before /tmp is covered)
+    they are reachable at /tmp/.kit-stage/bN.  System directories are bound
+    read-only, so in the box's user namespace they are locked read-only.
+    """
+    unshare(CLONE_NEWNS)
+    mount(None, "/", None, MS_REC | MS_PRIVATE)
+    held = [os.open(b["source"], os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC) for b in spec["binds"]]
+    stage = "/tmp/.kit-stage"
+    mount("kit-stage", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=64k")
+    _mkdirs(stage + "/root")
+    staged = dict(spec)
+    staged["binds"] = []
+    for i, (b, fd) in enumerate(zip(spec["binds"], held, strict=True)):
+        where = f"{stage}/b{i}"
+        _mkdirs(where)
+        mount(f"/proc/self/fd/{fd}", where, None, MS_BIND)
+        os.close(fd)
+        staged["binds"].append({**b, "source": where})
+    staged["system"] = []
+    for i, s in enumerate(spec["system"]):
+        if s.get("link"):
+            staged["system"].append(s)
+            continue
+        where = f"{stage}/s{i}"
+        _mkdirs(where)
+        mount(s["source"], where, None, MS_BIND | MS_REC)
+        make_readonly(where)
+        staged["system"].append({**s, "source": where, "locked": True})
+    staged["root"] = stage + "/root"
+    return staged
+
+
+def _build_root(spec: dict) -> None:
+    """Runs as PID 1 of the box: the box's root at spec['root'], then pivot into it."""
+    root = spec["root"]
+    mount(None, "/", None, MS_REC | MS_PRIVATE)
+    mount("box", root, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m")
+    for s in spec["system"]:
+        target = root + s["target"]
+        if s.get("link"):
+            os.symlink(s["link"], target)
+            continue
+        _mkdirs(target)
+        mount(s["source"], target, None, MS_BIND | MS_REC)
+        if not s.get("locked"):
+            make_readonly(target)
+    for name in ("proc", "dev", "tmp", "run", "var"):
+        _mkdirs(f"{root}/{name}")
+    for b in sorted(spec["binds"], key=lambda b: b["target"].count("/")):
+        target = root + b["target"]
+        _mkdirs(target)
+        mount(b["source"], target, None, MS_BIND)
+        if not b.get("writable", True):
+            make_readonly(target)
+    mount("proc", f"{root}/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    for sub in ("sys", "sysrq-trigger"):  # kernel settings: read-only even for a box without a user namespace
+        path = f"{root}/proc/{sub}"
+        if os.path.exists(path):
+            mount(path, path, None, MS_BIND | MS_REC)
+            make_readonly(path)
+    _build_dev(f"{root}/dev")
+    pivot_root(root)
+    mount(None, "/", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+
+
+def _build_dev(dev: str) -> None:
+    mount("dev", dev, "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=0755,size=64k")
+    for name in DEVICES:
+        if not os.path.exists(f"/dev/{name}"):
+            continue
+        with open(f"{dev}/{name}", "wb"):
+            pass
+        mount(f"/dev/{name}", f"{dev}/{name}", None, MS_BIND)
+    _mkdirs(f"{dev}/pts")
+    mount("devpts", f"{dev}/pts", "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620")
+    os.symlink("pts/ptmx", f"{dev}/ptmx")
+    _mkdirs(f"{dev}/shm")
+    mount("shm", f"{dev}/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=64m")
+    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
+                         ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):
+        os.symlink(target, f"{dev}/{name}")
+
+
+# -- the init ------------------------------------------------------------------------------------
+class Command:
+    """A command the init started: its socket to the host, and whether the host knows its pid."""
+
+    def __init__(self, sock: socket.socket):
+        self.sock = sock
+        self.released = False  # the host has resolved its host pid: it may be reaped
+
+
+class Init:
+    """PID 1's loop: requests on the control socket, acknowledgements, and children to reap."""
+
+    def __init__(self, channel: Channel):
+        self.channel = channel
+        self.commands: dict[int, Command] = {}
+        self.waiting: dict[int, int] = {}  # command socket fd -> pid, until the host acknowledges
+        self.wake_r, self.wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self.poller = select.poll()
+
+    def run(self) -> None:
+        # What commands inherit: default dispositions (exec keeps an ignored signal ignored), no
+        # dangerous capabilities in the bounding set (an unknown one on an older kernel is skipped).
+        for signum in (signal.SIGPIPE, signal.SIGXFSZ):
+            signal.signal(signum, signal.SIG_DFL)
+        for cap in DROPPED_CAPS:
+            prctl(PR_CAPBSET_DROP, cap)
+        os.umask(0o022)
+        with contextlib.suppress(ValueError, OSError):
+            _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 1 << 16), hard))
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        signal.set_wakeup_fd(self.wake_w, warn_on_full_buffer=False)
+        control = self.channel.sock.fileno()
+        self.poller.register(control, select.POLLIN)
+        self.poller.register(self.wake_r, select.POLLIN)
+        while True:
+            while (message := self.channel.pending()) is not None:
+                self.handle(message)
+            try:
+                ready = [fd for fd, _ in self.poller.poll()]
+            except InterruptedError:
+                continue
+            for fd in ready:
+                if fd == self.wake_r:
+                    with contextlib.suppress(BlockingIOError):
+                        while os.read(self.wake_r, 512):
+                            pass
+                    self.reap()
+                elif fd == control:
+                    if not self.channel.fill():
+                        return  # the host is gone: PID 1 exits and the kernel ends the box
+                else:
+                    self.acknowledged(fd)
+
+    def acknowledged(self, fd: int) -> None:
+        pid = self.waiting.pop(fd, None)
+        if pid is None:
+            return
+        self.poller.unregister(fd)
+        command = self.commands.get(pid)
+        if command is None:
+            return
+        with contextlib.suppress(OSError):
+            command.sock.recv(64)  # the ack itself, or the end of a host that gave up
+        command.released = True
+        self.reap()
+
+    def reap(self) -> None:
+        """Reap every ended child, except commands whose host pid the host has not resolved yet.
+
+        The host learns a command's host pid from the pidfd sent with "spawned";
+        until it acknowledges, the command's pid must stay allocated (a zombie at
+        worst), or the pidfd would name no pid.
+        """
+        if not self.waiting:
+            while True:  # nothing to hold back: any ended child will do
+                try:
+                    pid, status = os.waitpid(-1, os.WNOHANG)
+                except ChildProcessError:
+                    return
+                if pid == 0:
+                    return
+                self.ended(pid, status)
+        for pid in _children():
+            command = self.commands.get(pid)
+            if command is not None and not command.released:
+                continue
+            try:
+                done, status = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                done, status = pid, 0
+            if done == pid:
+                self.ended(pid, status)
+
+    def ended(self, pid: int, status: int) -> None:
+        command = self.commands.pop(pid, None)
+        if command is None:
+            return  # an orphan the box's init adopted
+        with contextlib.suppress(OSError):
+            Channel(command.sock).send({"op": "exit", "code": os.waitstatus_to_exitcode(status)})
+        command.sock.close()
+
+    def handle(self, message: dict) -> None:
+        op = message.get("op")
+        if op == "spawn":
+            fds = self.channel.take_fds(int(message.get("nfds", 0)))
+            sock = socket.socket(fileno=fds.pop())
+            try:
+                pid = self.spawn(message, fds)
+            except OSError as exc:
+                with contextlib.suppress(OSError):
+                    Channel(sock).send({"op": "error", "message": str(exc)})
+                sock.close()
+                return
+            finally:
+                for fd in fds:
+                    os.close(fd)
+            self.commands[pid] = Command(sock)
+            self.waiting[sock.fileno()] = pid
+            self.poller.register(sock.fileno(), select.POLLIN)
+            pidfd = os.pidfd_open(pid)
+            try:
+                Channel(sock).send({"op": "spawned", "pid": pid}, [pidfd])
+            except OSError:
+                pass  # the host gave up on it: the acknowledgement step sees the end
+            finally:
+                os.close(pidfd)
+        elif op == "signal_all":
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(-1, int(message["signal"]))  # every process of this PID namespace but init
+            self.channel.send({"op": "done"})
+        else:
+            self.channel.send({"op": "error", "message": f"unknown request {op!r}"})
+
+    def spawn(self, message: dict, fds: list[int]) -> int:
+        """posix_spawn (no copy of the init's memory) where it can do all; fork and exec otherwise."""
+        argv = [str(a) for a in message["argv"]]
+        env = {str(k): str(v) for k, v in (message.get("env") or {}).items()}
+        path = None if message.get("tty") or not argv else _which(argv[0], env)
+        if path is not None:
+            try:
+                os.chdir(message.get("cwd") or "/")
+            except OSError:
+                os.chdir("/")
+            try:
+                # Every descriptor of the init is close-on-exec: the command gets exactly 0-2.
+                return os.posix_spawn(path, argv, env, setsid=True,
+                                      file_actions=[(os.POSIX_SPAWN_DUP2, fd, i) for i, fd in enumerate(fds[:3])])
+            except OSError:
+                pass  # the fork path runs into the same error and reports it as a shell would
+            finally:
+                os.chdir("/")
+        pid = os.fork()
+        if pid == 0:
+            try:
+                _exec_command(message, fds)
+            finally:
+                os._exit(127)
+        return pid
+
+
+def _which(name: str, env: dict[str, str]) -> str | None:
+    if "/" in name:
+        return name
+    for folder in env.get("PATH", DEFAULT_PATH).split(":"):
+        candidate = os.path.join(folder or ".", name)
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+def _exec_command(message: dict, fds: list[int]) -> None:
+    """In the forked child: a session of its own, the host's descriptors as 0-2, then exec.
+
+    Kept short: signal dispositions and the capability bounding set were set
+    once in the init, and exec resets the init's handlers.
+    """
+    argv = [str(a) for a in message["argv"]]
+    try:
+        os.setsid()
+        for target, fd in enumerate(fds[:3]):
+            os.dup2(fd, target)
+        if message.get("tty"):
+            fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+        os.closerange(3, 1 << 16)
+        try:
+            os.chdir(message.get("cwd") or "/")
+        except OSError:
+            os.chdir("/")
+        _execvpe(argv, dict(message.get("env") or {}))
+    except OSError as exc:
+        code = 127 if exc.errno in (errno.ENOENT, errno.ENOTDIR) else 126
+        with contextlib.suppress(OSError):
+            os.write(2, f"{argv[0] if argv else '?'}: {exc.strerror}\n".encode(errors="surrogateescape"))
+        os._exit(code)
+
+
+def _children() -> list[int]:
+    """The init's children (as pids of the box)."""
+    try:
+        with open("/proc/1/task/1/children") as fh:
+            return [int(p) for p in fh.read().split()]
+    except FileNotFoundError:  # kernels without CONFIG_PROC_CHILDREN: the box's /proc is small
+        found = []
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    with open(f"/proc/{entry}/stat", "rb") as fh:
+                        fields = fh.read().rsplit(b")", 1)[1].split()
+                except (OSError, IndexError):
+                    continue
+                if fields[1:2] == [b"1"]:
+                    found.append(int(entry))
+        return found
+
+
+def _execvpe(argv: list[str], env: dict[str, str]) -> None:
+    """execve through $PATH as a shell does (os.execvpe imports modules the box cannot see)."""
+    if "/" in argv[0]:
+        os.execve(argv[0], argv, env)
+    first_error: OSError | None = None
+    last_error: OSError = FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT))
+    for folder in env.get("PATH", DEFAULT_PATH).split(":"):
+        try:
+            os.execve(os.path.join(folder or ".", argv[0]), argv, env)
+        except (FileNotFoundError, NotADirectoryError) as exc:
+            last_error = exc
+        except OSError as exc:
+            first_error = first_error or exc
+    raise first_error or last_error
+
+
+def _init_main(channel: Channel, spec: dict) -> None:
+    """PID 1 of the box."""
+    try:
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        name = ctypes.create_string_buffer(b"box-init")
+        libc.prctl(ctypes.c_int(PR_SET_NAME), name, ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0))
+        _build_root(spec)
+        socket.sethostname(spec["hostname"])
+        prctl(PR_SET_DUMPABLE, 0)  # box commands may not read the init's memory or descriptors
+        me = os.pidfd_open(1)
+        channel.send({"op": "ready"}, [me])
+        os.close(me)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            channel.send({"op": "failed", "stage": "root", "message": _describe(exc)})
+        os._exit(1)
+    Init(channel).run()
+    os._exit(0)
+
+
+def _describe(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}"
+    with contextlib.suppress(Exception):
+        frames = traceback.extract_tb(exc.__traceback__)
+        if frames:
+            text += f" (at line {frames[-1].lineno})"
+    return text
+
+
+def main(argv: list[str]) -> int:
+    control = int(argv[1])
+    os.set_inheritable(control, False)
+    channel = Channel(socket.socket(fileno=control))
+    spec = channel.receive()
+    if spec is None:
+        return 1
+    stage = "setup"
+    try:
+        if spec.get("stage_as_root"):
+            stage = "stage"
+            spec = _stage(spec)
+        if spec.get("userns"):
+            stage = "userns"
+            unshare(CLONE_NEWUSER)
+            channel.send({"op": "map"})
+            reply = channel.receive()
+            if not reply or reply.get("op") != "mapped":
+                return 1
+            if spec.get("setgroups", True):
+                os.setgroups([])
+            os.setresgid(0, 0, 0)
+            os.setresuid(0, 0, 0)
+        stage = "namespaces"
+        unshare(CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWPID)
+        child = os.fork()
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            channel.send({"op": "failed", "stage": stage, "message": _describe(exc)})
+        return 1
+    if child == 0:
+        _init_main(channel, spec)
+    channel.sock.close()
+    while True:
+        try:
+            _, status = os.waitpid(child, 0)
+            return os.waitstatus_to_exitcode(status)
+        except InterruptedError:
+            continue
+        except ChildProcessError:
+            return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,107 @@
+"""What an isolation driver offers, whatever its mechanism (Linux namespaces today, a VM later)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, Protocol
+
+# Host directories a box sees read-only (those that exist here; a symlink stays a symlink).
+SYSTEM_DIRS = ("/usr", "/etc", "/opt", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+
+StdStream = int | IO[Any] | None
+
+
+class IsolationError(RuntimeError):
+    """A box could not be set up or reached; the message says which step failed and why."""
+
+
+@dataclass(frozen=True)
+class Bind:
+    """A host directory shown inside the box at ``target`` (absolute)."""
+
+    source: Path
+    target: str
+    writable: bool = True
+
+
+@dataclass(frozen=True)
+class BoxSpec:
+    """One box: its hostname and the host directories it may see and write.
+
+    ``scratch`` is an empty host directory the driver may use as a mount point;
+    nothing is ever written to it on the host.
+    """
+
+    hostname: str
+    binds: tuple[Bind, ...]
+    scratch: Path
+    system_dirs: tuple[str, ...] = SYSTEM_DIRS
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+    def system_entries(self) -> list[dict[str, str]]:
+        """The system directories present on this machine: bound read-only, or symlinked as here."""
+        entries = []
+        for path in self.system_dirs:
+            if os.path.islink(path):
+                entries.append({"target": path, "link": os.readlink(path)})
+            elif os.path.isdir(path):
+                entries.append({"target": path, "source": path})
+        return entries
+
+
+class Running(Protocol):
+    """A started box."""
+
+    hostname: str
+
+    @property
+    def alive(self) -> bool: ...
+
+
+class Driver(Protocol):
+    name: str
+
+    def available(self) -> tuple[bool, str]:
+        """Whether boxes can be started here, and a sentence saying how (or why not)."""
+        ...
+
+    @property
+    def box_uid(self) -> int:
+        """The host uid that root inside a box maps to."""
+        ...
+
+    @property
+    def box_gid(self) -> int: ...
+
+    def start(self, spec: BoxSpec) -> Running: ...
+
+    def spawn(self, box: Running, argv: Sequence[str], *, env: Mapping[str, str], cwd: str,
+              stdin: StdStream = None, stdout: StdStream = None, stderr: StdStream = None,
+              tty: bool = False) -> subprocess.Popen[bytes]:
+        """Start ``argv`` in the box, in a session and process group of its own (a PTY on stdin
+        becomes its controlling terminal when ``tty``); the handle behaves as a Popen."""
+        ...
+
+    def command_prefix(self, box: Running, cwd: str) -> list[str]:
+        """An argv prefix that runs a host command line inside the box (for a plain subprocess)."""
+        ...
+
+    def open_pty(self, box: Running) -> tuple[int, int]:
+        """(master, slave) of a new terminal that commands in the box can name."""
+        ...
+
+    def freeze(self, box: Running) -> None: ...
+
+    def thaw(self, box: Running) -> None: ...
+
+    def stop(self, box: Running, timeout: float = 10.0) -> list[int]:
+        """End every process of the box; returns the host pids still found afterwards (none)."""
+        ...
+
+    def processes(self, box: Running) -> list[int]:
+        """Host pids of the box's processes."""
+        ...

@@ -1,0 +1,381 @@
+"""The namespace driver: one init per box owning its user, mount, PID, IPC and UTS namespaces.
+
+``start`` launches ``box_init.py`` (a fresh interpreter, never a fork of this
+process, so nothing of this process's memory or environment is in the box),
+writes its id maps and waits until the init reports the box ready.  Commands
+are then forked by the init on request (``spawn``): no mounts and no
+namespace set-up per command.  A reader thread per box takes the init's
+replies and exit reports.  If this process dies, the init sees its socket
+close and exits, and the kernel ends every process of the box with it.
+
+Id maps: run as root, root inside a box is host uid/gid ``ROOT_ID_BASE``
+(a range of ``ID_RANGE`` ids that belongs to no user), so even a process that
+escaped the mount view could not write a file owned by a real user; run
+unprivileged, root inside is the caller.  Where a user namespace cannot be
+made but this process is root, boxes still get their own mount, PID, IPC and
+UTS namespaces and their commands lose the dangerous capabilities, and the
+driver says so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import logging
+import os
+import select
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from isolation import box_init
+from isolation.driver import Bind, BoxSpec, IsolationError, StdStream
+from isolation.popen import BoxPopen, ExitSlot
+
+logger = logging.getLogger("isolation")
+
+ROOT_ID_BASE = 1_800_000_000
+ID_RANGE = 65536
+START_TIMEOUT_S = 30.0
+REPLY_TIMEOUT_S = 30.0
+_INIT_SCRIPT = str(Path(box_init.__file__).resolve())
+_INIT_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
+_TIOCSPTLCK, _TIOCGPTPEER = 0x40045431, 0x5441
+
+
+@dataclass(frozen=True)
+class Mode:
+    """How boxes are made on this machine."""
+
+    stage_as_root: bool  # resolve sources as root first (the kit runs as root)
+    userns: bool
+    uid: int  # host ids that root inside a box maps to
+    gid: int
+
+    def describe(self) -> str:
+        if not self.userns:
+            return "own mount, PID, IPC and UTS namespaces; no user namespace, box root is host root " \
+                   "without mount and device capabilities"
+        who = f"host uid {self.uid}" if self.stage_as_root else "the calling user"
+        return f"own user, mount, PID, IPC and UTS namespaces; box root is {who}"
+
+
+def _candidate_modes() -> list[Mode]:
+    if os.geteuid() == 0:
+        return [Mode(True, True, ROOT_ID_BASE, ROOT_ID_BASE), Mode(True, False, 0, 0)]
+    return [Mode(False, True, os.geteuid(), os.getegid())]
+
+
+class NamespaceBox:
+    """A running box: its init, the socket to it, and the commands whose exits are still due."""
+
+    def __init__(self, spec: BoxSpec, mode: Mode):
+        self.spec = spec
+        self.hostname = spec.hostname
+        self.mode = mode
+        self.init_pid = 0
+        self.pidns: tuple[int, int] | None = None
+        self._alive = False
+        self._setup: subprocess.Popen[bytes] | None = None
+        self._channel: box_init.Channel | None = None
+        self._init_pidfd = -1
+        self._lock = threading.Lock()  # one request on the control socket at a time
+
+    @property
+    def alive(self) -> bool:
+        """Whether the init still runs (its pidfd turns readable when it exits)."""
+        if not self._alive or self._init_pidfd == -1:
+            return False
+        ready, _, _ = select.select([self._init_pidfd], [], [], 0)
+        if ready:
+            self._alive = False
+        return self._alive
+
+    # -- start ---------------------------------------------------------------------------------
+    def start(self) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self._setup = subprocess.Popen(
+                [sys.executable, "-I", "-S", _INIT_SCRIPT, str(theirs.fileno())], pass_fds=[theirs.fileno()],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_INIT_ENV,
+                start_new_session=True)
+        finally:
+            theirs.close()
+        self._channel = box_init.Channel(ours)
+        ours.settimeout(START_TIMEOUT_S)
+        try:
+            self._handshake()
+        except BaseException:
+            self._abandon()
+            raise
+        ours.settimeout(REPLY_TIMEOUT_S)
+        self._alive = True
+
+    def _handshake(self) -> None:
+        assert self._channel is not None and self._setup is not None
+        spec = self.spec
+        self._channel.send({
+            "op": "spec", "hostname": spec.hostname[:64] or "box", "stage_as_root": self.mode.stage_as_root,
+            "userns": self.mode.userns, "setgroups": self.mode.stage_as_root,
+            "root": str(spec.scratch), "system": spec.system_entries(),
+            "binds": [{"source": str(b.source), "target": b.target, "writable": b.writable} for b in spec.binds]})
+        while True:
+            try:
+                message = self._channel.receive()
+            except TimeoutError:
+                raise IsolationError(f"box {spec.hostname}: its init did not report within {START_TIMEOUT_S:.0f} s")
+            if message is None:
+                code = self._setup.wait(5)
+                raise IsolationError(f"box {spec.hostname}: its init exited ({code}) before reporting")
+            op = message.get("op")
+            if op == "map":
+                self._write_maps(self._setup.pid)
+                self._channel.send({"op": "mapped"})
+            elif op == "failed":
+                raise IsolationError(f"box {spec.hostname}: {message.get('stage')} step failed: "
+                                     f"{message.get('message')}")
+            elif op == "ready":
+                (self._init_pidfd,) = self._channel.take_fds(1)
+                self.init_pid = _pidfd_pid(self._init_pidfd)
+                st = os.stat(f"/proc/{self.init_pid}/ns/pid")
+                self.pidns = (st.st_dev, st.st_ino)
+                return
+
+    def _write_maps(self, pid: int) -> None:
+        mode = self.mode
+        if mode.stage_as_root:
+            uid_map, gid_map = f"0 {mode.uid} {ID_RANGE}\n", f"0 {mode.gid} {ID_RANGE}\n"
+        else:
+            Path(f"/proc/{pid}/setgroups").write_text("deny")
+            uid_map, gid_map = f"0 {mode.uid} 1\n", f"0 {mode.gid} 1\n"
+        Path(f"/proc/{pid}/uid_map").write_text(uid_map)
+        Path(f"/proc/{pid}/gid_map").write_text(gid_map)
+
+    def _abandon(self) -> None:
+        if self._setup is not None:
+            with contextlib.suppress(OSError):
+                os.killpg(self._setup.pid, signal.SIGKILL)  # its own session: the setup process only
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._setup.wait(5)
+        if self._init_pidfd != -1:
+            with contextlib.suppress(OSError):
+                signal.pidfd_send_signal(self._init_pidfd, signal.SIGKILL)
+        if self._channel is not None:
+            self._channel.sock.close()
+
+    # -- requests -----------------------------------------------------------------------------------
+    def request(self, message: dict, fds: Sequence[int] = ()) -> dict | None:
+        """Send a request; with ``reply`` wait for the init's answer on the control socket."""
+        with self._lock:
+            if self._channel is None or not self.alive:
+                raise IsolationError(f"box {self.hostname} is stopped")
+            try:
+                self._channel.send(message, list(fds))
+                if not message.get("reply"):
+                    return None
+                answer = self._channel.receive()
+            except TimeoutError:
+                raise IsolationError(f"box {self.hostname}: no reply from its init within {REPLY_TIMEOUT_S:.0f} s")
+            except OSError as exc:
+                raise IsolationError(f"box {self.hostname}: its init is unreachable: {exc}") from exc
+        if answer is None:
+            self._alive = False
+            raise IsolationError(f"box {self.hostname} is stopped")
+        if answer.get("op") == "error":
+            raise IsolationError(f"box {self.hostname}: {answer.get('message')}")
+        return answer
+
+    def launch(self, argv: list[str], env: dict[str, str], cwd: str, fds: list[int], tty: bool) -> ExitSlot:
+        """Have the init start a command; its replies and exit come on a socket of its own."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            try:
+                self.request({"op": "spawn", "argv": argv, "env": env, "cwd": cwd, "tty": tty,
+                              "nfds": len(fds) + 1}, [*fds, theirs.fileno()])
+            finally:
+                theirs.close()
+            channel = box_init.Channel(ours)
+            ours.settimeout(REPLY_TIMEOUT_S)
+            try:
+                answer = channel.receive()
+            except (TimeoutError, OSError) as exc:
+                raise IsolationError(f"box {self.hostname}: no word from its init on a new command: {exc}")
+            if answer is None or answer.get("op") != "spawned":
+                why = answer.get("message") if answer else "the box was stopped"
+                raise IsolationError(f"box {self.hostname}: the command was not started: {why}")
+            (pidfd,) = channel.take_fds(1)
+            slot = ExitSlot(ours, int(answer["pid"]), _pidfd_pid(pidfd), pidfd)
+            ours.settimeout(None)
+            with contextlib.suppress(OSError):
+                ours.send(b"k", socket.MSG_NOSIGNAL)  # its host pid is known: the init may reap it now
+            return slot
+        except BaseException:
+            ours.close()
+            raise
+
+    # -- stop ---------------------------------------------------------------------------------
+    def kill(self, timeout: float) -> None:
+        if self._init_pidfd != -1:
+            with contextlib.suppress(OSError):
+                signal.pidfd_send_signal(self._init_pidfd, signal.SIGKILL)
+        if self._setup is not None:
+            try:
+                self._setup.wait(timeout)
+            except subprocess.TimeoutExpired:
+                logger.warning("box %s: its setup process outlived its init by %.0f s", self.hostname, timeout)
+        self._alive = False
+        if self._init_pidfd != -1:
+            os.close(self._init_pidfd)
+            self._init_pidfd = -1
+        if self._channel is not None:
+            self._channel.sock.close()
+
+
+def _pidfd_pid(pidfd: int) -> int:
+    """The pid (as this process sees it) of the process behind a pidfd."""
+    with open(f"/proc/self/fdinfo/{pidfd}") as fh:
+        for line in fh:
+            if line.startswith("Pid:"):
+                pid = int(line.split()[1])
+                if pid > 0:
+                    return pid
+    raise IsolationError("a box process is not visible from this process's PID namespace")
+
+
+class NamespaceDriver:
+    """Boxes in Linux namespaces (see the module docstring)."""
+
+    name = "namespaces"
+
+    def __init__(self) -> None:
+        self._mode: Mode | None = None
+        self._reason = ""
+        self._probed = False
+        self._lock = threading.Lock()
+
+    # -- availability -------------------------------------------------------------------------
+    def available(self) -> tuple[bool, str]:
+        with self._lock:
+            if not self._probed:
+                self._mode, self._reason = _probe()
+                self._probed = True
+        return self._mode is not None, self._reason
+
+    @property
+    def mode(self) -> Mode:
+        _, why = self.available()
+        if self._mode is None:
+            raise IsolationError(f"namespaces are not usable here: {why}")
+        return self._mode
+
+    @property
+    def box_uid(self) -> int:
+        return self.mode.uid
+
+    @property
+    def box_gid(self) -> int:
+        return self.mode.gid
+
+    # -- boxes --------------------------------------------------------------------------------
+    def start(self, spec: BoxSpec) -> NamespaceBox:
+        box = NamespaceBox(spec, self.mode)
+        box.start()
+        return box
+
+    def spawn(self, box: NamespaceBox, argv: Sequence[str], *, env: Mapping[str, str], cwd: str,
+              stdin: StdStream = None, stdout: StdStream = None, stderr: StdStream = None,
+              tty: bool = False) -> BoxPopen:
+        return BoxPopen(list(argv), launch=box.launch, tty=tty, env=dict(env), cwd=cwd, stdin=stdin, stdout=stdout,
+                        stderr=stderr, bufsize=0)
+
+    def command_prefix(self, box: NamespaceBox, cwd: str) -> list[str]:
+        user = ["--user"] if box.mode.userns else []
+        return ["nsenter", f"--target={box.init_pid}", *user, "--mount", "--pid", "--ipc", "--uts", "--root",
+                f"--wdns={cwd}", "--"]
+
+    def open_pty(self, box: NamespaceBox) -> tuple[int, int]:
+        """A terminal of the box's own devpts (its name is valid inside); a host PTY if that fails."""
+        try:
+            master = os.open(f"/proc/{box.init_pid}/root/dev/pts/ptmx", os.O_RDWR | os.O_NOCTTY | os.O_CLOEXEC)
+        except OSError:
+            return _host_pty()
+        try:
+            fcntl.ioctl(master, _TIOCSPTLCK, struct.pack("i", 0))
+            slave = fcntl.ioctl(master, _TIOCGPTPEER, os.O_RDWR | os.O_NOCTTY | os.O_CLOEXEC)
+        except OSError:
+            os.close(master)
+            return _host_pty()
+        return master, int(slave)
+
+    def freeze(self, box: NamespaceBox) -> None:
+        box.request({"op": "signal_all", "signal": int(signal.SIGSTOP), "reply": True})
+
+    def thaw(self, box: NamespaceBox) -> None:
+        box.request({"op": "signal_all", "signal": int(signal.SIGCONT), "reply": True})
+
+    def stop(self, box: NamespaceBox, timeout: float = 10.0) -> list[int]:
+        box.kill(timeout)
+        return self.processes(box)
+
+    def processes(self, box: NamespaceBox) -> list[int]:
+        if box.pidns is None:
+            return []
+        found = []
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                st = os.stat(f"/proc/{entry}/ns/pid")
+            except OSError:
+                continue
+            if (st.st_dev, st.st_ino) == box.pidns:
+                found.append(int(entry))
+        return found
+
+
+def _host_pty() -> tuple[int, int]:
+    import pty
+
+    return pty.openpty()
+
+
+def _probe() -> tuple[Mode | None, str]:
+    """Start a throwaway box in each candidate mode and run ``true`` in it; the first that works wins."""
+    if not sys.platform.startswith("linux"):
+        return None, f"namespaces are Linux-only (this is {sys.platform})"
+    if shutil.which("true", path=_INIT_ENV["PATH"]) is None:
+        return None, "no `true` on the system path"
+    reasons = []
+    root = Path(tempfile.mkdtemp(prefix="kit-isolation-probe-"))
+    try:
+        for mode in _candidate_modes():
+            work = root / ("root" if mode.stage_as_root else "user") / ("userns" if mode.userns else "plain")
+            (work / "home").mkdir(parents=True)
+            (work / "scratch").mkdir()
+            os.chown(work / "home", mode.uid, mode.gid)
+            spec = BoxSpec("probe", (Bind(work / "home", "/home/probe"),), work / "scratch")
+            box = NamespaceBox(spec, mode)
+            try:
+                box.start()
+                proc = BoxPopen(["true"], launch=box.launch, env=dict(_INIT_ENV), cwd="/home/probe")
+                code = proc.wait(REPLY_TIMEOUT_S)
+                if code == 0:
+                    return mode, mode.describe()
+                reasons.append(f"{mode.describe()}: `true` exited {code}")
+            except (IsolationError, OSError, subprocess.SubprocessError) as exc:
+                reasons.append(str(exc) if not isinstance(exc, OSError) or exc.errno != errno.EPERM
+                               else f"not permitted: {exc}")
+            finally:
+                box.kill(10)
+        return None, "; ".join(reasons)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
