@@ -8,7 +8,10 @@ Three sources, named per capability in contract.yaml (``determined_by``):
 - provider: read off the provider and how it was loaded (is_remote, ...).
 - harness: what the fake service's world can do (inspect, disturb).
 
-A clause that needs a capability the run lacks is "not applicable".
+A clause that needs a declared or provider capability the run lacks is "not
+applicable" (the backend does not claim it); one that needs a harness
+capability the run lacks is "unverified" (the kit could not observe it), and
+never counts toward certification.  conformance.verdicts decides which.
 """
 
 from __future__ import annotations

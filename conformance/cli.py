@@ -138,6 +138,7 @@ def cmd_certify(args: argparse.Namespace) -> int:
     import subprocess
 
     from conformance.report import markdown
+    from conformance.report.headline import headline
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -162,24 +163,77 @@ def cmd_certify(args: argparse.Namespace) -> int:
     report = json.loads(report_path.read_text("utf-8"))
     (out / "report.md").write_text(markdown.render(report, contract.load()), "utf-8")
     (out / "badge.json").write_text(json.dumps(markdown.badge(report)) + "\n", "utf-8")
-    print(f"wrote {', '.join(str(out / n) for n in ('report.json', 'report.md', 'junit.xml', 'badge.json'))}")
+    written = ["report.json", "report.md", "junit.xml", "badge.json"]
+    if args.sign_key:
+        from conformance.report import signing
+
+        try:
+            signature, key = signing.sign_file(report_path, args.sign_key)
+        except signing.SignatureError as exc:
+            print(f"error: the report was written but not signed: {exc}", file=sys.stderr)
+            return 2
+        written.append(f"{signature.name} (key {key})")
+    print(f"wrote {', '.join(str(out / n) for n in written)}")
+    line = headline(report)
     if report["certified"]:
-        print(f"CERTIFIED: {report['backend'].get('name')}")
+        print(f"{line}: {report['backend'].get('name')}")
         return 0
-    print("NOT CERTIFIED: " + "; ".join(report["not_certified_because"][:5]), file=sys.stderr)
+    print(f"{line}: " + "; ".join(report["not_certified_because"][:5]), file=sys.stderr)
     return 1
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from conformance.report import verify
+    from conformance.report import signing, verify
+    from conformance.report.headline import headline
 
-    found = verify.verify_file(args.report)
-    if found:
-        for problem in found:
-            print(f"FAIL {problem}")
-        return 1
-    report = json.loads(Path(args.report).read_text("utf-8"))
-    print(f"OK {args.report}: schema, hashes and certification ({'certified' if report['certified'] else 'not certified'}) check out")
+    if bool(args.signature) != bool(args.public_key):
+        print("error: give --signature and --public-key together (the signature file and the signer's public key)",
+              file=sys.stderr)
+        return 2
+    report, found = verify.load(args.report)
+    found = found or verify.problems(report)
+    signed_by = None
+    if args.signature:
+        try:
+            signed_by = signing.verify_file(args.report, args.signature, args.public_key)
+        except signing.SignatureError as exc:
+            found.append(f"signature: {exc}")
+    for problem in found:
+        print(f"FAIL {problem}")
+    if not found:
+        print(f"OK {args.report}: {headline(report)}")
+    print("offline verification checks " + "; ".join(verify.PROVES) + ".")
+    if signed_by:
+        print(f"signature: OK, the report's bytes were signed by key {signed_by}: the holder of its private key "
+              "vouches for this run.")
+    else:
+        print(f"It cannot show {verify.CANNOT}.")
+    return 1 if found else 0
+
+
+def cmd_sign(args: argparse.Namespace) -> int:
+    from conformance.report import signing
+
+    try:
+        target, key = signing.sign_file(args.report, args.key, args.out)
+    except signing.SignatureError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"signed {args.report} with key {key}: {target}")
+    print(f"check it with: hermes-backend-kit verify {args.report} --signature {target} --public-key PUBLIC_KEY")
+    return 0
+
+
+def cmd_keygen(args: argparse.Namespace) -> int:
+    from conformance.report import signing
+
+    try:
+        private, public, key = signing.keygen(args.key)
+    except signing.SignatureError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"wrote the private key {private} (mode 0600: keep it secret, e.g. as a CI secret) and the public key "
+          f"{public} (publish it); fingerprint {key}")
     return 0
 
 
@@ -282,6 +336,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--host", default="auto", choices=["auto", "builtin", "hermes"])
     c.add_argument("--out", required=True, help="directory for the four files")
     c.add_argument("--workers", type=int, default=2, help="pytest-xdist workers (0: none; default 2)")
+    c.add_argument("--sign-key", metavar="KEY", help="sign report.json with this Ed25519 private key (report.json.sig)")
     c.set_defaults(func=cmd_certify)
 
     d = sub.add_parser("doctor", help="a bounded health check of a backend, one row per step")
@@ -294,9 +349,23 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--persistent", action="store_true", help="check a persistent environment (kept on cleanup)")
     d.set_defaults(func=cmd_doctor)
 
-    v = sub.add_parser("verify", help="re-check a report offline: schema, hashes, certification")
+    v = sub.add_parser("verify", help="re-derive a report offline (verdicts, summary, profile, certificate, "
+                                      "kit and check hashes) and check its signature")
     v.add_argument("report")
+    v.add_argument("--signature", metavar="SIG", help="detached signature file (from `sign` or `certify --sign-key`)")
+    v.add_argument("--public-key", metavar="PUB", help="the signer's Ed25519 public key")
     v.set_defaults(func=cmd_verify)
+
+    s = sub.add_parser("sign", help="sign report.json with an Ed25519 private key (a detached signature file)")
+    s.add_argument("report")
+    s.add_argument("--key", required=True, metavar="KEY", help="Ed25519 private key (PEM or OpenSSH)")
+    s.add_argument("--out", metavar="SIG", help="signature file (default: REPORT.sig)")
+    s.set_defaults(func=cmd_sign)
+
+    k = sub.add_parser("keygen", help="make an Ed25519 key pair for signing reports")
+    k.add_argument("--key", required=True, metavar="PATH", help="private key file to write; the public key goes "
+                                                                "to PATH.pub")
+    k.set_defaults(func=cmd_keygen)
 
     f = sub.add_parser("fake", help="run a fake vendor service")
     fsub = f.add_subparsers(dest="action", required=True)

@@ -69,6 +69,9 @@ class Contract:
     host_features: dict[str, str]
     sha256: str
     path: str
+    # Certification profiles in order of preference (strongest first); each has
+    # "harness" (the harness capabilities whose clauses it covers) and "description".
+    profiles: dict[str, dict[str, Any]] = field(default_factory=dict)
     _by_id: dict[str, Clause] = field(default_factory=dict, repr=False, compare=False)
 
     def __iter__(self) -> Iterator[Clause]:
@@ -128,6 +131,17 @@ def _semantic_problems(data: dict[str, Any]) -> list[str]:
     seen: dict[str, int] = {}
     caps = set(data["capabilities"])
     features = set(data["host_features"])
+    harness = {n for n, c in data["capabilities"].items() if c["determined_by"] == "harness"}
+    for name, cap in data["capabilities"].items():
+        only_for = cap.get("only_for")
+        if only_for is not None and (only_for not in caps or only_for in harness):
+            problems.append(f"capabilities.{name}.only_for: {only_for!r} is not a declared or provider "
+                            f"capability (known: {', '.join(sorted(caps - harness))})")
+    for name, profile in data["profiles"].items():
+        for cap in profile["harness"]:
+            if cap not in harness:
+                problems.append(f"profiles.{name}.harness: {cap!r} is not a harness capability "
+                                f"(known: {', '.join(sorted(harness))})")
     for i, clause in enumerate(data["clauses"]):
         cid = clause["id"]
         if cid in seen:
@@ -170,7 +184,7 @@ def parse(text: str | bytes, *, origin: str = "contract.yaml") -> Contract:
     contract = Contract(
         version=data["version"], title=data["title"], clauses=tuple(clauses),
         capabilities=data["capabilities"], host_features=data["host_features"],
-        sha256=hashlib.sha256(raw).hexdigest(), path=origin,
+        sha256=hashlib.sha256(raw).hexdigest(), path=origin, profiles=data["profiles"],
     )
     contract._by_id.update({c.id: c for c in clauses})
     return contract

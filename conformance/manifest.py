@@ -1,7 +1,7 @@
 """The check manifest shipped with each kit version, and what "complete" means.
 
-``conformance/checks.manifest.json`` lists every check of this kit version
-and the SHA-256 of each check file.  A run is complete when every listed
+``conformance/checks.manifest.json`` lists every check of this kit version,
+the clauses each cites, and the SHA-256 of each check file.  A run is complete when every listed
 check produced an outcome and the check files on disk hash as listed: a run
 narrowed with -k, -m or --deselect, or with check files removed or edited,
 is not complete, and so not certified.
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -42,9 +42,11 @@ def files_digest(files: dict[str, str]) -> str:
     return hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()
 
 
-def generate(checks: Iterable[str]) -> dict[str, Any]:
+def generate(checks: Mapping[str, Iterable[str]]) -> dict[str, Any]:
+    """The manifest for ``checks`` ({check node id: the clause ids it cites})."""
     files = check_files()
-    return {"checks_sha256": files_digest(files), "files": files, "checks": sorted({check_key(c) for c in checks})}
+    cites = {check_key(c): sorted(ids) for c, ids in checks.items()}
+    return {"checks_sha256": files_digest(files), "files": files, "checks": sorted(cites), "cites": cites}
 
 
 @cache

@@ -22,8 +22,8 @@ import pytest
 
 from conformance import backends, contract
 from conformance.host.abi import HOST_MODES
-from conformance.report import build, table
-from conformance.verdicts import NA_PREFIX, CheckOutcome
+from conformance.report import build, junit, table
+from conformance.verdicts import CheckOutcome, gate_reason
 
 _STATE = pytest.StashKey["_KitState"]()
 
@@ -145,20 +145,21 @@ def _kit_clause_gate(request: pytest.FixtureRequest) -> None:
     if not ids:
         return
     run = request.getfixturevalue("kit")
-    reason = not_applicable_reason(run, ids)
+    reason = skip_reason(run, ids)
     request.node.user_properties.append(("kit_context", json.dumps(run.context())))
     if reason:
-        pytest.skip(f"{NA_PREFIX} ({reason})")
+        pytest.skip(reason)
 
 
-def not_applicable_reason(run: Any, ids: tuple[str, ...]) -> str | None:
+def skip_reason(run: Any, ids: tuple[str, ...]) -> str | None:
+    """Why a check citing ``ids`` does not run: not applicable (backend or host), or unverified (harness)."""
+    reason = gate_reason(run.contract, ids, run.capabilities.present)
+    if reason:
+        return reason
     for cid in ids:
         clause = run.contract.get(cid)
-        missing = [c for c in clause.capabilities if not run.has(c)]
-        if missing:
-            return f"capability: the run lacks {', '.join(missing)}"
         if clause.host_feature and not run.host_has(clause.host_feature) and run.env_is_base():
-            return f"host: the {run.host.mode} host lacks {clause.host_feature}"
+            return f"not-applicable (host: the {run.host.mode} host lacks {clause.host_feature})"
     return None
 
 
@@ -239,6 +240,7 @@ class _Recorder:
         if any(v in text for v in secrets):
             report.longrepr = redact(text, secrets)
 
+    @pytest.hookimpl(tryfirst=True)  # before junitxml writes its file, so the certificate reaches it
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if hasattr(self.config, "workerinput") or not self.state.outcomes:
             return  # an xdist worker, or no checks ran: nothing to report
@@ -256,6 +258,7 @@ class _Recorder:
             path = Path(opts.report)
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(self.state.report, indent=2) + "\n")
+        junit.add_certificate(self.config, self.state.report)
 
     def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
         report = self.state.report

@@ -1,26 +1,89 @@
-"""Turn check outcomes into one verdict per clause.
+"""Every decision between check outcomes and a certificate, in one place.
 
-A clause's verdict combines every check that cites it:
+The plugin's gate, the report builder and ``verify`` all call these, so a
+report can be re-derived from its own evidence with the same rules.
+
+Applicability of a clause to a run (``applicability``):
+
+- ``not-applicable``: the clause needs a declared or provider capability the
+  backend does not have (it does not claim the behaviour), or a harness
+  capability that is ``only_for`` backends it is not (a local backend has no
+  transport to fault);
+- ``unverified``: the clause needs a harness capability the run lacks (no
+  world view, no world states, no transport faults): the kit could not look.
+  An unverified MUST clause never counts toward certification.
+
+A clause's verdict combines every check that cites it (``combine``):
 
 - ``fail`` if any check failed or errored;
 - else ``skipped`` if any check was skipped for a reason other than
   applicability (a skip can hide a regression, so it is never a pass);
 - else ``pass`` if any check passed;
-- else ``not-applicable`` (every check was, by capability or by host);
+- else ``unverified`` if any check was skipped as unverified;
+- else ``not-applicable`` (every check was, by capability, host or backend);
 - a clause no check ran for is ``skipped`` with the reason "no check ran".
+
+Certification (``certification``): the run reached the backend, is complete,
+no waiver is in error, no MUST clause failed or was skipped unless waived,
+and some profile is met.  A profile covers the MUST clauses whose harness
+capabilities it lists; it is met when none of them is unverified, failing or
+skipped (unless waived).  The certificate names the first profile met, in the
+contract's order (strongest first).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
-from conformance.contract import Contract
+from conformance.contract import Clause, Contract
 
 NA_PREFIX = "not-applicable"
-VERDICTS = ("pass", "fail", "not-applicable", "skipped")
+UNVERIFIED_PREFIX = "unverified"
+VERDICTS = ("pass", "fail", "not-applicable", "unverified", "skipped")
+LEVELS = ("must", "should", "may")
+APPLIES = "applies"
 
 
+# ------------------------------------------------------------------ applicability
+def harness_capabilities(contract: Contract) -> frozenset[str]:
+    return frozenset(n for n, c in contract.capabilities.items() if c["determined_by"] == "harness")
+
+
+def applicability(contract: Contract, clause: Clause, present: Collection[str]) -> tuple[str, str]:
+    """(``applies`` | ``not-applicable`` | ``unverified``, the skip reason) of ``clause`` for a run."""
+    harness = harness_capabilities(contract)
+    lacking = [c for c in clause.capabilities if c not in present]
+    unclaimed = [c for c in lacking if c not in harness]
+    if unclaimed:
+        return NA_PREFIX, f"{NA_PREFIX} (capability: the run lacks {', '.join(unclaimed)})"
+    for cap in lacking:
+        only_for = contract.capabilities[cap].get("only_for")
+        if only_for and only_for not in present:
+            return NA_PREFIX, (f"{NA_PREFIX} (capability: {cap} concerns {only_for} backends only; "
+                               f"this backend is not {only_for})")
+    if lacking:
+        return UNVERIFIED_PREFIX, (f"{UNVERIFIED_PREFIX} (harness: the run has no {', '.join(lacking)}, "
+                                   "so the kit could not observe this clause)")
+    return APPLIES, ""
+
+
+def gate_reason(contract: Contract, clause_ids: Iterable[str], present: Collection[str]) -> str | None:
+    """The skip reason of a check citing ``clause_ids``, or None when it runs.
+
+    Not-applicable wins over unverified: a behaviour the backend does not
+    claim needs no observing.
+    """
+    found = [applicability(contract, contract.get(cid), present) for cid in clause_ids]
+    for kind in (NA_PREFIX, UNVERIFIED_PREFIX):
+        for got, reason in found:
+            if got == kind:
+                return reason
+    return None
+
+
+# ------------------------------------------------------------------ check outcomes -> clause verdicts
 @dataclass
 class CheckOutcome:
     nodeid: str
@@ -32,6 +95,10 @@ class CheckOutcome:
     @property
     def not_applicable(self) -> bool:
         return self.outcome == "skipped" and self.reason.startswith(NA_PREFIX)
+
+    @property
+    def unverified(self) -> bool:
+        return self.outcome == "skipped" and self.reason.startswith(UNVERIFIED_PREFIX)
 
     def absorb(self, when: str, outcome: str, reason: str, duration: float) -> None:
         """Fold one phase (setup/call/teardown) of a check into its outcome."""
@@ -63,7 +130,7 @@ def aggregate(contract: Contract, outcomes: Iterable[CheckOutcome]) -> list[Clau
     verdicts = []
     for clause in contract:
         results = by_clause.get(clause.id, [])
-        verdict, reason = _combine(results)
+        verdict, reason = combine(results)
         verdicts.append(ClauseVerdict(
             clause.id, clause.level, clause.group, verdict, reason,
             sorted(o.nodeid for o in results), round(sum(o.duration_s for o in results), 3),
@@ -71,22 +138,87 @@ def aggregate(contract: Contract, outcomes: Iterable[CheckOutcome]) -> list[Clau
     return verdicts
 
 
-def _combine(results: list[CheckOutcome]) -> tuple[str, str]:
+def combine(results: list[CheckOutcome]) -> tuple[str, str]:
+    """(verdict, reason) of one clause from the outcomes of the checks citing it."""
     if not results:
         return "skipped", "no check ran"
     failed = [o for o in results if o.outcome == "failed"]
     if failed:
         return "fail", "; ".join(f"{o.nodeid.rsplit('::', 1)[-1]}: {o.reason}" for o in failed)[:2000]
-    skipped = [o for o in results if o.outcome == "skipped" and not o.not_applicable]
+    skipped = [o for o in results if o.outcome == "skipped" and not o.not_applicable and not o.unverified]
     if skipped:
         return "skipped", "; ".join(o.reason for o in skipped)[:500]
     if any(o.outcome == "passed" for o in results):
         return "pass", ""
+    unverified = [o for o in results if o.unverified]
+    if unverified:
+        return "unverified", unverified[0].reason
     return "not-applicable", results[0].reason
 
 
-def summarize(verdicts: Iterable[ClauseVerdict]) -> dict[str, dict[str, int]]:
-    summary = {level.lower(): dict.fromkeys(VERDICTS, 0) for level in ("MUST", "SHOULD", "MAY")}
-    for v in verdicts:
-        summary[v.level.lower()][v.verdict] += 1
+def from_evidence(clause_id: str, evidence: Iterable[dict[str, Any]]) -> list[CheckOutcome]:
+    """The check outcomes a report's clause entry records (reasons as far as the excerpts keep them)."""
+    return [CheckOutcome(e["id"], (clause_id,), e["outcome"], e.get("excerpt", ""), e.get("duration_s", 0.0))
+            for e in evidence]
+
+
+# ------------------------------------------------------------------ clause verdicts -> summary, profiles, certificate
+def summarize(clauses: Iterable[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """Per level, how many clauses got each verdict, and how many of them are waived."""
+    summary = {level: {**dict.fromkeys(VERDICTS, 0), "waived": 0} for level in LEVELS}
+    for c in clauses:
+        row = summary[c["level"].lower()]
+        row[c["verdict"]] += 1
+        row["waived"] += "waived" in c
     return summary
+
+
+def _blocking(clause: dict[str, Any]) -> bool:
+    """A MUST clause that failed or was skipped and is not waived."""
+    return clause["level"] == "MUST" and clause["verdict"] in ("fail", "skipped") and "waived" not in clause
+
+
+def profile_scope(contract: Contract, profile: str) -> list[str]:
+    """The MUST clauses ``profile`` covers: those needing no harness capability outside it."""
+    outside = harness_capabilities(contract) - set(contract.profiles[profile]["harness"])
+    return [c.id for c in contract if c.level == "MUST" and not outside & set(c.capabilities)]
+
+
+def profiles(contract: Contract, clauses: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per profile, in the contract's order: its MUST clauses by verdict, and whether it is met."""
+    by_id = {c["id"]: c for c in clauses}
+    out = {}
+    for name in contract.profiles:
+        scope = [by_id[cid] for cid in profile_scope(contract, name) if cid in by_id]
+        row: dict[str, Any] = {
+            "must": len(scope),
+            "pass": sum(c["verdict"] == "pass" for c in scope),
+            "not-applicable": sum(c["verdict"] == "not-applicable" for c in scope),
+            "waived": sum("waived" in c for c in scope),
+            "failing": sorted(c["id"] for c in scope if _blocking(c)),
+            "unverified": sorted(c["id"] for c in scope if c["verdict"] == "unverified"),
+        }
+        row["met"] = not row["failing"] and not row["unverified"]
+        out[name] = row
+    return out
+
+
+def certification(report: dict[str, Any]) -> tuple[bool, str | None, list[str]]:
+    """(certified, profile, why not) from a report's own fields (``profiles`` included)."""
+    reasons = []
+    if not report.get("backend", {}).get("name"):
+        reasons.append("no check reached the backend")
+    if not report.get("complete"):
+        reasons.append("the run is not complete")
+    reasons += [f"waiver error: {e}" for e in report.get("errors", [])]
+    for clause in report.get("clauses", []):
+        if _blocking(clause):
+            reasons.append(f"MUST clause {clause['id']} {'failed' if clause['verdict'] == 'fail' else 'was skipped'}")
+    rows = report.get("profiles", {})
+    met = [name for name, row in rows.items() if row["met"]]
+    if not met and not any(_blocking(c) for c in report.get("clauses", [])):
+        reasons.append("no certification profile is met: " + "; ".join(
+            f"{name} has {len(row['unverified'])} unverified MUST clause(s)" for name, row in rows.items()))
+    if reasons:
+        return False, None, reasons
+    return True, met[0], []

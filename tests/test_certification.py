@@ -11,10 +11,11 @@ import time
 import pytest
 import yaml
 
-from conformance import contract, manifest, traceability
+from conformance import cli, contract, manifest, traceability
 from conformance.report import verify
 from conformance.waivers import WaiverError, load
 from tests.conftest import run_suite
+from tests.report_sim import rederive
 
 CONTRACT = contract.load()
 FUTURE = (dt.date.today() + dt.timedelta(days=30)).isoformat()
@@ -73,12 +74,19 @@ def test_a_narrowed_run_is_not_certified_and_a_strict_pass_is_an_error(tmp_path)
 def test_certify_with_a_waived_must_failure_and_verify(tmp_path):
     waivers = _waivers(tmp_path, clause="timeout.kills-tree", strict=True)
     out = tmp_path / "out"
+    key = tmp_path / "signing.key"
+    assert cli.main(["keygen", "--key", str(key)]) == 0
     proc = subprocess.run([sys.executable, "-m", "conformance.cli", "certify", "--backend",
                            "fakes.mutants.no_group_kill:provider", "--fake", "tempdir", "--waivers", waivers,
-                           "--out", str(out)], capture_output=True, text=True, timeout=600, cwd=tmp_path)
-    assert {p.name for p in out.iterdir()} == {"report.json", "report.md", "junit.xml", "badge.json"}
+                           "--out", str(out), "--sign-key", str(key)],
+                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert {p.name for p in out.iterdir()} == {"report.json", "report.md", "junit.xml", "badge.json",
+                                               "report.json.sig"}
     report = json.loads((out / "report.json").read_text())
     assert proc.returncode == 0 and report["certified"] is True, proc.stdout[-2000:] + proc.stderr[-2000:]
+    # a local backend against the tempdir world: every MUST clause observed, so the full profile
+    assert report["profile"] == "full" and "CERTIFIED (full profile: " in proc.stdout
+    assert 'name="hermes_backend_kit.profile" value="full"' in (out / "junit.xml").read_text()
     waived = [c for c in report["clauses"] if "waived" in c]
     assert [c["id"] for c in waived] == ["timeout.kills-tree"] and waived[0]["verdict"] == "fail"
     assert "WAIVED MUST timeout.kills-tree" in proc.stdout
@@ -86,19 +94,32 @@ def test_certify_with_a_waived_must_failure_and_verify(tmp_path):
     assert json.loads((out / "badge.json").read_text())["color"] == "brightgreen"
     assert "[timeout]" in proc.stdout  # progress per group
 
-    ok = subprocess.run([sys.executable, "-m", "conformance.cli", "verify", str(out / "report.json")],
+    ok = subprocess.run([sys.executable, "-m", "conformance.cli", "verify", str(out / "report.json"),
+                         "--signature", str(out / "report.json.sig"), "--public-key", f"{key}.pub"],
                         capture_output=True, text=True, timeout=60)
-    assert ok.returncode == 0, ok.stdout
+    assert ok.returncode == 0 and "signature: OK" in ok.stdout, ok.stdout
     for edit, problem in (
         (lambda r: r["clauses"][0].update(verdict="pass" if r["clauses"][0]["verdict"] != "pass" else "fail"),
          "summary does not match"),
-        (lambda r: r.update(certified=False), "certified is False but the verdicts say True"),
+        (lambda r: r.update(certified=False), "certified is False (profile full) but the verdicts say True"),
         (lambda r: r["kit"].update(checks_sha256="0" * 64), "not this kit version's checks"),
         (lambda r: r["clauses"].pop(), "not the contract's clauses"),
     ):
         edited = json.loads((out / "report.json").read_text())
         edit(edited)
         assert any(problem in p for p in verify.problems(edited)), (problem, verify.problems(edited))
+
+    # The forgery: the failing clause flipped to pass, its waiver marker dropped, everything derived recomputed.
+    forged = json.loads((out / "report.json").read_text())
+    clause = next(c for c in forged["clauses"] if c["id"] == "timeout.kills-tree")
+    clause.update(verdict="pass")
+    clause.pop("waived")
+    clause.pop("reason", None)
+    forged["waivers"] = []
+    rederive(forged)
+    assert forged["certified"] is True
+    assert any(p.startswith("timeout.kills-tree: verdict is pass but its checks say fail")
+               for p in verify.problems(forged)), verify.problems(forged)
 
 
 @pytest.mark.suite
@@ -132,3 +153,24 @@ def test_certify_writes_four_files_that_verify(backend, fake, tmp_path):
     report = json.loads((out / "report.json").read_text())
     assert report["certified"] is True and report["fake"] == fake
     assert report["summary"]["must"]["fail"] == 0
+    # by name, against its fake: every MUST clause observed
+    assert report["profile"] == "full" and report["summary"]["must"]["unverified"] == 0
+    assert json.loads((out / "badge.json").read_text())["message"].startswith("certified, full (")
+    assert 'name="hermes_backend_kit.profile" value="full"' in (out / "junit.xml").read_text()
+
+
+@pytest.mark.suite
+@pytest.mark.parametrize("spec", ["fakes.tempdir_box:provider", "fakes.mutants.deletes_by_task:provider"])
+def test_a_backend_loaded_without_a_fake_gets_no_full_certificate(spec, tmp_path):
+    """module:attr runs no fake: the MUST clauses only a world can observe are unverified, never passed."""
+    run = run_suite("--backend", spec, cwd=tmp_path)
+    report = run.report
+    assert report is not None, run.output[-3000:]
+    unverified = {c.id for c in CONTRACT if c.level == "MUST" and {"world", "world-states"} & set(c.capabilities)}
+    assert set(report["profiles"]["full"]["unverified"]) == unverified
+    assert {c["id"] for c in report["clauses"] if c["verdict"] == "unverified" and c["level"] == "MUST"} == unverified
+    assert report["profile"] != "full" and report["profiles"]["full"]["met"] is False
+    # Until black-box checks observe what the world-based ones do, both get the black-box certificate.
+    assert report["certified"] is True and report["profile"] == "black-box", report["not_certified_because"]
+    assert f"{len(unverified)} MUST unverified, need the full profile" in run.output
+    assert verify.problems(report) == []

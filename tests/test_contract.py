@@ -49,6 +49,12 @@ def test_host_provided_clauses_name_their_host_feature():
         (lambda d: d["clauses"][0].update(provided_by="host"), "'host_feature' is a required property"),
         (lambda d: d["clauses"][0].update(host_feature="warp-drive"), "clauses[0].host_feature: 'warp-drive'"),
         (lambda d: d.update(version="one"), "version: 'one' is not of type 'integer'"),
+        (lambda d: d.pop("profiles"), "'profiles' is a required property"),
+        (lambda d: d["profiles"]["full"]["harness"].append("persistence"),
+         "profiles.full.harness: 'persistence' is not a harness capability"),
+        (lambda d: d["capabilities"]["transport-faults"].update(only_for="teleport"),
+         "capabilities.transport-faults.only_for: 'teleport' is not a declared or provider capability"),
+        (lambda d: d["capabilities"]["persistence"].update(only_for="remote"), "capabilities.persistence.determined_by"),
     ],
 )
 def test_loader_names_the_bad_field(mutate, expected):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conformance import contract
+from conformance import contract, verdicts
 from conformance.report import build, compare, table
 from conformance.verdicts import CheckOutcome, aggregate
 
@@ -63,7 +63,7 @@ def test_certified_needs_no_must_failure_and_no_must_skip():
 
 def test_certification_is_recomputable_from_the_report():
     report = _report("fail")
-    assert build.certification(report) == (report["certified"], report["not_certified_because"])
+    assert verdicts.certification(report) == (report["certified"], report["profile"], report["not_certified_because"])
     assert any(MUST in reason for reason in report["not_certified_because"])
     assert "the run is not complete" in _report("pass", complete=False)["not_certified_because"]
 

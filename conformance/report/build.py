@@ -1,9 +1,10 @@
-"""Assemble the certification report (format 1) of a run, and decide certification.
+"""Assemble the certification report (format 2) of a run, and decide certification.
 
 A backend is certified when the run is complete (every check of this kit
-version ran, unedited), no waiver is in error, and every MUST clause that
-failed or was skipped is waived.  ``certification`` recomputes that from a
-report alone, so ``verify`` can check a report offline.
+version ran, unedited), no waiver is in error, every MUST clause that failed
+or was skipped is waived, and a certification profile is met; the report
+names that profile.  Every derived field (verdicts, summary, profiles,
+certificate) comes from conformance.verdicts, which ``verify`` uses too.
 """
 
 from __future__ import annotations
@@ -14,13 +15,13 @@ import platform
 from collections.abc import Iterable
 from typing import Any
 
-from conformance import __version__
+from conformance import __version__, verdicts
 from conformance.contract import Contract
 from conformance.manifest import check_key
-from conformance.verdicts import VERDICTS, CheckOutcome, aggregate
+from conformance.verdicts import CheckOutcome, aggregate
 from conformance.waivers import Waiver, apply
 
-REPORT_FORMAT = 1
+REPORT_FORMAT = 2
 EXCERPT_CHARS = 600
 
 
@@ -33,29 +34,6 @@ def fingerprint() -> dict[str, Any]:
         "machine": platform.machine(),
         "cpus": os.cpu_count(),
     }
-
-
-def certification(report: dict[str, Any]) -> tuple[bool, list[str]]:
-    """(certified, why not) from a report's own fields."""
-    reasons = []
-    if not report.get("backend", {}).get("name"):
-        reasons.append("no check reached the backend")
-    if not report.get("complete"):
-        reasons.append("the run is not complete")
-    reasons += [f"waiver error: {e}" for e in report.get("errors", [])]
-    for clause in report.get("clauses", []):
-        if clause["level"] == "MUST" and clause["verdict"] in ("fail", "skipped") and "waived" not in clause:
-            reasons.append(f"MUST clause {clause['id']} {'failed' if clause['verdict'] == 'fail' else 'was skipped'}")
-    return not reasons, reasons
-
-
-def summarize(clauses: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
-    summary = {level: {**dict.fromkeys(VERDICTS, 0), "waived": 0} for level in ("must", "should", "may")}
-    for c in clauses:
-        row = summary[c["level"].lower()]
-        row[c["verdict"]] += 1
-        row["waived"] += "waived" in c
-    return summary
 
 
 def build(contract: Contract, outcomes: Iterable[CheckOutcome], context: dict[str, Any], *,
@@ -93,10 +71,11 @@ def build(contract: Contract, outcomes: Iterable[CheckOutcome], context: dict[st
         "complete": complete,
         "incomplete_reasons": list(incomplete),
         "clauses": clauses,
-        "summary": summarize(clauses),
+        "summary": verdicts.summarize(clauses),
+        "profiles": verdicts.profiles(contract, clauses),
         "started_at": dt.datetime.fromtimestamp(started_at, dt.UTC).isoformat(timespec="seconds"),
         "duration_s": round(duration_s, 2),
         "environment": fingerprint(),
     }
-    report["certified"], report["not_certified_because"] = certification(report)
+    report["certified"], report["profile"], report["not_certified_because"] = verdicts.certification(report)
     return report

@@ -5,18 +5,19 @@ from __future__ import annotations
 from typing import Any
 
 from conformance.contract import Contract
+from conformance.report.headline import certificate
 from conformance.report.table import render as table_lines
 
 
 def render(report: dict[str, Any], contract: Contract) -> str:
     b, h = report["backend"], report["host"]
-    verdict = "**CERTIFIED**" if report["certified"] else "**NOT CERTIFIED**"
+    word, detail = certificate(report)
     hermes = f" (hermes-agent {h['hermes_version']})" if h.get("hermes_version") else ""
     lines = [
         f"# Certification report: {b.get('name') or b['spec']}",
         "",
-        f"{verdict} against contract version {report['contract']['version']} with hermes-backend-kit "
-        f"{report['kit']['version']}.",
+        f"**{word}** ({detail}) against contract version {report['contract']['version']} with "
+        f"hermes-backend-kit {report['kit']['version']}.",
         "",
         f"- backend: `{b['spec']}` (provider `{b.get('name')}`, plugin `{b.get('plugin')}` {b.get('version') or ''})",
         f"- capabilities: {', '.join(b.get('capabilities') or []) or 'none'}",
@@ -25,6 +26,16 @@ def render(report: dict[str, Any], contract: Contract) -> str:
     ]
     if not report["certified"]:
         lines += ["", "Why not certified:", ""] + [f"- {r}" for r in report["not_certified_because"]]
+    lines += ["", "## Profiles", "",
+              "A certificate names the strongest profile whose MUST clauses were all observed and pass. "
+              "*Unverified* clauses are ones the kit could not observe on this run (no world view, no "
+              "fault injection); they never count toward a certificate.", "",
+              "| profile | MUST covered | pass | not applicable | waived | unverified | failing | met |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for name, row in report["profiles"].items():
+        lines.append(f"| {name}{' (certified)' if name == report.get('profile') else ''} | {row['must']} | "
+                     f"{row['pass']} | {row['not-applicable']} | {row['waived']} | {len(row['unverified'])} | "
+                     f"{len(row['failing'])} | {'yes' if row['met'] else 'no'} |")
     lines += ["", "## Verdicts per group", "", "```", *table_lines(report), "```"]
     failures = [c for c in report["clauses"] if c["verdict"] == "fail"]
     if failures:
@@ -46,6 +57,11 @@ def render(report: dict[str, Any], contract: Contract) -> str:
         lines += [f"- `{c['id']}` {c['level']} {c['verdict']}: {c['waived']['reason']} ({c['waived']['issue']}, "
                   f"until {c['waived']['expires']})" for c in waived]
         lines.append("")
+    unverified = [c for c in report["clauses"] if c["verdict"] == "unverified"]
+    if unverified:
+        lines += ["## Unverified: the kit could not observe these", ""]
+        lines += [f"- `{c['id']}` {c['level']}: {c.get('reason', '')}" for c in unverified]
+        lines.append("")
     skipped = [c for c in report["clauses"] if c["verdict"] in ("skipped", "not-applicable")]
     if skipped:
         lines += ["## Not applicable or skipped", ""]
@@ -54,12 +70,14 @@ def render(report: dict[str, Any], contract: Contract) -> str:
 
 
 def badge(report: dict[str, Any]) -> dict[str, Any]:
-    """A shields.io endpoint badge."""
-    must = report["summary"]["must"]
-    passed = must["pass"]
-    total = passed + must["fail"] + must["skipped"]
-    if report["certified"]:
-        message, color = f"certified ({passed}/{total} MUST)", "brightgreen"
+    """A shields.io endpoint badge naming the certificate's profile."""
+    profile = report.get("profile")
+    if report["certified"] and profile:
+        row = report["profiles"][profile]
+        message = f"certified, {profile} ({row['pass']}/{row['must'] - row['not-applicable']} MUST)"
+        # Only the first (strongest) profile is bright green: a weaker certificate looks weaker.
+        color = "brightgreen" if profile == next(iter(report["profiles"])) else "green"
     else:
-        message, color = f"not certified ({passed}/{total} MUST)", "red"
+        must = report["summary"]["must"]
+        message, color = f"not certified ({must['pass']}/{must['pass'] + must['fail'] + must['skipped']} MUST)", "red"
     return {"schemaVersion": 1, "label": "hermes backend", "message": message, "color": color}

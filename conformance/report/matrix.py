@@ -27,7 +27,8 @@ FAULTS: tuple[tuple[str, str], ...] = (
     ("garbage or truncated frame", "faults.damaged-frame"),
     ("output flood", "faults.output-flood"),
 )
-SHOWN = {"pass": "pass", "fail": "**FAIL**", "not-applicable": "n/a", "skipped": "skipped", "error": "**ERROR**"}
+SHOWN = {"pass": "pass", "fail": "**FAIL**", "not-applicable": "n/a", "unverified": "unverified", "skipped": "skipped",
+         "error": "**ERROR**"}
 
 
 def load(paths: list[Path]) -> list[dict[str, Any]]:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-COLUMNS = ("pass", "fail", "not-applicable", "skipped")
-HEAD = ("group", "pass", "fail", "n/a", "skipped", "MUST failed")
+from conformance.report.headline import certificate
+
+COLUMNS = ("pass", "fail", "not-applicable", "unverified", "skipped")
+HEAD = ("group", "pass", "fail", "n/a", "unverified", "skipped", "MUST failed")
 
 
 def render(report: dict[str, Any]) -> list[str]:
@@ -27,14 +29,18 @@ def render(report: dict[str, Any]) -> list[str]:
         lines.append("  ".join(cells) + "  " + r[-1])
         if i == 0 or i == len(rows) - 2:
             lines.append("-" * (sum(widths) + 2 * len(widths) + 11))
+    for name, row in report["profiles"].items():
+        state = "met" if row["met"] else (f"{len(row['unverified'])} MUST unverified" if row["unverified"]
+                                          else f"{len(row['failing'])} MUST failing")
+        lines.append(f"profile {name}: {row['pass']}/{row['must'] - row['not-applicable']} MUST pass, "
+                     f"{row['not-applicable']} not applicable, {row['waived']} waived: {state}")
     backend = report["backend"]
     host = report["host"]
-    verdict = "CERTIFIED" if report["certified"] else "NOT CERTIFIED"
+    word, detail = certificate(report)
     hermes = f" (hermes-agent {host['hermes_version']})" if host.get("hermes_version") else ""
+    should = report["summary"]["should"]
     lines.append(
-        f"{verdict}: backend {backend.get('name') or backend.get('spec')} on host {host.get('mode')}{hermes}; "
-        f"MUST {report['summary']['must']['pass']} pass / {report['summary']['must']['fail']} fail, "
-        f"SHOULD {report['summary']['should']['pass']} pass / {report['summary']['should']['fail']} fail, "
-        f"{report['duration_s']}s"
+        f"{word}: backend {backend.get('name') or backend.get('spec')} on host {host.get('mode')}{hermes}; "
+        f"{detail}; SHOULD {should['pass']} pass / {should['fail']} fail, {report['duration_s']}s"
     )
     return lines
