@@ -1,8 +1,10 @@
-"""faults: a sandbox destroyed mid-command, and an output flood.
+"""faults: a sandbox destroyed mid-command, errors that are not timeouts, and an output flood.
 
-The deletion happens behind the backend's back through the harness world;
-memory is measured on this process (the host), where Hermes would hold
-the output.
+Deletions and broken states happen behind the backend's back through the
+harness world; commands go through Hermes's terminal tool, which runs a
+command again after execute() raises and reads an exception that says
+"timeout" as exit 124 (checks/_run_count.py).  Memory is measured on this
+process (the host), where Hermes would hold the output.
 """
 
 from __future__ import annotations
@@ -10,11 +12,14 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from conformance.checks._support import nonce, out, rc, run
-from conformance.host.calls import Call, CallHung
+from conformance.checks._run_count import count_runs, counting, describe, drive
+from conformance.checks._support import locate, nonce, out, rc, run
+from conformance.host.calls import Call
+from conformance.host.drivers import GRACE_S, MAX_RETRIES, TerminalOutcome
 
 pytestmark = pytest.mark.usefixtures("kit")
 
@@ -23,13 +28,14 @@ MIB = 1024 * 1024
 
 # ------------------------------------------------------------------ vanished sandbox
 @pytest.mark.clause("faults.vanished-mid-command")
-def test_sandbox_deleted_mid_command_does_not_hang(kit, env):
+def test_sandbox_deleted_mid_command_fails_it_once(kit, env):
     timeout = 2
     value = nonce("vanish")
     relpath = f".kit-{value}"
-    started = time.monotonic()
     # The command announces itself under $HOME, then runs far longer than its timeout.
-    call = Call(env.execute, f"printf '%s' {value} > \"$HOME\"/{relpath}; sleep 30", timeout=timeout)
+    command, record = counting("vanish", f"printf '%s' {value} > \"$HOME\"/{relpath}; sleep 30")
+    started = time.monotonic()
+    call = Call(drive, env, command, timeout=timeout)
     sandbox = None
     while sandbox is None and not call.done and time.monotonic() < started + timeout + 5:
         sandbox = kit.world.locate(relpath, value)
@@ -39,26 +45,73 @@ def test_sandbox_deleted_mid_command_does_not_hang(kit, env):
         early = ""
         if call.done:
             try:
-                early = f" (execute() returned first: {call.result(1)!r})"
+                early = f" ({describe(call.result(1))} first)"
             except Exception as exc:
-                early = f" (execute() raised first: {type(exc).__name__}: {exc})"
+                early = f" (the terminal call failed first: {type(exc).__name__}: {exc})"
         raise AssertionError(f"the harness never saw the long command start in any sandbox{early}")
     kit.world.delete(sandbox)
     deleted = time.monotonic()
-    try:
-        result = call.result(max(0.0, started + timeout + 5 - time.monotonic()),
-                             what="execute() in a sandbox deleted mid-command")
-    except CallHung as exc:
-        raise AssertionError(
-            f"the sandbox was deleted {deleted - started:.1f}s into a command with timeout={timeout}, and execute() "
-            f"had not returned or raised {timeout + 5}s after it started: {exc}"
-        ) from None
-    except Exception:
-        return  # raising is an allowed outcome
-    assert rc(result) != 0, (
-        f"execute() in a sandbox deleted mid-command returned returncode {result.get('returncode')!r} "
-        f"(a missing returncode reads as 0) with output {out(result)[-200:]!r}; it must fail"
+    # Each attempt may take timeout + GRACE_S before the driver calls it hung.
+    outcome: TerminalOutcome = call.result((MAX_RETRIES + 1) * (timeout + GRACE_S + 1),
+                                           what="the terminal call in a sandbox deleted mid-command")
+    fault = f"the sandbox was deleted {deleted - started:.1f}s into a command with timeout={timeout}"
+    again = count_runs(kit, env, record, expect=0)
+    assert again.runs == 0, (
+        f"{fault}, and the command ran {again.runs} more time(s) after it (in a replacement sandbox): "
+        f"{'Hermes ran it again after execute() raised' if outcome.raised else 'the backend sent it again'}; "
+        f"{describe(outcome)}"
     )
+    assert not outcome.raised, (
+        f"{fault}, and {describe(outcome)}; the command had started, so execute() must return a non-zero "
+        "result: Hermes runs a command again after an exception"
+    )
+    assert outcome.seconds[0] <= timeout + 5, (
+        f"{fault}, and execute() returned {outcome.seconds[0]:.1f}s after the command started; the limit is "
+        f"{timeout + 5}s"
+    )
+    assert outcome.exit_code != 0, (
+        f"{fault}, and {describe(outcome)} (a missing returncode reads as 0); it must fail"
+    )
+
+
+# ------------------------------------------------------------------ "timeout" only for timeouts
+def _said_timeout(situation: str, outcome: TerminalOutcome, timeout: int) -> str | None:
+    """A finding when Hermes read an exception of this call as the command's timeout."""
+    if outcome.raised and outcome.exit_code == 124:
+        return (f"{situation}: {describe(outcome)}, i.e. 'Command timed out after {timeout} seconds' for a command "
+                "that never reached its timeout")
+    return None
+
+
+@pytest.mark.clause("errors.no-timeout-word")
+def test_only_a_timeout_raises_an_error_that_says_timeout(kit, make_env):
+    timeout = 30  # far longer than anything here takes: no command can time out
+    findings: list[str | None] = []
+
+    env = make_env()
+    kit.world.fail(locate(kit, env, "broken"))
+    findings.append(_said_timeout("the sandbox was put in the error state behind the backend's back",
+                                  drive(env, "echo should-not-run", timeout=timeout), timeout))
+
+    if kit.has("transport-faults"):
+        script = kit.world.faults
+        failures: list[tuple[str, str, dict[str, Any]]] = [
+            ("the service answered 500 to every command call", "exec",
+             {"status": 500, "message": "Internal server error"}),
+            ("the service answered 503 to every read of sandbox state", "read",
+             {"status": 503, "message": "Service temporarily unavailable"}),
+        ]
+        for situation, role, params in failures:
+            env = make_env()
+            assert rc(run(env, "true")) == 0, "a plain command failed before any fault was armed"
+            script.arm("status", role, times=-1, **params)
+            try:
+                findings.append(_said_timeout(situation, drive(env, "echo refused", timeout=timeout), timeout))
+            finally:
+                script.clear()
+
+    found = [f for f in findings if f]
+    assert not found, "an exception that was not the command's timeout said \"timeout\": " + "; ".join(found)
 
 
 # ------------------------------------------------------------------ output flood

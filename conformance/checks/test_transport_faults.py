@@ -2,9 +2,12 @@
 
 Each check arms one fault by role (create, exec, read; see
 fakes/fault_script.py) on the fake this run talks to, makes the backend meet
-it, and judges what Hermes would see.  Commands count their own runs in a
-file under $HOME, read afterwards through a clean connection, so "not
-retried" is measured rather than guessed.
+it, and judges what Hermes would see.  A fault on a command meets it once,
+through Hermes's terminal tool (conformance/host/drivers.py::terminal), which
+runs a command again after execute() raises: a backend that raises once the
+command may have started makes it run twice.  Commands count their own runs
+in a file under $HOME (checks/_run_count.py), so "runs exactly once" is
+measured rather than guessed.
 """
 
 from __future__ import annotations
@@ -16,8 +19,10 @@ from typing import Any
 
 import pytest
 
-from conformance.checks._support import nonce, not_applicable, out, rc, run
+from conformance.checks._run_count import count_runs, counting, describe, drive
+from conformance.checks._support import not_applicable, out, rc, run
 from conformance.host.calls import Call, CallHung
+from conformance.host.drivers import TerminalOutcome
 
 pytestmark = pytest.mark.usefixtures("kit")
 
@@ -32,28 +37,13 @@ def faults(kit, make_env):
     script.clear()
 
 
-def _counting(label: str) -> tuple[str, str]:
-    """A command that records each run of itself, then prints and exits with EXIT; and the record's path."""
-    record = f".kit-runs-{nonce(label)}"
-    # 4 KiB of output before the pause: a fault cutting in after 2 KiB lands while the command runs.
-    command = (f"printf x >> \"$HOME\"/{record}; head -c 4096 /dev/zero | tr '\\0' s; echo; sleep 1; "
-               f"echo finished; exit {EXIT}")
-    return command, record
-
-
-def _runs(env: Any, record: str) -> int:
-    """How many times the counting command ran (read with every fault cleared)."""
-    result = run(env, f"cat \"$HOME\"/{record} 2>/dev/null || true")
-    return out(result).count("x")
-
-
 def _outcome(call: Call, budget: float, what: str) -> dict[str, Any] | BaseException:
     """The call's result, or the exception it raised; a hang past ``budget`` fails the check."""
     try:
         return call.result(budget, what)
     except CallHung as exc:
         raise AssertionError(f"{exc}: the backend must give up within that budget") from None
-    except Exception as exc:  # raising is an allowed outcome for every fault here
+    except Exception as exc:  # raising is an allowed outcome before a command may have started
         return exc
 
 
@@ -68,26 +58,45 @@ def _warm(env: Any) -> None:
     assert rc(run(env, "true")) == 0, "a plain command failed before any fault was armed"
 
 
+def _no_raise(outcome: TerminalOutcome, fault: str) -> None:
+    assert not outcome.raised, (
+        f"{fault} and {describe(outcome)}; once a command may have started, execute() must return a non-zero "
+        "result: Hermes runs the command again after an exception, or reports exit 124 when its text says timeout"
+    )
+
+
+def _once(kit: Any, env: Any, record: str, outcome: TerminalOutcome, fault: str, *, expect: int = 1) -> None:
+    """The command ran ``expect`` times (once when the fault let it start, never when it did not)."""
+    count = count_runs(kit, env, record, expect=expect)
+    if count.runs == expect:
+        return
+    if count.runs < expect:
+        raise AssertionError(f"{fault}; the command's record shows {count.runs} run(s), expected {expect}"
+                             f"{count.explain()}; {describe(outcome)}")
+    again = "Hermes's terminal tool sent it again after execute() raised" if outcome.raised else "it was sent again"
+    raise AssertionError(f"{fault} and the command ran {count.runs} time(s) where the service started it "
+                         f"{expect} time(s): {again}; {describe(outcome)}")
+
+
 # ------------------------------------------------------------------ dropped connection
 @pytest.mark.clause("faults.dropped-mid-command")
-def test_dropped_connection_fails_cleanly_and_is_not_retried(env, faults):
+def test_dropped_connection_fails_cleanly_and_is_not_retried(kit, env, faults):
     _warm(env)
-    command, record = _counting("drop")
+    # 4 KiB of output before the pause: a fault cutting in after 2 KiB lands while the command runs.
+    command, record = counting("drop", f"head -c 4096 /dev/zero | tr '\\0' s; echo; sleep 1; echo finished; exit {EXIT}")
     faults.arm("drop", "exec", after_bytes=2048)
-    outcome = _outcome(Call(env.execute, command, timeout=10), 20, "execute() over a dropped connection")
+    outcome = drive(env, command, timeout=10)
     faults.clear()
-    if isinstance(outcome, dict):
-        assert rc(outcome) != 0, (
-            f"the connection was dropped mid-command and execute() {_describe(outcome)}; the command exits "
-            f"{EXIT}, so a lost stream read as success"
+    fault = "the connection was dropped mid-command"
+    _once(kit, env, record, outcome, fault)
+    _no_raise(outcome, fault)
+    assert outcome.exit_code != 0, (
+        f"{fault} and {describe(outcome)}; the command exits {EXIT}, so a lost stream read as success"
+    )
+    if outcome.exit_code == EXIT:
+        assert "finished" in outcome.output, (
+            f"{describe(outcome)}: the command's own exit code with its output cut short"
         )
-        if rc(outcome) == EXIT:
-            assert "finished" in out(outcome), (
-                f"execute() {_describe(outcome)}: the command's own exit code with its output cut short"
-            )
-    runs = _runs(env, record)
-    assert runs == 1, (f"the command ran {runs} times though its connection dropped while it ran; "
-                       "it must run exactly once")
 
 
 # ------------------------------------------------------------------ 429 on create
@@ -146,39 +155,44 @@ def test_5xx_on_idempotent_reads_is_retried(make_env, faults):
 
 
 @pytest.mark.clause("faults.exec-5xx-not-retried")
-def test_5xx_on_the_command_call_is_not_retried(env, faults):
+def test_5xx_on_the_command_call_is_not_retried(kit, env, faults):
     _warm(env)
-    command, record = _counting("5xx")
+    command, record = counting("5xx", f"echo ran; exit {EXIT}")
     armed = faults.arm("status", "exec", status=500, message="Internal server error")
-    outcome = _outcome(Call(env.execute, command, timeout=10), 20, "execute() answered 500")
+    outcome = drive(env, command, timeout=10)
     faults.clear()
     assert armed.fired >= 1, "the fault on the command call never fired; the world's exec routes are wrong"
-    assert isinstance(outcome, BaseException) or rc(outcome) != 0, (
-        f"the command call was answered 500 and execute() {_describe(outcome)}"
-    )
-    runs = _runs(env, record)
-    assert runs == 0, (
-        f"the command call was answered 500 (the fake ran nothing), yet the command ran {runs} time(s): "
-        "the backend sent it again"
-    )
+    fault = "the command call was answered 500 (the fake ran nothing)"
+    _once(kit, env, record, outcome, fault, expect=0)
+    _no_raise(outcome, fault)
+    assert outcome.exit_code != 0, f"{fault} and {describe(outcome)}"
 
 
 # ------------------------------------------------------------------ silence, half-close
 @pytest.mark.clause("faults.silent-server")
-def test_silent_server_cannot_outlast_the_timeout(env, faults):
+def test_silent_server_cannot_outlast_the_timeout(kit, env, faults):
     _warm(env)
-    faults.arm("silence", "exec", times=-1)
-    outcome = _outcome(Call(env.execute, "echo never", timeout=2), 12, "execute(timeout=2) against a silent server")
-    assert isinstance(outcome, BaseException) or rc(outcome) != 0, f"execute() {_describe(outcome)}"
+    command, record = counting("silent", f"echo never; exit {EXIT}")
+    faults.arm("silence", "exec")
+    outcome = drive(env, command, timeout=2)
+    faults.clear()
+    fault = "the service accepted the command call and never answered (it ran nothing)"
+    _once(kit, env, record, outcome, fault, expect=0)
+    _no_raise(outcome, fault)
+    assert outcome.exit_code != 0, f"{fault} and {describe(outcome)}"
 
 
 @pytest.mark.clause("faults.half-closed")
-def test_half_closed_connection_cannot_outlast_the_timeout(env, faults):
+def test_half_closed_connection_cannot_outlast_the_timeout(kit, env, faults):
     _warm(env)
-    faults.arm("half-close", "exec", times=-1)
-    outcome = _outcome(Call(env.execute, f"echo half; sleep 30; exit {EXIT}", timeout=2), 12,
-                       "execute(timeout=2) over a half-closed connection")
-    assert isinstance(outcome, BaseException) or rc(outcome) != 0, f"execute() {_describe(outcome)}"
+    command, record = counting("half", f"echo half; sleep 30; exit {EXIT}")
+    faults.arm("half-close", "exec")
+    outcome = drive(env, command, timeout=2)
+    faults.clear()
+    fault = "the service stopped sending on the command's connection and kept it open"
+    _once(kit, env, record, outcome, fault)
+    _no_raise(outcome, fault)
+    assert outcome.exit_code != 0, f"{fault} and {describe(outcome)}"
 
 
 # ------------------------------------------------------------------ damaged frames

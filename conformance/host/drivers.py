@@ -1,8 +1,9 @@
 """Replay each Hermes caller of ``env.execute`` with its real call pattern.
 
 - terminal: explicit cwd on every call, bounded capture, the session cwd
-  recorded only when the result says cwd_observed, exceptions mapped to 124
-  (text mentions a timeout) or retried and then -1;
+  recorded only when the result says cwd_observed; an exception is exit code
+  124 when its text says "timeout", else retried 3 times (Hermes waits 2, 4
+  and 8 s; the kit scales that down) and then exit code -1;
 - file tools: full-fidelity reads through one compound probe split by random
   sentinels, writes streamed through stdin into a temp file then moved;
 - execute_code: base64-shipped script run while a second thread polls and
@@ -27,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from conformance.host.calls import Call, bounded
+from conformance.host.calls import Call, CallHung, bounded
 
 GRACE_S = 10.0  # slack over a call's own timeout before the kit calls it hung
 
@@ -44,6 +45,15 @@ def returncode(result: dict[str, Any]) -> int:
 
 
 # --------------------------------------------------------------------- terminal
+# The terminal tool's foreground loop: one attempt and MAX_RETRIES more after an
+# exception from execute(), the n-th retry after 2**n seconds (2, 4, 8); an
+# exception whose lower-cased text contains TIMEOUT_WORD ends the loop at once as
+# exit code 124, and the last exception as exit code -1.
+MAX_RETRIES = 3
+TIMEOUT_WORD = "timeout"
+DELAY_SCALE = 0.05  # the kit waits 0.1, 0.2 and 0.4 s where Hermes waits 2, 4 and 8 s
+
+
 @dataclass
 class TerminalSession:
     cwd: str | None = None
@@ -56,29 +66,46 @@ class TerminalOutcome:
     error: str | None = None
     attempts: int = 1
     result: dict[str, Any] = field(default_factory=dict)
+    raised: list[str] = field(default_factory=list)  # "Type: text" of each exception execute() raised
+    seconds: list[float] = field(default_factory=list)  # how long each attempt took
+
+
+def retry_delay(retry: int, scale: float = DELAY_SCALE) -> float:
+    """Seconds before the ``retry``-th retry (1-based): Hermes's 2**retry, times ``scale``."""
+    return scale * 2 ** retry
 
 
 def terminal(env: Any, command: str, session: TerminalSession, *, timeout: int = 30,
-             workdir: str | None = None, retries: int = 3, backoff_s: float = 0.05) -> TerminalOutcome:
-    cwd = workdir or session.cwd or env.cwd
-    attempts = 0
+             workdir: str | None = None, delay_scale: float = DELAY_SCALE) -> TerminalOutcome:
+    """One foreground terminal-tool call: Hermes's retry loop with its delays scaled by ``delay_scale``."""
+    retries = 0
+    raised: list[str] = []
+    seconds: list[float] = []
     while True:
-        attempts += 1
+        cwd = workdir or session.cwd or env.cwd  # resolved again for every attempt, as Hermes does
+        began = time.monotonic()
         try:
             result = run(env, command, timeout=timeout, cwd=cwd, bounded_capture=True)
-        except AssertionError:
-            raise
+        except CallHung:
+            raise  # the kit's own deadline: the backend hung, which Hermes would not survive either
         except Exception as exc:
+            seconds.append(time.monotonic() - began)
             text = str(exc)
-            if "timeout" in text.lower() or "timed out" in text.lower():
-                return TerminalOutcome("", 124, f"Command timed out after {timeout} seconds", attempts)
-            if attempts <= retries:
-                time.sleep(backoff_s * (2 ** (attempts - 1)))
+            raised.append(f"{type(exc).__name__}: {text}")
+            if TIMEOUT_WORD in text.lower():
+                return TerminalOutcome("", 124, f"Command timed out after {timeout} seconds", retries + 1,
+                                       raised=raised, seconds=seconds)
+            if retries < MAX_RETRIES:
+                retries += 1
+                time.sleep(retry_delay(retries, delay_scale))
                 continue
-            return TerminalOutcome("", -1, f"Command execution failed: {type(exc).__name__}: {text}", attempts)
+            return TerminalOutcome("", -1, f"Command execution failed: {type(exc).__name__}: {text}", retries + 1,
+                                   raised=raised, seconds=seconds)
+        seconds.append(time.monotonic() - began)
         if result.get("cwd_observed"):
             session.cwd = result.get("cwd") or env.cwd
-        return TerminalOutcome(result.get("output", ""), returncode(result), None, attempts, result)
+        return TerminalOutcome(result.get("output", ""), returncode(result), None, retries + 1, result,
+                               raised=raised, seconds=seconds)
 
 
 # --------------------------------------------------------------------- file tools

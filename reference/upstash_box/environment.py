@@ -23,6 +23,7 @@ from tools.environments.base_output import _ThreadedProcessHandle
 from reference.common import tar_transfer
 from reference.common.finalize import CleanupOffThread
 from reference.common.naming import sandbox_name
+from reference.common.redact import redact
 from reference.upstash_box import session
 from reference.upstash_box.boxes import USABLE, Account, BoxGone, connection_error
 from reference.upstash_box.settings import Settings
@@ -168,12 +169,15 @@ class UpstashBoxEnvironment(CleanupOffThread, BaseEnvironment):
         raise AssertionError("unreachable")
 
     def _why_not_started(self, exc: BaseException, *, retry: bool) -> str | None:
-        """Explain a session that would not start, after resuming a paused Box once."""
+        """Explain a session that would not start, after resuming a paused Box once.
+
+        Never raises: the service may have started the command before the session
+        failed, and Hermes runs a command again when execute() raises.
+        """
         try:
             state = self._account.state(self._box)
         except Exception:
-            raise connection_error(f"could not start a command in Box {self._box.id}", exc,
-                                   secrets=self._account.secrets) from None
+            return self._may_have_run(exc)
         if state == "paused" and retry:
             logger.info("Box %s was paused outside Hermes; resuming it once", self._box.id)
             try:
@@ -191,9 +195,13 @@ class UpstashBoxEnvironment(CleanupOffThread, BaseEnvironment):
             return (f"upstash_box: Box {self._box.id} is in the error state; the command did not run and the "
                     "Box was not replaced. Inspect it in the Upstash console, then delete it to start over.")
         if state in USABLE:
-            raise connection_error(f"could not start a command in Box {self._box.id}", exc,
-                                   secrets=self._account.secrets) from None
+            return self._may_have_run(exc)
         return f"upstash_box: Box {self._box.id} is {state}; the command did not run."
+
+    def _may_have_run(self, exc: BaseException) -> str:
+        cause = redact(f"{type(exc).__name__}: {exc}", self._account.secrets)
+        return (f"upstash_box: the exec session in Box {self._box.id} failed ({cause}). The command may have "
+                "started; it was not sent again. Check its effects before running it again.")
 
     # -- teardown ----------------------------------------------------------------------
     def cleanup(self) -> None:
