@@ -134,19 +134,51 @@ def cmd_backends(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_certify(args: argparse.Namespace) -> int:
-    import subprocess
+def _certify_redactor(args: argparse.Namespace) -> None:
+    """What this process knows to mask: the user's credential variables and --backend-config env values."""
+    from conformance import config, redact
 
+    redact.register_environ()
+    if args.backend_config:
+        try:
+            redact.register_config_env(config.load(args.backend_config, set()).env)
+        except config.BackendConfigError:
+            pass  # the run reports it, in one line
+
+
+def _relay(stream: Any, to: Any) -> None:
+    """Copy the run's output line by line, redacted (the run redacts too; this catches what it cannot)."""
+    from conformance import redact
+
+    for line in iter(stream.readline, ""):
+        to.write(redact.redact(line))
+        to.flush()
+    stream.close()
+
+
+def cmd_certify(args: argparse.Namespace) -> int:
+    """Run the suite in a child pytest from a run-owned temp root (its cwd, --basetemp, caches), removed after."""
+    import os
+    import shutil
+    import subprocess
+    import tempfile
+    import threading
+
+    from conformance import leftovers, redact
     from conformance.report import markdown
     from conformance.report.headline import headline
 
-    out = Path(args.out)
+    _certify_redactor(args)
+    out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     report_path = out / "report.json"
     report_path.unlink(missing_ok=True)
+    backend = str(Path(args.backend).resolve()) if Path(args.backend).exists() else args.backend
+    run_root = Path(tempfile.mkdtemp(prefix="hermes-kit-certify-"))
     cmd = [sys.executable, "-m", "pytest", "--pyargs", "conformance.checks", "-p", "no:cacheprovider", "-q",
-           "-W", "ignore::DeprecationWarning", "--kit-progress", "--backend", args.backend, "--host", args.host,
-           "--report", str(report_path), "--junitxml", str(out / "junit.xml")]
+           "-W", "ignore::DeprecationWarning", "--kit-progress", "--backend", backend, "--host", args.host,
+           "--report", str(report_path), "--junitxml", str(out / "junit.xml"),
+           "--basetemp", str(run_root / "pytest")]
     if args.workers:
         cmd += ["-n", str(args.workers)]
     for flag, value in (("--backend-config", args.backend_config), ("--fake", args.fake),
@@ -155,14 +187,33 @@ def cmd_certify(args: argparse.Namespace) -> int:
             cmd += [flag, str(Path(value).resolve()) if flag != "--fake" else value]
     if args.live:
         cmd.append("--live")
+    if args.call_deadline:
+        cmd += ["--call-deadline", str(args.call_deadline)]
+    # The child runs in the run root, so nothing lands in the caller's directory; a module:attr
+    # backend next to the caller still imports.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (os.getcwd(), os.environ.get("PYTHONPATH")) if p)}
     print(f"certifying {args.backend} ...", flush=True)
-    subprocess.run(cmd, check=False)
+    try:
+        proc = subprocess.Popen(cmd, cwd=run_root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, encoding="utf-8", errors="replace", bufsize=1)
+        relays = [threading.Thread(target=_relay, args=(proc.stdout, sys.stdout), daemon=True),
+                  threading.Thread(target=_relay, args=(proc.stderr, sys.stderr), daemon=True)]
+        for relay in relays:
+            relay.start()
+        returncode = proc.wait()
+        for relay in relays:
+            relay.join()
+    finally:
+        leftovers.end_processes_under(run_root)
+        shutil.rmtree(run_root, ignore_errors=True)
     if not report_path.exists():
-        print("error: the run ended before writing a report (see the message above)", file=sys.stderr)
+        if returncode != 4:  # a usage error (bad backend, plugin.yaml, config) was printed as one line above
+            print(f"error: the run ended before writing a report (exit status {returncode}; see the message above)",
+                  file=sys.stderr)
         return 2
     report = json.loads(report_path.read_text("utf-8"))
-    (out / "report.md").write_text(markdown.render(report, contract.load()), "utf-8")
-    (out / "badge.json").write_text(json.dumps(markdown.badge(report)) + "\n", "utf-8")
+    (out / "report.md").write_text(redact.redact(markdown.render(report, contract.load())), "utf-8")
+    (out / "badge.json").write_text(redact.redact(json.dumps(markdown.badge(report))) + "\n", "utf-8")
     written = ["report.json", "report.md", "junit.xml", "badge.json"]
     if args.sign_key:
         from conformance.report import signing
@@ -179,7 +230,20 @@ def cmd_certify(args: argparse.Namespace) -> int:
         print(f"{line}: {report['backend'].get('name')}")
         return 0
     print(f"{line}: " + "; ".join(report["not_certified_because"][:5]), file=sys.stderr)
+    for hang in _hangs(report):
+        print(f"the backend hung: {hang}", file=sys.stderr)
     return 1
+
+
+def _hangs(report: dict[str, Any]) -> list[str]:
+    """The distinct backend calls that did not return within their deadline (from the checks' evidence)."""
+    found: dict[str, None] = {}
+    for clause in report.get("clauses", []):
+        for check in clause.get("checks", []):
+            text = str(check.get("excerpt") or "")
+            if "did not return within" in text:
+                found[text.split("CallHung: ", 1)[-1].split("; after that hang", 1)[0]] = None
+    return list(found)[:3]
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
@@ -244,50 +308,46 @@ def cmd_doctor(args: argparse.Namespace) -> int:
                        host=args.host, persistent=args.persistent)
 
 
-# Fake services `fake serve` can run: name -> "module:Class".  The class takes host=, port=
-# and api_keys=, and has start(), stop(), exports() (the variables to export) and paths_note.
-FAKE_SERVERS = {
-    "upstash": "fakes.upstash.server:UpstashServer",
-    "cloudflare": "fakes.cloudflare.server:BridgeServer",
-    "deepinfra": "fakes.deepinfra.server:DeepInfraServer",
-}
-
-
 def cmd_fake_serve(args: argparse.Namespace) -> int:
-    import importlib
     import shlex
-    import signal
-    import threading
+    import shutil
+    import tempfile
 
-    module, _, attr = FAKE_SERVERS[args.name].partition(":")
-    server_class = getattr(importlib.import_module(module), attr)
-    options: dict[str, Any] = {"host": args.host, "port": args.port}
-    if args.api_key:
-        options["api_keys"] = [args.api_key]
-    try:
-        server = server_class(**options).start()
-    except (OSError, RuntimeError) as exc:
-        print(f"error: could not start the {args.name} fake on {args.host}:{args.port}: {exc}", file=sys.stderr)
-        return 1
-    stop = threading.Event()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda *_: stop.set())
-    try:
-        for name, value in server.exports().items():
+    from fakes import process
+    from fakes.services import FakeService
+
+    options = process.options_from(args)
+    own_root = args.root is None
+    root = Path(tempfile.mkdtemp(prefix=f"kit-fake-{args.name}-")) if own_root else Path(args.root)
+
+    def announce(fake: FakeService, control: str) -> None:
+        for name, value in fake.env.items():
             print(f"export {name}={shlex.quote(value)}")
-        print(f"# paths: {server.paths_note}")
-        if "vendor paths" not in server.paths_note:
+        print(f"# paths: {fake.paths_note}")
+        if "vendor paths" not in fake.paths_note:
             print("# commands see host temp paths, so point cwd/home settings at them (the files API also "
                   "accepts the vendor paths)")
+        cap = f", at most {args.max_sandboxes} sandboxes per key" if args.max_sandboxes else ""
+        print(f"# profile: {args.profile}{cap}")
+        print(f"# control: {process.CONTROL_VAR}={shlex.quote(control)}")
+        print(f"# run the suite against this fake (one worker): python -m pytest --pyargs conformance.checks "
+              f"--backend BACKEND --fake-control {shlex.quote(control)}")
         print(f"# the {args.name} fake is serving; Ctrl-C stops it", flush=True)
-        while not stop.wait(0.5):
-            pass
+
+    try:
+        return process.serve(args.name, root, options, on_ready=announce)
+    except (OSError, RuntimeError, ValueError) as exc:
+        print(f"error: could not start the {args.name} fake on {args.host}:{args.port}: {exc}", file=sys.stderr)
+        return 1
     finally:
-        server.stop()
-    return 0
+        if own_root:
+            shutil.rmtree(root, ignore_errors=True)
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from fakes.process import add_limit_options
+    from fakes.services import SERVERS
+
     parser = argparse.ArgumentParser(prog="hermes-backend-kit", description="Conformance kit for Hermes terminal backends.")
     parser.add_argument("--version", action="version", version=f"hermes-backend-kit {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -336,6 +396,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--host", default="auto", choices=["auto", "builtin", "hermes"])
     c.add_argument("--out", required=True, help="directory for the four files")
     c.add_argument("--workers", type=int, default=2, help="pytest-xdist workers (0: none; default 2)")
+    c.add_argument("--call-deadline", type=float, metavar="SECONDS",
+                   help="seconds the kit waits for loading the plugin, create_environment() and cleanup() "
+                        "before failing the check (default 60)")
     c.add_argument("--sign-key", metavar="KEY", help="sign report.json with this Ed25519 private key (report.json.sig)")
     c.set_defaults(func=cmd_certify)
 
@@ -369,11 +432,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     f = sub.add_parser("fake", help="run a fake vendor service")
     fsub = f.add_subparsers(dest="action", required=True)
-    serve = fsub.add_parser("serve", help="serve a fake in the foreground and print the variables to export")
-    serve.add_argument("name", choices=sorted(FAKE_SERVERS))
-    serve.add_argument("--port", type=int, default=0, help="TCP port (default: an ephemeral port)")
-    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
-    serve.add_argument("--api-key", default=None, help="the key to accept (default: a random one, printed)")
+    serve = fsub.add_parser(
+        "serve", help="serve a fake in the foreground and print the variables to export and its control address",
+        description="Serve a fake vendor service in the foreground.  It prints the vendor's variables to export "
+                    "and a control address: `--fake-control ADDRESS` (or HERMES_KIT_FAKE_CONTROL) runs the "
+                    "conformance suite against this fake, with the world view and fault injection.  The vendor "
+                    "profile keeps the real sandbox caps (upstash 10 boxes, deepinfra 5 sandboxes), which a "
+                    "suite run exceeds: lift them with --max-sandboxes 1000 (or take --profile suite).")
+    serve.add_argument("name", choices=SERVERS)
+    serve.add_argument("--root", default=None, help="directory for the fake's sandboxes (default: a temp dir, "
+                                                    "removed on exit)")
+    add_limit_options(serve, default_profile="vendor")
     serve.set_defaults(func=cmd_fake_serve)
     return parser
 

@@ -4,12 +4,16 @@ One row per step, each bounded in time, with ok/FAIL and what to do:
 the plugin loads; is_available, probe and doctor_checks behave; an
 environment is created; one command round-trips; commands run where they
 should (remote backends: not on this machine); cleanup leaves the sandbox
-deleted, or kept when persistent.  No row ever shows a credential.
+deleted, or kept when persistent.  No row ever shows a credential (every
+row goes through conformance.redact).  Everything doctor makes lives in one
+temp directory (``kit-doctor-*``), removed when it ends, with any process
+still running under it.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import time
 from collections.abc import Callable
@@ -17,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from conformance import leftovers, redact
 from conformance.host.calls import bounded
 from conformance.host.netguard import network_guard
 
@@ -36,10 +41,7 @@ class Doctor:
         self.rows: list[Row] = []
 
     def _row(self, ok: bool, step: str, detail: str, fix: str = "") -> bool:
-        from reference.common.redact import redact
-
-        secrets = self.run.secret_values() if self.run is not None else []
-        self.rows.append(Row(ok, step, redact(detail, secrets), fix))
+        self.rows.append(Row(ok, step, redact.redact(detail), redact.redact(fix)))
         return ok
 
     def _step(self, step: str, fn: Callable[[], str], fix: str, deadline: float) -> Any:
@@ -123,7 +125,7 @@ class Doctor:
         def cleanup() -> str:
             world = run.world
             sandbox = world.locate(f".kit-{nonce}", nonce) if world is not None and self._plant(e, nonce) else None
-            e.cleanup()
+            run.cleanup(e)
             if world is None or sandbox is None:
                 return "cleanup returned (no way to inspect the sandbox)"
             state = world.sandboxes().get(sandbox, "deleted")
@@ -148,18 +150,23 @@ def main(backend: str, *, backend_config: str | None, fake: str | None, live: bo
     from conformance.run import KitRun, RunOptions
 
     started = time.monotonic()
+    redact.register_environ()
     workdir = Path(tempfile.mkdtemp(prefix="kit-doctor-"))
     try:
-        run = KitRun.start(RunOptions(backend=backend, backend_config=backend_config, host=host, fake=fake,
-                                      live=live), workdir)
-    except Exception as exc:
-        print(f"FAIL  plugin loads          {type(exc).__name__}: {exc}")
-        print("      fix: check --backend (hermes-backend-kit backends lists known names) and install the extra")
-        return 1
-    try:
-        rows = Doctor(run, persistent=persistent).check()
+        try:
+            run = KitRun.start(RunOptions(backend=backend, backend_config=backend_config, host=host, fake=fake,
+                                          live=live), workdir)
+        except Exception as exc:
+            print(f"FAIL  plugin loads          {type(exc).__name__}: {redact.redact(' '.join(str(exc).split()))}")
+            print("      fix: check --backend (hermes-backend-kit backends lists known names) and install the extra")
+            return 1
+        try:
+            rows = Doctor(run, persistent=persistent).check()
+        finally:
+            run.close()
     finally:
-        run.close()
+        leftovers.end_processes_under(workdir)
+        shutil.rmtree(workdir, ignore_errors=True)
     for row in rows:
         print(f"{'ok  ' if row.ok else 'FAIL'}  {row.step:<20} {row.detail}")
         if not row.ok and row.fix:

@@ -9,23 +9,42 @@ check as not applicable when its clauses need a capability or host feature
 the run lacks, records every outcome against the clauses it cites, and at the
 end writes the JSON report and prints a per-group table.  Works under
 pytest-xdist: workers send outcomes and run context with their reports.
+
+For a run of the checks the plugin also:
+
+- redacts (conformance.redact) every check report before the terminal, the
+  junit.xml writer or the xdist controller sees it, the terminal output, and
+  report.json;
+- loads the backend once in the controller before xdist starts its workers,
+  so a bad path, plugin.yaml, register(ctx) or --backend-config is one line
+  (a usage error) instead of an INTERNALERROR from every worker;
+- gives each check a wall-clock deadline (--check-deadline) on top of the
+  per-call deadlines (--call-deadline), so every run ends;
+- keeps pytest's temp files and hypothesis's cache in a run-owned temp root
+  that is removed at the end (unless --basetemp names one).
 """
 
 from __future__ import annotations
 
 import json
+import shutil
+import signal
+import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from conformance import backends, contract
+from conformance import backends, contract, redact
 from conformance.host.abi import HOST_MODES
 from conformance.report import build, junit, table
 from conformance.verdicts import CheckOutcome, gate_reason
 
 _STATE = pytest.StashKey["_KitState"]()
+CHECKS_DIR = Path(__file__).resolve().parent / "checks"
+CHECK_DEADLINE_S = 300.0  # one check, wall clock; each backend call has its own, shorter deadline
 
 
 class _KitState:
@@ -36,6 +55,7 @@ class _KitState:
         self.report: dict[str, Any] | None = None
         self.waivers: list[Any] = []
         self.run: Any = None  # this process's KitRun, once a check asked for it
+        self.run_root: Path | None = None  # the run-owned temp root this process made (and removes)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -56,11 +76,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="accepted known failures: clause, reason, issue URL, expiry date, strict")
     group.addoption("--kit-progress", action="store_true", default=False,
                     help="print a line as each check module finishes (the certify command uses it)")
+    group.addoption("--call-deadline", type=float, default=None, metavar="SECONDS",
+                    help="seconds the kit waits for loading the plugin, create_environment() and cleanup() "
+                         "before failing the check (default 60)")
+    group.addoption("--check-deadline", type=float, default=CHECK_DEADLINE_S, metavar="SECONDS",
+                    help="seconds one check may run before it fails (default: %(default)s)")
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest's tmpdir plugin reads --basetemp
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "clause(*ids): the contract clause ids this check asserts")
     config.stash[_STATE] = _KitState()
+    if runs_checks(config):
+        _configure_check_run(config)
     if config.option.waivers and not hasattr(config, "workerinput"):
         from conformance.waivers import WaiverError, load
 
@@ -114,25 +142,165 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         item.user_properties.append(("clauses", list(ids)))
 
 
-# ------------------------------------------------------------------ fixtures
-@pytest.fixture(scope="session")
-def kit(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
-    """The KitRun of this process: host, plugin, fake service, capabilities."""
+def runs_checks(config: pytest.Config) -> bool:
+    """Does this pytest run collect the kit's checks (by --pyargs name or by path)?"""
+    for arg in config.args:
+        head = str(arg).split("::", 1)[0]
+        if config.option.pyargs and (head == "conformance.checks" or head.startswith("conformance.checks.")):
+            return True
+        try:
+            path = Path(head).resolve()
+        except (OSError, ValueError):
+            continue
+        if path == CHECKS_DIR or CHECKS_DIR in path.parents:
+            return True
+    return False
+
+
+def _configure_check_run(config: pytest.Config) -> None:
+    state = config.stash[_STATE]
+    redact.register_environ()
+    _redact_terminal(config)
+    worker = hasattr(config, "workerinput")
+    if not worker and not config.option.basetemp:
+        # pytest keeps its last three temp roots and hypothesis writes .hypothesis/ into the
+        # current directory: this run's go under a root of its own, removed at the end.
+        state.run_root = Path(tempfile.mkdtemp(prefix="hermes-kit-"))
+        config.option.basetemp = str(state.run_root / "pytest")
+    root = state.run_root or (Path(config.option.basetemp).parent if config.option.basetemp else None)
+    if root is not None:
+        _hypothesis_home(root / "hypothesis")
+    if not worker and getattr(config.option, "dist", "no") != "no" and not config.option.collectonly:
+        preflight(config)
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """The log file and live-log handlers write redacted text (pytest registers them after configure)."""
+    if not runs_checks(session.config):
+        return
+    logging_plugin = session.config.pluginmanager.get_plugin("logging-plugin")
+    for name in ("log_file_handler", "log_cli_handler"):
+        handler = getattr(logging_plugin, name, None)
+        if handler is not None:
+            redact.redact_handler(handler)
+
+
+def _hypothesis_home(path: Path) -> None:
+    try:
+        from hypothesis import configuration
+    except ImportError:
+        return
+    configuration.set_hypothesis_home_dir(str(path))
+
+
+def _redact_terminal(config: pytest.Config) -> None:
+    """Everything pytest's terminal reporter writes goes through the redactor."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    writer = getattr(reporter, "_tw", None)
+    if writer is None or getattr(writer, "_kit_redacting", False):
+        return
+    write = writer.write
+
+    def redacting_write(msg: str, **markup: Any) -> None:
+        write(redact.redact(msg) if isinstance(msg, str) else msg, **markup)
+
+    writer.write = redacting_write
+    writer._kit_redacting = True
+
+
+def setup_errors() -> tuple[type[BaseException], ...]:
+    """The exceptions that mean the run cannot start: one line, no traceback."""
     from conformance.config import BackendConfigError
     from conformance.contract import ContractError
     from conformance.host.abi import HostError
     from conformance.host.loader import LoadError
-    from conformance.run import KitRun, RunOptions
     from fakes.services import UnknownFake
 
-    opts = request.config.option
-    options = RunOptions(backend=opts.backend, backend_config=opts.backend_config, host=opts.host,
-                         fake=opts.fake, live=opts.live)
+    return (BackendConfigError, LoadError, HostError, ContractError, UnknownFake)
+
+
+def run_options(config: pytest.Config) -> Any:
+    from conformance.run import CALL_DEADLINE_S, RunOptions
+
+    opts = config.option
+    return RunOptions(backend=opts.backend, backend_config=opts.backend_config, host=opts.host, fake=opts.fake,
+                      live=opts.live, call_deadline=opts.call_deadline or CALL_DEADLINE_S)
+
+
+def preflight(config: pytest.Config) -> None:
+    """Start the run once here, in the xdist controller, before any worker: a setup error is one line."""
+    from conformance.run import KitRun
+
+    options = run_options(config)
+    state = config.stash[_STATE]
+    parent = state.run_root or Path(config.option.basetemp).parent
+    workdir = Path(tempfile.mkdtemp(prefix="preflight-", dir=parent))
+    try:
+        run = KitRun.start(options, workdir)
+    except setup_errors() as exc:
+        raise pytest.UsageError(f"hermes-backend-kit: {_one_line(redact.redact(str(exc)))}") from None
+    else:
+        run.close()
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    state = config.stash.get(_STATE, None)
+    if state is None or state.run_root is None:
+        return
+    from conformance import leftovers
+
+    leftovers.end_processes_under(state.run_root)
+    shutil.rmtree(state.run_root, ignore_errors=True)
+    state.run_root = None
+
+
+class CheckDeadline(AssertionError):
+    """A check ran past --check-deadline."""
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Any:
+    """Fail a check that runs past --check-deadline (SIGALRM, on the main thread only)."""
+    seconds = item.config.option.check_deadline
+    usable = (bool(seconds) and seconds > 0 and clause_ids(item) and hasattr(signal, "setitimer")
+              and threading.current_thread() is threading.main_thread()
+              and signal.getsignal(signal.SIGALRM) in (signal.SIG_DFL, None))
+    if not usable:
+        yield
+        return
+
+    def expire(signum: int, frame: Any) -> None:
+        raise CheckDeadline(f"the check ran past the kit's {seconds:g}s deadline (--check-deadline); the "
+                            "traceback shows the backend call it was waiting for")
+
+    signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, signal.SIG_DFL)
+
+
+# ------------------------------------------------------------------ fixtures
+@pytest.fixture(scope="session")
+def kit(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+    """The KitRun of this process: host, plugin, fake service, capabilities."""
+    from conformance.run import KitRun
+
+    options = run_options(request.config)
     try:
         run = KitRun.start(options, tmp_path_factory.mktemp("kit"))
-    except (BackendConfigError, LoadError, HostError, ContractError, UnknownFake) as exc:
+    except setup_errors() as exc:
         # A setup problem is one clear message, not a traceback per check.
-        pytest.exit(f"hermes-backend-kit: {exc}", returncode=pytest.ExitCode.USAGE_ERROR)
+        pytest.exit(f"hermes-backend-kit: {_one_line(redact.redact(str(exc)))}",
+                    returncode=pytest.ExitCode.USAGE_ERROR)
     request.config.stash[_STATE].run = run
     yield run
     run.close()
@@ -174,8 +342,14 @@ def make_env(kit):
         return env
 
     yield create
+    hung: list[BaseException] = []
     for env in made:
-        kit.release(env)
+        try:
+            kit.release(env)
+        except AssertionError as exc:  # CallHung: cleanup() did not return; release the others first
+            hung.append(exc)
+    if hung:
+        raise hung[0]
 
 
 @pytest.fixture
@@ -196,7 +370,9 @@ class _Recorder:
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         self.state.started = time.time()
 
+    @pytest.hookimpl(tryfirst=True)  # before the terminal, junitxml and xdist see the report
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        redact_report(self.config, report)
         props = dict(report.user_properties)
         ids = props.get("clauses")
         if not ids:
@@ -225,21 +401,6 @@ class _Recorder:
             writer.write_line(f"[{module.removeprefix('test_').removesuffix('.py')}] {len(done)} checks: "
                               f"{counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped")
 
-    @pytest.hookimpl(hookwrapper=True)
-    def pytest_runtest_makereport(self, item: pytest.Item, call: Any) -> Any:
-        """Mask credential values in a failing check's report before it is shown or sent on."""
-        outcome = yield
-        report = outcome.get_result()
-        run = self.state.run
-        if run is None or report.passed or not clause_ids(item):
-            return
-        from reference.common.redact import redact
-
-        secrets = run.secret_values()
-        text = str(report.longrepr)
-        if any(v in text for v in secrets):
-            report.longrepr = redact(text, secrets)
-
     @pytest.hookimpl(tryfirst=True)  # before junitxml writes its file, so the certificate reaches it
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if hasattr(self.config, "workerinput") or not self.state.outcomes:
@@ -248,12 +409,12 @@ class _Recorder:
 
         complete, incomplete = manifest.completeness(self.state.outcomes)
         opts = self.config.option
-        self.state.report = build.build(
+        self.state.report = redact.redact_data(build.build(
             contract.load(), self.state.outcomes.values(), self.state.context,
             duration_s=time.time() - self.state.started, started_at=self.state.started, spec=opts.backend,
             host_requested=opts.host, waivers=self.state.waivers, complete=complete, incomplete=incomplete,
             checks_sha256=manifest.files_digest(manifest.check_files()),
-        )
+        ))
         if opts.report:
             path = Path(opts.report)
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -281,6 +442,26 @@ class _Recorder:
                 terminalreporter.write_line(f"  MUST fail {clause['id']}: {clause.get('reason', '')[:300]}")
         if config.option.report:
             terminalreporter.write_line(f"report written to {config.option.report}")
+
+
+def redact_report(config: pytest.Config, report: Any) -> None:
+    """Mask every known secret in a test report in place: its traceback, captured sections and properties.
+
+    The report goes through pytest's own (xdist's) serialisation, every string in it redacted,
+    and back, so the traceback keeps its structure (the crash message that becomes a check's
+    reason, junit.xml's failure message) instead of turning into one string.
+    """
+    texts = [str(report.longrepr) if report.longrepr is not None else "",
+             *(content for _, content in getattr(report, "sections", ())),
+             json.dumps(getattr(report, "user_properties", []), default=str)]
+    if not any(redact.contains_secret(t) for t in texts):
+        return
+    data = config.hook.pytest_report_to_serializable(config=config, report=report)
+    if data is None:
+        report.longrepr = redact.redact(str(report.longrepr))
+        return
+    clean = config.hook.pytest_report_from_serializable(config=config, data=redact.redact_data(data))
+    report.__dict__.update(clean.__dict__)
 
 
 def _reason(report: pytest.TestReport) -> str:

@@ -6,6 +6,25 @@ host, load the plugin, give every strip_env_keys variable a value so leaks
 are detectable, and resolve capabilities.  ``create`` builds environments
 through the host's factory and remembers them, so ``close`` can clean up
 whatever a failing check left behind.
+
+Every credential value the run knows (the user's credential-named variables,
+--backend-config env values, the fake's keys, the seeded strip_env_keys
+values) is registered with conformance.redact as soon as it is known.
+
+Every backend call the run makes is bounded (``RunOptions.call_deadline``):
+loading and register(ctx), create_environment() and cleanup().  Once a
+create has hung, later creates fail at once with the first hang's message,
+so a backend whose create never returns costs one deadline per process, not
+one per check.
+
+A run cleans up after itself.  Everything it writes lies under ``workdir``
+(HERMES_HOME, the fake's world, and for a local backend (``is_remote`` not
+true) the sandbox side: ``sandbox/home`` as HOME, ``sandbox/tmp`` as TMPDIR
+and ``sandbox/work`` as the default cwd when neither terminal.cwd nor the
+provider names one, so checks never write into the user's home or /tmp).
+``close`` cleans up leftover environments, stops the fake, ends any process
+still running under ``workdir`` (a local backend that failed to kill what it
+started), removes ``sandbox/`` and restores every variable it set.
 """
 
 from __future__ import annotations
@@ -14,7 +33,10 @@ import importlib
 import logging
 import os
 import secrets
+import shutil
+import tempfile
 import threading
+import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,11 +44,15 @@ from typing import Any
 
 import yaml
 
-from conformance import backends, capabilities, config, contract
+from conformance import backends, capabilities, config, contract, leftovers, redact
 from conformance.host import abi, factory, features, loader
+from conformance.host.calls import Call, CallHung
 from conformance.host.registry import ProviderRegistry
 
 logger = logging.getLogger("conformance")
+
+CALL_DEADLINE_S = 60.0  # load + register, create_environment, cleanup (doctor waits as long for a create)
+CLOSE_BUDGET_S = 60.0  # all leftover cleanups at the end of a run together
 
 
 @dataclass
@@ -36,6 +62,7 @@ class RunOptions:
     host: str = "auto"
     fake: str | None = None
     live: bool = False
+    call_deadline: float = CALL_DEADLINE_S  # seconds for load+register, create_environment() and cleanup()
 
 
 @dataclass
@@ -56,10 +83,36 @@ class KitRun:
     _envs: list[Any] = field(default_factory=list, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _env_is_base: bool | None = field(default=None, repr=False)
+    sandbox: LocalSandbox | None = field(default=None, repr=False)
+    _environ: EnvironChanges | None = field(default=None, repr=False)
+    _create_hung: str | None = field(default=None, repr=False)
+
+    def __repr__(self) -> str:  # shown in tracebacks: never the secrets, config env or fake keys
+        return (f"KitRun(backend={self.options.backend!r}, fake={getattr(self.fake, 'name', None)!r}, "
+                f"host={self.host.mode!r}, workdir={str(self.workdir)!r})")
 
     # -- setup ---------------------------------------------------------------------
     @classmethod
     def start(cls, options: RunOptions, workdir: Path) -> KitRun:
+        """Set the run up; on any failure undo what was done (fake stopped, variables restored)."""
+        changes = EnvironChanges()
+        undo: list[Any] = []
+        redact.register_environ()
+        try:
+            run = cls._start(options, Path(workdir), changes, undo)
+        except BaseException:
+            for step in reversed(undo):
+                try:
+                    step()
+                except Exception:
+                    pass
+            changes.restore()
+            raise
+        run._environ = changes
+        return run
+
+    @classmethod
+    def _start(cls, options: RunOptions, workdir: Path, changes: EnvironChanges, undo: list[Any]) -> KitRun:
         kit_contract = contract.load()
         declarable = {n for n, c in kit_contract.capabilities.items() if c["determined_by"] == "declared"}
         backend_config = config.load(options.backend_config, declarable)
@@ -73,27 +126,33 @@ class KitRun:
                 "in the job that is meant to certify against the real service")
         fake_name = None if options.live else (options.fake or default_fake)
 
+        redact.register_config_env(backend_config.env)
         hermes_home = _make_hermes_home(workdir / "hermes-home", backend_config.terminal)
-        os.environ["HERMES_HOME"] = str(hermes_home)
-        os.environ.update(backend_config.env)
+        changes.set("HERMES_HOME", str(hermes_home))
+        changes.update(backend_config.env)
         fake = None
         if fake_name:
             from fakes import services
 
             fake = services.start(fake_name, workdir / f"fake-{fake_name}")
-            os.environ.update(fake.env)
+            undo.append(fake.stop)
+            _register_fake_keys(fake)
+            changes.update(fake.env)
 
         host = abi.install(options.host)
         host_features = features.detect()
         registry = ProviderRegistry()
         terminal_config = dict(backend_config.terminal)
-        plugin = loader.load(spec, registry, config={"terminal": terminal_config})
-        run_secrets = _seed_secrets(plugin.provider, fake)
+        plugin = loader.load(spec, registry, config={"terminal": terminal_config}, deadline=options.call_deadline)
+        run_secrets = _seed_secrets(plugin.provider, fake, changes)
+        sandbox = LocalSandbox.make(workdir, changes) if not _flag(plugin.provider, "is_remote") else None
+        if sandbox is not None:
+            undo.append(sandbox.remove)
         caps = capabilities.resolve(kit_contract, provider=plugin.provider, loaded=plugin,
                                     config_caps=backend_config.capabilities,
                                     world=getattr(fake, "world", None))
         return cls(options, workdir, kit_contract, host, host_features, registry, plugin,
-                   backend_config, terminal_config, fake, caps, hermes_home, run_secrets)
+                   backend_config, terminal_config, fake, caps, hermes_home, run_secrets, sandbox=sandbox)
 
     # -- what checks use -------------------------------------------------------------
     @property
@@ -119,11 +178,23 @@ class KitRun:
 
         Checks default to non-persistent sandboxes so a run leaves nothing
         behind; pass persistent=None for the configured (Hermes default) mode.
+        A create that does not return within the run's call deadline raises
+        CallHung; after one has, every later create raises it at once.
         """
-        env = factory.create_environment(
-            self.provider, self.terminal_config, task_id=task_id or self.new_task_id(),
-            persistent=persistent, **kwargs,
-        )
+        if self._create_hung:
+            raise CallHung(f"{self._create_hung}; after that hang the kit calls create_environment() "
+                           "no more in this run")
+        if self.sandbox is not None and kwargs.get("cwd") is None and \
+                factory.configured_cwd(self.provider, self.terminal_config) is None:
+            kwargs["cwd"] = str(self.sandbox.work)  # never the user's home (Hermes's /root) on this machine
+        try:
+            env = factory.create_environment(
+                self.provider, self.terminal_config, task_id=task_id or self.new_task_id(),
+                persistent=persistent, deadline=self.options.call_deadline, **kwargs,
+            )
+        except CallHung as exc:
+            self._create_hung = str(exc)
+            raise
         if track:
             with self._lock:
                 self._envs.append(env)
@@ -141,13 +212,28 @@ class KitRun:
         return self._env_is_base
 
     def release(self, env: Any) -> None:
-        try:
-            env.cleanup()
-        except Exception as exc:
-            logger.warning("cleanup of a check environment failed: %s", exc)
+        """cleanup() within the call deadline; a hang raises CallHung, another failure is logged."""
         with self._lock:
             if env in self._envs:
                 self._envs.remove(env)
+        try:
+            self.cleanup(env)
+        except CallHung:
+            raise
+        except Exception as exc:
+            logger.warning("cleanup of a check environment failed: %s", exc)
+
+    def cleanup(self, env: Any, deadline: float | None = None) -> None:
+        """env.cleanup(), bounded by the run's call deadline (CallHung names it)."""
+        Call(env.cleanup).result(self.options.call_deadline if deadline is None else deadline,
+                                 what=f"cleanup() of {type(env).__name__}")
+
+    def call(self, fn: Any, *args: Any, deadline: float, what: str, **kwargs: Any) -> Any:
+        """A backend call with a deadline, on its own thread, with this thread's context variables."""
+        import contextvars
+
+        context = contextvars.copy_context()
+        return Call(lambda: context.run(fn, *args, **kwargs)).result(deadline, what=what)
 
     def secret_values(self) -> list[str]:
         return [v for v in self.secrets.values() if v]
@@ -173,15 +259,30 @@ class KitRun:
         }
 
     def close(self) -> None:
+        """Clean up leftovers (within CLOSE_BUDGET_S in all), stop the fake, end the run's local
+        processes, remove the local sandbox and restore the variables the run set."""
         with self._lock:
-            leftovers, self._envs = self._envs, []
-        for env in leftovers:
+            remaining, self._envs = self._envs, []
+        calls = [(env, Call(env.cleanup)) for env in remaining]
+        budget_ends = time.monotonic() + CLOSE_BUDGET_S
+        for env, call in calls:
             try:
-                env.cleanup()
+                call.result(max(0.0, budget_ends - time.monotonic()), what=f"cleanup() of {type(env).__name__}")
+            except CallHung as exc:
+                logger.warning("%s at the end of the run; the run goes on without it", exc)
             except Exception:
                 pass
-        if self.fake is not None:
-            self.fake.stop()
+        try:
+            if self.fake is not None:
+                self.fake.stop()
+        finally:
+            ended = leftovers.end_processes_under(self.workdir)
+            if ended:
+                logger.warning("ended %d process(es) the backend left running under %s", len(ended), self.workdir)
+            if self.sandbox is not None:
+                self.sandbox.remove()
+            if self._environ is not None:
+                self._environ.restore()
 
 
 def _make_hermes_home(home: Path, terminal: dict[str, Any]) -> Path:
@@ -198,7 +299,7 @@ def _make_hermes_home(home: Path, terminal: dict[str, Any]) -> Path:
     return home
 
 
-def _seed_secrets(provider: Any, fake: Any) -> dict[str, str]:
+def _seed_secrets(provider: Any, fake: Any, changes: EnvironChanges) -> dict[str, str]:
     """Give every credential variable a recognisable value so leaks can be found."""
     try:
         names = {str(k) for k in provider.strip_env_keys}
@@ -208,6 +309,88 @@ def _seed_secrets(provider: Any, fake: Any) -> dict[str, str]:
     values = {}
     for name in sorted(names):
         if not os.environ.get(name):
-            os.environ[name] = f"kit-secret-{secrets.token_hex(12)}"
+            changes.set(name, f"kit-secret-{secrets.token_hex(12)}")
         values[name] = os.environ[name]
+        redact.register(values[name])
     return values
+
+
+def _register_fake_keys(fake: Any) -> None:
+    """The fake's keys: its secret variables, its credential variable, any credential-named export."""
+    env = dict(getattr(fake, "env", {}) or {})
+    names = set(getattr(fake, "secret_vars", ()) or ())
+    if getattr(fake, "credential_var", None):
+        names.add(fake.credential_var)
+    for name, value in env.items():
+        if name in names or redact.credential_name(name):
+            redact.register(value)
+
+
+def _flag(provider: Any, attr: str) -> bool:
+    try:
+        return getattr(provider, attr) is True
+    except Exception:
+        return False
+
+
+class EnvironChanges:
+    """The variables a run set in os.environ, and how to put each back."""
+
+    def __init__(self) -> None:
+        self._before: dict[str, str | None] = {}
+        self._set: dict[str, str] = {}
+        self._tempdir: tuple[bool, str | None] = (False, None)
+
+    def set(self, name: str, value: str) -> None:
+        self._before.setdefault(name, os.environ.get(name))
+        os.environ[name] = self._set[name] = value
+
+    def update(self, values: dict[str, str]) -> None:
+        for name, value in values.items():
+            self.set(name, value)
+
+    def set_tempdir(self, path: str) -> None:
+        """TMPDIR for children, and this process's own temp dir (tempfile caches it)."""
+        if not self._tempdir[0]:
+            self._tempdir = (True, tempfile.tempdir)
+        self.set("TMPDIR", path)
+        tempfile.tempdir = path
+
+    def restore(self) -> None:
+        """Put back each variable the run set, unless someone changed it since."""
+        for name, before in self._before.items():
+            if os.environ.get(name) != self._set.get(name):
+                continue
+            if before is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = before
+        self._before.clear()
+        self._set.clear()
+        saved, value = self._tempdir
+        if saved:
+            tempfile.tempdir = value
+            self._tempdir = (False, None)
+
+
+@dataclass
+class LocalSandbox:
+    """A local backend's sandbox side, under the run's directory: HOME, TMPDIR and a working directory."""
+
+    root: Path
+    home: Path
+    tmp: Path
+    work: Path
+
+    @classmethod
+    def make(cls, workdir: Path, changes: EnvironChanges) -> LocalSandbox:
+        root = workdir / "sandbox"
+        box = cls(root, root / "home", root / "tmp", root / "work")
+        for path in (box.home, box.tmp, box.work):
+            path.mkdir(parents=True, exist_ok=True)
+        changes.set("HOME", str(box.home))
+        changes.set_tempdir(str(box.tmp))
+        return box
+
+    def remove(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)

@@ -74,35 +74,60 @@ _STATE = (
 )
 
 
+# Ends the heartbeat tree a check recorded (the loop stopped first, so it starts no new child) and
+# removes its directory: the check cleans up after itself even when the backend failed to kill it.
+_END_TREE = (
+    'p=$(cat {d}/pid 2>/dev/null); if [ -n "$p" ]; then kill -STOP "$p" 2>/dev/null; '
+    'for s in /proc/[0-9]*/stat; do c=${{s#/proc/}}; c=${{c%/stat}}; '
+    '[ "$(sed "s/^.*) //" "$s" 2>/dev/null | cut -d" " -f2)" = "$p" ] && kill -KILL "$c" 2>/dev/null; done; '
+    'kill -KILL "$p" 2>/dev/null; fi; rm -rf {d}; sleep 0.1; rm -rf {d}'
+)
+
+
+def _end_tree(env, d: str) -> None:
+    try:
+        run(env, _END_TREE.format(d=d), cwd="/", timeout=10)
+    except Exception:
+        pass  # the environment is broken; the run's end sweeps what is left
+
+
 @pytest.mark.clause("timeout.kills-tree")
 def test_killed_command_leaves_no_process(make_env):
     def scenario(env, how):
         made = run(env, 'mktemp -d "${TMPDIR:-/tmp}/kit-tree.XXXXXX"', cwd="/")
         assert rc(made) == 0 and out(made).strip(), f"mktemp -d failed: {out(made)!r}"
         d = shlex.quote(out(made).strip())
-        # A foreground child (sh) that keeps starting grandchildren (sleep) and writes a heartbeat.
-        command = ("sh -c 'echo $$ > \"$1/pid\"; while :; do echo beat >> \"$1/hb\"; sleep 0.05; done' "
-                   f"kit-tree {d}; echo late > {d}/late")
-        stop_by(env, how, command)
-
-        deadline = time.monotonic() + 2
-        while True:
-            state = out(run(env, _STATE.format(d=d), cwd="/", timeout=10)).strip()
-            if state == "gone" or time.monotonic() > deadline:
-                break
-            time.sleep(0.1)
-        assert state != "nopid", f"setup: the child never started before the {how}"
-        assert state == "gone", f"the foreground child of a command stopped by {how} is still running ({state})"
-
-        probe = f"wc -c < {d}/hb; [ -e {d}/late ] && echo LATE"
-        first = out(run(env, probe, cwd="/", timeout=10)).split()
-        time.sleep(0.25)  # five heartbeats' worth
-        second = out(run(env, probe, cwd="/", timeout=10)).split()
-        assert first == second, (
-            f"after the {how} the command's processes still write their heartbeat ({first} -> {second} bytes)")
-        assert "LATE" not in second, f"after the {how} the killed command's shell carried on and ran its next command"
+        try:
+            _killed_tree_is_gone(env, how, d)
+        finally:
+            _end_tree(env, d)
 
     _each_kill(make_env, scenario)
+
+
+def _killed_tree_is_gone(env, how: str, d: str) -> None:
+    """Start a heartbeat tree in ``d``, stop its command by ``how``, and assert the whole tree stopped."""
+    # A foreground child (sh) that keeps starting grandchildren (sleep) and writes a heartbeat.
+    command = ("sh -c 'echo $$ > \"$1/pid\"; while :; do echo beat >> \"$1/hb\"; sleep 0.05; done' "
+               f"kit-tree {d}; echo late > {d}/late")
+    stop_by(env, how, command)
+
+    deadline = time.monotonic() + 2
+    while True:
+        state = out(run(env, _STATE.format(d=d), cwd="/", timeout=10)).strip()
+        if state == "gone" or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert state != "nopid", f"setup: the child never started before the {how}"
+    assert state == "gone", f"the foreground child of a command stopped by {how} is still running ({state})"
+
+    probe = f"wc -c < {d}/hb; [ -e {d}/late ] && echo LATE"
+    first = out(run(env, probe, cwd="/", timeout=10)).split()
+    time.sleep(0.25)  # five heartbeats' worth
+    second = out(run(env, probe, cwd="/", timeout=10)).split()
+    assert first == second, (
+        f"after the {how} the command's processes still write their heartbeat ({first} -> {second} bytes)")
+    assert "LATE" not in second, f"after the {how} the killed command's shell carried on and ran its next command"
 
 
 @pytest.mark.clause("timeout.default-from-create")

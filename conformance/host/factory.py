@@ -3,11 +3,19 @@
 The provider gets exactly ``cwd, timeout, task_id, image="", container_config``
 (an empty dict unless the provider is a container backend); the host then
 stamps ``_hermes_backend_name`` and ``env_type``, swallowing failures.
+
+The kit waits ``deadline`` seconds for the provider's create_environment()
+(it runs on its own thread, with the caller's context variables, so a secret
+scope set by the caller is seen); a backend that never returns fails the
+check with a message naming the call and the deadline instead of hanging.
 """
 
 from __future__ import annotations
 
+import contextvars
 from typing import Any
+
+from conformance.host.calls import bounded
 
 # Every task-id shape a real host produces (tools/terminal_tool.py::_resolve_container_task_id).
 TASK_ID_SHAPES = (
@@ -33,6 +41,7 @@ CONTAINER_DEFAULTS: dict[str, Any] = {
 }
 DEFAULT_TIMEOUT = 180
 HERMES_DEFAULT_CWD = "/root"
+CREATE_DEADLINE_S = 60.0  # as long as doctor waits for a create; a slower create is a broken one
 
 
 def container_config_for(provider: Any, terminal_config: dict[str, Any]) -> dict[str, Any]:
@@ -45,8 +54,8 @@ def container_config_for(provider: Any, terminal_config: dict[str, Any]) -> dict
     return config
 
 
-def default_cwd(provider: Any, terminal_config: dict[str, Any]) -> str:
-    """terminal.cwd, else the provider's default_cwd extension, else Hermes's /root."""
+def configured_cwd(provider: Any, terminal_config: dict[str, Any]) -> str | None:
+    """terminal.cwd, else the provider's default_cwd extension, else None."""
     configured = terminal_config.get("cwd")
     if configured:
         return str(configured)
@@ -54,7 +63,12 @@ def default_cwd(provider: Any, terminal_config: dict[str, Any]) -> str:
         extension = getattr(provider, "default_cwd", None)
     except Exception:
         extension = None
-    return extension if isinstance(extension, str) and extension else HERMES_DEFAULT_CWD
+    return extension if isinstance(extension, str) and extension else None
+
+
+def default_cwd(provider: Any, terminal_config: dict[str, Any]) -> str:
+    """terminal.cwd, else the provider's default_cwd extension, else Hermes's /root."""
+    return configured_cwd(provider, terminal_config) or HERMES_DEFAULT_CWD
 
 
 def create_environment(
@@ -67,6 +81,7 @@ def create_environment(
     container_config: dict[str, Any] | None = None,
     persistent: bool | None = None,
     extra_kwargs: dict[str, Any] | None = None,
+    deadline: float = CREATE_DEADLINE_S,
 ) -> Any:
     cc = container_config if container_config is not None else container_config_for(provider, terminal_config)
     if persistent is not None and getattr(provider, "is_container", True):
@@ -79,7 +94,9 @@ def create_environment(
         "container_config": cc,
     }
     kwargs.update(extra_kwargs or {})
-    env = provider.create_environment(**kwargs)
+    context = contextvars.copy_context()
+    env = bounded(lambda: context.run(provider.create_environment, **kwargs), deadline=deadline,
+                  what=f"create_environment(task_id={task_id!r})")
     stamp(env, provider)
     return env
 

@@ -10,11 +10,15 @@ A backend spec is one of:
 
 Plugins are imported as packages and their register(ctx) is called with a
 PluginContext, while the loader records what a validator would: time taken,
-network attempts, and any change to Hermes's own modules.
+network attempts, and any change to Hermes's own modules.  Importing and
+registering run on their own thread with a deadline: a plugin that never
+returns is a LoadError naming the deadline, not a hung run.  Every LoadError
+is one line that names what is wrong and what to do.
 """
 
 from __future__ import annotations
 
+import contextvars
 import importlib
 import importlib.metadata
 import importlib.util
@@ -28,11 +32,13 @@ from typing import Any
 
 import yaml
 
+from conformance.host.calls import CallHung, bounded
 from conformance.host.netguard import network_guard
 from conformance.host.registry import PluginContext, ProviderRegistry, provider_base_class
 
 ENTRY_POINT_GROUP = "hermes_agent.plugins"
 CORE_PREFIXES = ("agent", "tools", "hermes_cli", "hermes_constants")
+LOAD_DEADLINE_S = 60.0  # importing the plugin and calling register(ctx)
 
 
 class LoadError(RuntimeError):
@@ -123,10 +129,20 @@ def read_manifest(directory: Path) -> dict[str, Any] | None:
     try:
         data = yaml.safe_load(path.read_text("utf-8"))
     except yaml.YAMLError as exc:
-        raise LoadError(f"{path} is not valid YAML: {exc}") from None
+        raise LoadError(f"{path} is not valid YAML ({_yaml_problem(exc)}); fix the file: a plugin.yaml is a "
+                        "mapping of name, version, description and kind") from None
     if not isinstance(data, dict):
-        raise LoadError(f"{path} must hold a mapping (name, version, description, kind)")
+        raise LoadError(f"{path} must hold a mapping (name, version, description, kind), "
+                        f"not a {type(data).__name__}; fix the file")
     return data
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """A YAML error in one line: where and what."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    return f"{where}{problem}"
 
 
 def _import_directory(directory: Path) -> types.ModuleType:
@@ -146,10 +162,15 @@ def _import_directory(directory: Path) -> types.ModuleType:
     sys.modules[name] = module
     try:
         spec.loader.exec_module(module)
-    except Exception:
+    except Exception as exc:
         sys.modules.pop(name, None)
-        raise
+        raise _during_import(exc)
     return module
+
+
+def _during_import(exc: Exception) -> Exception:
+    exc._kit_during = "import"  # type: ignore[attr-defined]
+    return exc
 
 
 def _module_dir(module: types.ModuleType) -> Path | None:
@@ -157,21 +178,43 @@ def _module_dir(module: types.ModuleType) -> Path | None:
     return Path(path).parent if path else None
 
 
-def load(spec: str, registry: ProviderRegistry, *, config: dict[str, Any] | None = None) -> LoadedPlugin:
-    """Import the backend named by ``spec`` and register its provider."""
+def load(spec: str, registry: ProviderRegistry, *, config: dict[str, Any] | None = None,
+         deadline: float = LOAD_DEADLINE_S) -> LoadedPlugin:
+    """Import the backend named by ``spec`` and register its provider, within ``deadline`` seconds."""
     before = _core_snapshot()
     started = time.perf_counter()
+    context = contextvars.copy_context()
     with network_guard() as attempts:
         try:
-            loaded = _load(spec, registry, config or {})
+            loaded = bounded(lambda: context.run(_load, spec, registry, config or {}), deadline=deadline,
+                             what=f"loading backend {spec!r} (import and register(ctx))")
         except LoadError:
             raise
+        except CallHung as exc:
+            raise LoadError(f"{exc}; register(ctx) must only register the provider: no network, no waiting") from None
         except Exception as exc:
-            raise LoadError(f"loading backend {spec!r} failed: {type(exc).__name__}: {exc}") from exc
+            if _import_failed(exc):
+                fix = "fix the import error (importing the plugin's module by hand shows the traceback)"
+                where = "importing it"
+            else:
+                fix = "fix register(ctx): it must call ctx.register_terminal_environment_provider(provider) and return"
+                where = "register(ctx)"
+            raise LoadError(f"loading backend {spec!r} failed in {where}: {type(exc).__name__}: "
+                            f"{_one_line(str(exc))}; {fix}") from exc
     loaded.load_seconds = time.perf_counter() - started
     loaded.network_attempts = list(attempts)
     loaded.core_changes = _core_diff(before)
     return loaded
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
+def _import_failed(exc: BaseException) -> bool:
+    """Did ``exc`` come out of importing the plugin (rather than out of register(ctx))?"""
+    return getattr(exc, "_kit_during", None) == "import"
 
 
 def _load(spec: str, registry: ProviderRegistry, config: dict[str, Any]) -> LoadedPlugin:
@@ -180,7 +223,8 @@ def _load(spec: str, registry: ProviderRegistry, config: dict[str, Any]) -> Load
     path = Path(spec).expanduser()
     if "/" in spec or path.is_dir():
         if not path.is_dir():
-            raise LoadError(f"{spec} is not a directory; give a plugin directory, module:attr or ep:NAME")
+            raise LoadError(f"{spec} is not a directory; give a plugin directory (plugin.yaml and __init__.py), "
+                            "package.module:attr or ep:NAME")
         module = _import_directory(path.resolve())
         return _from_package(spec, "directory", module, read_manifest(path.resolve()), registry, config)
     module_name, _, attr = spec.partition(":")
@@ -192,7 +236,9 @@ def _load(spec: str, registry: ProviderRegistry, config: dict[str, Any]) -> Load
                 f"no module {module_name!r}: give a known backend name, a plugin directory, "
                 "package.module:attr or ep:NAME"
             ) from None
-        raise
+        raise _during_import(exc)
+    except Exception as exc:
+        raise _during_import(exc)
     if not attr:
         if not callable(getattr(module, "register", None)):
             raise LoadError(f"module {module_name} has no register(ctx); name the provider as {module_name}:ATTR")
@@ -245,7 +291,10 @@ def _load_entry_point(spec: str, name: str, registry: ProviderRegistry, config: 
         known = sorted(ep.name for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP))
         raise LoadError(f"no {ENTRY_POINT_GROUP} entry point named {name!r} (installed: {', '.join(known) or 'none'})")
     ep = matches[0]
-    target = ep.load()
+    try:
+        target = ep.load()
+    except Exception as exc:
+        raise _during_import(exc)
     if isinstance(target, types.ModuleType):
         directory = _module_dir(target)
         loaded = _from_package(spec, "entry-point", target, read_manifest(directory) if directory else None,
