@@ -3,20 +3,66 @@
 Each fake exports the vendor's own environment variables (base URL, key),
 so unmodified plugins and SDKs talk to it, and exposes a world object through
 which checks inspect and disturb sandboxes behind the backend's back.
+
+``start`` runs the fake's server in this process (uvicorn in a thread): the
+kit's own tests of the fakes use it.  Suite runs start each fake in its own
+process instead (fakes/process.py), with these same factories on the other
+side, so nothing a backend does in the kit's interpreter can stall a fake.
+
+Two profiles: ``suite`` (what the kit's own runs use: sandbox caps lifted,
+instant state changes, short intervals, every protocol extension) and
+``vendor`` (the real service's documented limits and timings; what
+``hermes-backend-kit fake serve`` runs unless told otherwise).
+``max_sandboxes`` sets the per-account sandbox cap of either.
 """
 
 from __future__ import annotations
 
+import inspect
 import secrets
 import shutil
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
+
+PROFILES = ("suite", "vendor")
+# A suite run keeps many paused or stopped persistent sandboxes: the cap of the suite profile.
+SUITE_MAX_SANDBOXES = 10_000
 
 
 class UnknownFake(ValueError):
     """--fake names a service the kit does not have."""
+
+
+class FakeError(RuntimeError):
+    """A fake could not be started, reached or attached; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class FakeOptions:
+    """How to start a fake: its profile, the limits to lift, where it listens, the key it accepts."""
+
+    profile: str = "suite"
+    max_sandboxes: int | None = None
+    host: str = "127.0.0.1"
+    port: int = 0
+    api_key: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.profile not in PROFILES:
+            raise ValueError(f"unknown fake profile {self.profile!r}; one of {', '.join(PROFILES)}")
+        if self.max_sandboxes is not None and self.max_sandboxes < 1:
+            raise ValueError(f"max_sandboxes must be at least 1, not {self.max_sandboxes}")
+
+    def argv(self) -> list[str]:
+        """These options as command-line arguments of ``python -m fakes.process``."""
+        args = ["--profile", self.profile, "--host", self.host, "--port", str(self.port)]
+        if self.max_sandboxes is not None:
+            args += ["--max-sandboxes", str(self.max_sandboxes)]
+        if self.api_key:
+            args += ["--api-key", self.api_key]
+        return args
 
 
 @dataclass
@@ -26,6 +72,9 @@ class FakeService:
     world: Any = None
     secret_vars: frozenset[str] = frozenset()
     credential_var: str | None = None  # the variable whose value authenticates to the service
+    paths_note: str = ""  # which paths box commands see (vendor paths or host temp paths), and why
+    pid: int | None = None  # the fake's own process, when it runs in one
+    control: str | None = None  # that process's control address
     _stop: Callable[[], None] | None = field(default=None, repr=False)
 
     def stop(self) -> None:
@@ -34,9 +83,16 @@ class FakeService:
             self._stop = None
 
 
-def _tempdir(workdir: Path) -> FakeService:
+def _no_cap(name: str, options: FakeOptions) -> None:
+    if options.max_sandboxes is not None:
+        raise ValueError(f"the {name} fake has no sandbox cap to set (it makes sandboxes on demand); "
+                         "drop --max-sandboxes")
+
+
+def _tempdir(workdir: Path, options: FakeOptions) -> FakeService:
     from fakes.tempdir_box.world import TempdirWorld
 
+    _no_cap("tempdir", options)
     root = workdir / "boxes"
     root.mkdir(parents=True, exist_ok=True)
     token = "tbx_" + secrets.token_hex(16)
@@ -46,60 +102,96 @@ def _tempdir(workdir: Path) -> FakeService:
         world=TempdirWorld(root),
         secret_vars=frozenset({"TEMPDIR_BOX_TOKEN"}),
         credential_var="TEMPDIR_BOX_TOKEN",
+        paths_note="boxes are directories on this machine; commands see host paths",
         _stop=lambda: shutil.rmtree(root, ignore_errors=True),
     )
 
 
-def _upstash(workdir: Path) -> FakeService:
+_DEFAULT_LISTEN: dict[str, Any] = {"host": "127.0.0.1", "port": 0}
+
+
+def _listen(options: FakeOptions) -> dict[str, Any]:
+    found: dict[str, Any] = {"host": options.host, "port": options.port}
+    if options.api_key:
+        found["api_keys"] = [options.api_key]
+    return found
+
+
+def _upstash(workdir: Path, options: FakeOptions) -> FakeService:
     from fakes.upstash import Settings, UpstashServer, UpstashWorld
 
-    # A suite run keeps many paused persistent Boxes; the quota rule itself is
-    # tested in tests/fakes, so the kit's account gets room for them.
-    server = UpstashServer(root=workdir / "boxes", settings=Settings(quota=10_000)).start()
+    # The quota rule itself is tested in tests/fakes; a suite run gets room for its paused Boxes.
+    settings = Settings(quota=SUITE_MAX_SANDBOXES) if options.profile == "suite" else Settings()
+    if options.max_sandboxes is not None:
+        settings = replace(settings, quota=options.max_sandboxes)
+    server = UpstashServer(root=workdir / "boxes", settings=settings, **_listen(options)).start()
     return FakeService(
         name="upstash",
         env=server.exports(),
         world=UpstashWorld(server.world, server.faults),
         secret_vars=frozenset({"UPSTASH_BOX_API_KEY"}),
         credential_var="UPSTASH_BOX_API_KEY",
+        paths_note=server.paths_note,
         _stop=server.stop,
     )
 
 
-def _cloudflare(workdir: Path) -> FakeService:
+def _cloudflare(workdir: Path, options: FakeOptions) -> FakeService:
     # Imported here: fakes.cloudflare.service imports this module.
     from fakes.cloudflare.service import start as start_cloudflare
+    from fakes.cloudflare.settings import EXTENSIONS, Settings
 
-    return start_cloudflare(workdir)
+    _no_cap("cloudflare", options)
+    settings = Settings.quick(extensions=EXTENSIONS) if options.profile == "suite" else Settings()
+    listen = _listen(options)
+    accepted = inspect.signature(start_cloudflare).parameters
+    unsupported = sorted(k for k, v in listen.items() if k not in accepted and v != _DEFAULT_LISTEN.get(k))
+    if unsupported:
+        raise ValueError(f"the cloudflare fake cannot take {', '.join(unsupported)} yet; leave it out")
+    fake = start_cloudflare(workdir, settings=settings, **{k: v for k, v in listen.items() if k in accepted})
+    fake.paths_note = fake.paths_note or str(getattr(fake.world, "paths_note", ""))
+    return fake
 
 
-def _deepinfra(workdir: Path) -> FakeService:
+def _deepinfra(workdir: Path, options: FakeOptions) -> FakeService:
     from fakes.deepinfra import DeepInfraServer, DeepInfraWorld, Settings
     from fakes.deepinfra.settings import KEY_VAR
 
     # A suite run keeps many stopped persistent sandboxes, and the SDK polls
-    # state changes with 0.5 s backoff: the kit's account gets room and
+    # state changes with 0.5 s backoff: the suite profile gives room and
     # instant transitions.  The cap and the asynchronous states are tested in
     # tests/fakes and tests/reference.
-    settings = Settings(max_active=10_000, create_delay_s=0.0, boot_delay_s=0.0, stop_delay_s=0.0)
-    server = DeepInfraServer(root=workdir / "sandboxes", settings=settings).start()
+    if options.profile == "suite":
+        settings = Settings(max_active=SUITE_MAX_SANDBOXES, create_delay_s=0.0, boot_delay_s=0.0, stop_delay_s=0.0)
+    else:
+        settings = Settings()
+    if options.max_sandboxes is not None:
+        settings = replace(settings, max_active=options.max_sandboxes)
+    server = DeepInfraServer(root=workdir / "sandboxes", settings=settings, **_listen(options)).start()
     return FakeService(
         name="deepinfra",
         env=server.exports(),
         world=DeepInfraWorld(server.service),
         secret_vars=frozenset({KEY_VAR}),
         credential_var=KEY_VAR,
+        paths_note=server.paths_note,
         _stop=server.stop,
     )
 
 
-FAKES: dict[str, Callable[[Path], FakeService]] = {"tempdir": _tempdir, "upstash": _upstash,
-                                                   "cloudflare": _cloudflare, "deepinfra": _deepinfra}
+FAKES: dict[str, Callable[[Path, FakeOptions], FakeService]] = {
+    "tempdir": _tempdir, "upstash": _upstash, "cloudflare": _cloudflare, "deepinfra": _deepinfra}
+# The fakes that are servers (every one but tempdir, whose boxes the backend itself makes in its
+# own process): these run in their own process during a suite run, and `fake serve` serves them.
+SERVERS = ("cloudflare", "deepinfra", "upstash")
 
 
-def start(name: str, workdir: Path) -> FakeService:
-    try:
-        factory = FAKES[name]
-    except KeyError:
-        raise UnknownFake(f"unknown fake {name!r}; known fakes: {', '.join(sorted(FAKES))}") from None
-    return factory(workdir)
+def check_name(name: str) -> None:
+    if name not in FAKES:
+        raise UnknownFake(f"unknown fake {name!r}; known fakes: {', '.join(sorted(FAKES))}")
+
+
+def start(name: str, workdir: Path, options: FakeOptions | None = None) -> FakeService:
+    """Fake ``name`` serving from this process, its world under ``workdir``."""
+    check_name(name)
+    return FAKES[name](Path(workdir), options or FakeOptions())
