@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -39,6 +39,15 @@ from fakes.keys import Account, KeyRing
 from fakes.world import Box, World
 
 _METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
+DRAIN_MAX_BYTES = 1 << 31  # an oversized body is read on (and dropped) up to this, so the client sees the 413
+
+
+def size_text(n: int) -> str:
+    """``n`` bytes as people say it: 100 MiB, 1 GiB, 1500 bytes."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale and n % scale == 0:
+            return f"{n // scale} {unit}"
+    return f"{n} bytes"
 
 
 class ApiError(Exception):
@@ -111,6 +120,24 @@ class VendorService:
         return key
 
     # -- shared --------------------------------------------------------------------------
+    def too_large(self, what: str, size: int, limit: int) -> ApiError:
+        return self.error(413, f"{what} of {size} bytes exceeds the limit of {limit} bytes ({size_text(limit)})")
+
+    async def bounded_stream(self, request: Request, limit: int, what: str) -> AsyncIterator[bytes]:
+        """The request body in chunks as they arrive; 413 (after reading on, so the client sees it) once it
+        is, or says it is, longer than ``limit``."""
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > limit:
+            await _discard(request)
+            raise self.too_large(what, int(declared), limit)
+        size = 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                size += await _discard(request)
+                raise self.too_large(what, size, limit)
+            yield chunk
+
     async def json_body(self, request: Request) -> Any:
         """The request's JSON body ({} when empty)."""
         raw = await request.body()
@@ -133,6 +160,16 @@ class VendorService:
         if account is None:
             raise self.error(401, self.invalid_key)
         return account
+
+
+async def _discard(request: Request) -> int:
+    """Read the rest of the body and drop it (at most DRAIN_MAX_BYTES)."""
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > DRAIN_MAX_BYTES:
+            break
+    return size
 
 
 Handler = Callable[[Request, Any], Awaitable[Any]]

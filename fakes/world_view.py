@@ -15,6 +15,7 @@ from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
 from typing import ClassVar
 
+from fakes import boxfs
 from fakes.fault_script import FaultScript
 from fakes.faults import Faults
 from fakes.keys import key_digest
@@ -54,13 +55,18 @@ class WorldView:
 
     # -- shared --------------------------------------------------------------------------
     def locate(self, relpath: str, content: str) -> str | None:
-        """The sandbox whose ``relpath`` (under one of its nonce places) holds ``content``."""
+        """The sandbox whose ``relpath`` (under one of its nonce places) holds ``content``.
+
+        Read through fakes.boxfs: a box's symlink or FIFO at that path leads nowhere outside it and never
+        blocks the kit."""
+        limit = len(content.encode("utf-8")) + 4096
         for sandbox_id, base in self.nonce_places():
             try:
-                if (base / relpath).read_text("utf-8", "replace").strip() == content:
-                    return sandbox_id
-            except OSError:
+                text = boxfs.BoxFS([boxfs.Area("/", base)]).read_text("/" + relpath.lstrip("/"), limit)
+            except (boxfs.FsError, OSError):
                 continue
+            if text.strip() == content:
+                return sandbox_id
         return None
 
     def authenticated_with(self, sandbox_id: str, credential: str) -> bool:

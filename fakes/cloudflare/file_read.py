@@ -3,7 +3,9 @@
 As in the Worker, ``stat -L`` and ``cat`` run inside the container (so paths,
 symlinks and permissions are the box's own), ``X-File-Size`` is the size
 checked before reading, and the body errors (the connection is cut) rather
-than ending short if the file changes while it is read.
+than ending short if the file changes while it is read.  Where the world has
+no mount namespaces a command would see this machine's paths, so the file is
+opened through fakes.boxfs instead (the box's home, workspace and /tmp only).
 """
 
 from __future__ import annotations
@@ -13,9 +15,11 @@ import contextlib
 import re
 import signal
 import time
+from typing import BinaryIO
 
 from starlette.types import Receive, Scope, Send
 
+from fakes import boxfs
 from fakes.delivery import Delivery, DroppedConnection
 from fakes.faults import Fault
 from fakes.world import BoxProcess
@@ -42,29 +46,52 @@ def _stat(ws: Workspace, path: str) -> tuple[BoxProcess, int]:
     return proc, int(match.group(1))
 
 
+def _open_host(ws: Workspace, path: str) -> tuple[BinaryIO, int]:
+    """Start the container if needed and open the file through boxfs (a world without namespaces)."""
+    config = ws.require_config()
+    box, _ = ws.ensure_running(config)
+    try:
+        return boxfs.for_box(ws.world, box).open_read(path)
+    except boxfs.FsError as exc:
+        if exc.kind in ("is_a_directory", "not_a_file"):
+            raise ApiError(400, "not_a_file", "Not a regular file")
+        raise ApiError(404, "file_not_found", "No such file")
+
+
 async def open_read(ws: Workspace, request: ReadRequest, fault: Fault | None) -> FileStream:
     active = ws.reserve("read")
+    opened: BinaryIO | None = None
     try:
         with ws.lock:
             ws.require_config()
             ws.touch()
-        _, size = await asyncio.to_thread(_stat, ws, request.path)
+        if ws.world.namespaced:
+            _, size = await asyncio.to_thread(_stat, ws, request.path)
+        else:
+            opened, size = await asyncio.to_thread(_open_host, ws, request.path)
         if size > request.max_bytes:
             raise ApiError(413, "file_too_large", f"File is {size} bytes")
         box = ws.box
         if box is None:
             raise ApiError(409, "workspace_lost", "Container stopped")
+        if opened is not None:
+            return FileStream(ws, active, opened, None, size, fault)
         cat = ws.world.spawn(box, argv=["/usr/bin/cat", "--", request.path])
         cat.stdin.close()
     except BaseException:
+        if opened is not None:
+            opened.close()
         ws.finish(active)
         raise
-    return FileStream(ws, active, cat, size, fault)
+    return FileStream(ws, active, cat.stdout, cat, size, fault)
 
 
 class FileStream:
-    def __init__(self, ws: Workspace, active: Active, cat: BoxProcess, size: int, fault: Fault | None):
-        self.ws, self.active, self.cat, self.size, self.fault = ws, active, cat, size, fault
+    """The body: ``source`` (cat's stdout, or the file itself) read up to ``size`` bytes."""
+
+    def __init__(self, ws: Workspace, active: Active, source: BinaryIO, cat: BoxProcess | None, size: int,
+                 fault: Fault | None):
+        self.ws, self.active, self.source, self.cat, self.size, self.fault = ws, active, source, cat, size, fault
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         delivery = Delivery(send, receive, self.fault, self.ws.bridge.closing)
@@ -80,7 +107,7 @@ class FileStream:
                 if remaining <= 0:
                     raise DroppedConnection("read timeout")
                 try:
-                    data = await asyncio.wait_for(asyncio.to_thread(self.cat.stdout.read, 65536), remaining)
+                    data = await asyncio.wait_for(asyncio.to_thread(self.source.read, 65536), remaining)
                 except TimeoutError:
                     raise DroppedConnection("read timeout")
                 if not data:
@@ -89,14 +116,14 @@ class FileStream:
                 if sent > self.size:
                     raise DroppedConnection("file grew while it was read")
                 await delivery.body(data)
-            code = await asyncio.to_thread(self.cat.wait)
+            code = await asyncio.to_thread(self.cat.wait) if self.cat is not None else 0
             if code != 0 or sent != self.size:
                 raise DroppedConnection("file changed or could not be read")
             await delivery.end()
             ok = True
         finally:
-            if not ok:
+            if not ok and self.cat is not None:
                 self.cat.signal(signal.SIGTERM)
             with contextlib.suppress(OSError):
-                self.cat.stdout.close()
+                self.source.close()
             self.ws.finish(self.active)

@@ -10,7 +10,9 @@ the box's directories (home, workspace and /tmp: Cloudflare snapshots the
 whole container filesystem, never its processes).
 
 Lock order: a workspace's ``lock`` is held only for short state changes; file
-copies and deletions run outside it while the workspace is reserved.
+copies and deletions run outside it while the workspace is reserved.  Copies
+in and out of a box go through fakes.boxfs: never through the box's symlinks,
+and what lands in a box belongs to the box's owner.
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ import logging
 import os
 import shutil
 import signal
-import stat
 import threading
 import time
 from collections import deque
@@ -29,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from fakes import boxfs
 from fakes.world import Box, BoxProcess, World
 
 from .protocol import ApiError, ExecRequest, WorkspaceConfig
@@ -57,36 +59,6 @@ class Active:
     id: str
     cancelled: bool = False
     signal: int = 0  # forwarded to the supervisor (SIGTERM from cancel or disconnect)
-
-
-def _special(directory: str, names: list[str]) -> set[str]:
-    """Sockets, FIFOs and devices are not files a snapshot can hold."""
-    skipped = set()
-    for name in names:
-        try:
-            mode = os.lstat(os.path.join(directory, name)).st_mode
-        except OSError:
-            skipped.add(name)
-            continue
-        if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
-            skipped.add(name)
-    return skipped
-
-
-def _copy_file(src: str, dst: str) -> None:
-    try:
-        shutil.copy2(src, dst)
-    except FileNotFoundError:
-        pass  # a background writer removed it meanwhile: a snapshot does not freeze writers
-
-
-def copy_tree(src: Path, dest: Path) -> None:
-    try:
-        shutil.copytree(src, dest, symlinks=True, ignore=_special, copy_function=_copy_file, dirs_exist_ok=True)
-    except shutil.Error as exc:
-        problems = [why for _, _, why in exc.args[0] if "No such file or directory" not in why]
-        if problems:
-            raise
 
 
 class Workspace:
@@ -322,7 +294,7 @@ class Workspace:
             self._snapshots += 1
             dest = self.bridge.snapshots_root / f"{self.id}.{self._snapshots}"
         try:
-            copy_tree(box.dir, dest)
+            boxfs.copy_tree(box.dir, dest, *boxfs.box_owner(self.world))
         except BaseException:
             shutil.rmtree(dest, ignore_errors=True)
             raise
@@ -372,7 +344,7 @@ class Workspace:
         if box is None:
             box = self.world.create(box_id=self.id, meta={"instance": config.instance, "image": config.image})
             if snapshot is not None:
-                copy_tree(snapshot.path, box.dir)
+                boxfs.copy_tree(snapshot.path, box.dir, *boxfs.box_owner(self.world))
             else:
                 self._seed(box, self.settings.images.get(config.image))
             with self.lock:
@@ -388,11 +360,11 @@ class Workspace:
         return box, generation
 
     def _seed(self, box: Box, image: Path | None) -> None:
-        (box.home_dir / ".hermes").mkdir(parents=True, exist_ok=True)
+        boxfs.for_box(self.world, box, ("home",)).makedirs(f"{self.world.layout.home}/.hermes")
         if image is not None:
             for part, target in (("home", box.home_dir), ("workspace", box.workspace_dir)):
                 if (image / part).is_dir():
-                    copy_tree(image / part, target)
+                    boxfs.copy_tree(image / part, target, *boxfs.box_owner(self.world))
 
     def _boot_delay(self) -> None:
         delay, limit = self.settings.startup_delay_s, self.settings.startup_timeout_s
@@ -403,16 +375,12 @@ class Workspace:
             raise ApiError(503, "startup_timeout", "Container did not become ready")
 
     def _make_cwd(self, box: Box, cwd: str) -> None:
+        """``mkdir -p`` of the cwd inside the box (never through a symlink out of it)."""
         try:
-            target = self.world.host_path(box, cwd)
-        except PermissionError:
-            # Outside home, workspace and /tmp the container user can only use what exists.
-            if os.path.isdir(cwd):
-                return
-            raise ApiError(400, "invalid_cwd", "Working directory is not writable")
-        try:
-            target.mkdir(parents=True, exist_ok=True)
-        except OSError:
+            boxfs.for_box(self.world, box).makedirs(cwd)
+        except boxfs.FsError as exc:
+            if exc.kind == "outside" and os.path.isdir(cwd):
+                return  # outside home, workspace and /tmp the container user can only use what exists
             raise ApiError(400, "invalid_cwd", "Working directory is not writable")
 
     def spawn_cwd(self, box: Box, cwd: str) -> str:

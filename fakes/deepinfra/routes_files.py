@@ -1,29 +1,31 @@
 """fs/content: PUT and GET of raw bytes under /workspace, at most 100 MiB per call.
 
 A write creates missing parent directories and replaces the file atomically;
-a read of a missing path is 404, of a directory 400.  Bodies are streamed to
-and from disk, so a 100 MiB transfer does not sit in the server's memory.
+a read of a missing path is 404, of a directory 400.  Every file operation
+goes through fakes.boxfs (symlinks are followed inside /workspace only, however
+the sandbox races them), and bodies are streamed to and from disk, so a
+100 MiB transfer does not sit in the server's memory.
 """
 
 from __future__ import annotations
 
-import os
-import tempfile
-from collections.abc import AsyncIterator
-from pathlib import Path
+from collections.abc import AsyncIterator, Callable
+from typing import Any, BinaryIO, TypeVar
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from fakes import boxfs
 from fakes.delivery import CORRUPTING
 from fakes.rest_skeleton import Context, endpoint
 
-from .service import ApiError
+from .service import ApiError, Service
 from .settings import MAX_FILE_BYTES, ROUTE_READ, ROUTE_WRITE
 
 _READ_CHUNK = 256 * 1024
+T = TypeVar("T")
 
 
 def _too_large(size: int) -> ApiError:
@@ -31,39 +33,34 @@ def _too_large(size: int) -> ApiError:
                     "flat")
 
 
-def _prepare_parent(host: Path, path: str) -> None:
-    if host.is_dir():
-        raise ApiError(400, "Is a directory", "flat")
+async def _disk(svc: Service, fn: Callable[..., T], *args: Any) -> T:
     try:
-        host.parent.mkdir(parents=True, exist_ok=True)
-    except (FileExistsError, NotADirectoryError):
-        raise ApiError(400, f"Not a directory: a parent of {path} is a file", "flat")
+        return await run_in_threadpool(fn, *args)
+    except boxfs.FsError as exc:
+        raise svc.fs_error(exc)
 
 
 @endpoint(ROUTE_WRITE)
 async def write_file(request: Request, ctx: Context) -> Response:
-    box = ctx.box()
-    ctx.svc.require_running(box)
-    path, host = ctx.svc.file_path(box, request.query_params.get("path"))
-    declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > MAX_FILE_BYTES:
+    box, svc = ctx.box(), ctx.svc
+    svc.require_running(box)
+    path = svc.file_path(request.query_params.get("path"))
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > MAX_FILE_BYTES:
         await _discard(request)  # read it all, so the client sees the 413 rather than a broken pipe
         raise _too_large(int(declared))
-    await run_in_threadpool(_prepare_parent, host, path)
-    fd, tmp = tempfile.mkstemp(prefix=".fs-put-", dir=host.parent)
-    size = 0
+    out = await _disk(svc, svc.files(box).writer, path)
     try:
-        with os.fdopen(fd, "wb") as out:
-            async for chunk in request.stream():
-                size += len(chunk)
-                if size <= MAX_FILE_BYTES:  # past the limit: read on, write nothing, answer 413
-                    await run_in_threadpool(out.write, chunk)
+        size = 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size <= MAX_FILE_BYTES:  # past the limit: read on, write nothing, answer 413
+                await _disk(svc, out.write, chunk)
         if size > MAX_FILE_BYTES:
             raise _too_large(size)
-        await run_in_threadpool(os.replace, tmp, host)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        await _disk(svc, out.commit)
+    finally:
+        out.abort()  # nothing after a commit
     return JSONResponse({})
 
 
@@ -74,32 +71,30 @@ async def _discard(request: Request) -> int:
     return size
 
 
-def _open_for_read(host: Path) -> int:
-    if host.is_dir():
-        raise ApiError(400, "Is a directory", "flat")
-    if not host.exists():
-        raise ApiError(404, "File not found")
-    size = host.stat().st_size
+def _open(fs: boxfs.BoxFS, path: str) -> tuple[BinaryIO, int]:
+    fh, size = fs.open_read(path)
     if size > MAX_FILE_BYTES:
+        fh.close()
         raise _too_large(size)
-    return size
+    return fh, size
 
 
-async def _chunks(host: Path) -> AsyncIterator[bytes]:
-    with open(host, "rb") as fh:
+async def _chunks(fh: BinaryIO) -> AsyncIterator[bytes]:
+    with fh:
         while chunk := await run_in_threadpool(fh.read, _READ_CHUNK):
             yield chunk
 
 
 @endpoint(ROUTE_READ)
 async def read_file(request: Request, ctx: Context) -> Response:
-    box = ctx.box()
-    ctx.svc.require_running(box)
-    _, host = ctx.svc.file_path(box, request.query_params.get("path"))
-    size = await run_in_threadpool(_open_for_read, host)
+    box, svc = ctx.box(), ctx.svc
+    svc.require_running(box)
+    path = svc.file_path(request.query_params.get("path"))
+    fh, size = await _disk(svc, _open, svc.files(box), path)
     if ctx.fault is not None and ctx.fault.kind in CORRUPTING:
-        return Response(await run_in_threadpool(host.read_bytes), media_type="application/octet-stream")
-    return StreamingResponse(_chunks(host), media_type="application/octet-stream",
+        with fh:
+            return Response(await run_in_threadpool(fh.read), media_type="application/octet-stream")
+    return StreamingResponse(_chunks(fh), media_type="application/octet-stream",
                              headers={"Content-Length": str(size)})
 
 

@@ -19,10 +19,9 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from fakes import rest_skeleton
+from fakes import boxfs, rest_skeleton
 from fakes.faults import Fault, Faults
 from fakes.keys import Account
 from fakes.rest_skeleton import VendorService
@@ -239,11 +238,15 @@ class Service(VendorService):
             proc.signal(signal.SIGKILL)
 
     def _reset_outside_workspace(self, box: Box) -> None:
-        """Back to the base image: an empty home and /tmp; /workspace is kept."""
-        for path in (box.home_dir, box.tmp_dir):
-            shutil.rmtree(path, ignore_errors=True)
-            path.mkdir(parents=True, exist_ok=True)
-        os.chmod(box.tmp_dir, 0o1777)
+        """Back to the base image: an empty home and /tmp (the box's own again); /workspace is kept."""
+        uid, gid = boxfs.box_owner(self.world)
+        for path, mode in ((box.home_dir, 0o755), (box.tmp_dir, 0o1777)):
+            if path.is_symlink():
+                path.unlink()
+            shutil.rmtree(path, ignore_errors=True)  # never follows the box's symlinks
+            path.mkdir(mode)
+            os.chmod(path, mode, follow_symlinks=False)
+            os.chown(path, uid, gid, follow_symlinks=False)
 
     # -- exec runs ----------------------------------------------------------------------------
     def track(self, run: ExecRun) -> None:
@@ -259,8 +262,8 @@ class Service(VendorService):
                 runs.remove(run)
 
     # -- files ----------------------------------------------------------------------------
-    def file_path(self, box: Box, path: Any) -> tuple[str, Path]:
-        """(sandbox path, host path) of an fs path: absolute, under /workspace, symlinks resolved inside it."""
+    def file_path(self, path: Any) -> str:
+        """The normalised sandbox path of an fs path: absolute and under /workspace."""
         if not isinstance(path, str) or not path:
             raise ApiError(422, "path is required")
         if not path.startswith("/"):
@@ -269,28 +272,30 @@ class Service(VendorService):
         norm = posixpath.normpath(path)
         if norm != WORKSPACE and not norm.startswith(WORKSPACE + "/"):
             raise ApiError(400, f"ERR_PATH_OUTSIDE_WORKSPACE: {path} is outside {WORKSPACE}", "flat")
-        return norm, self._resolve(box, norm)
+        return norm
 
-    def _resolve(self, box: Box, norm: str) -> Path:
-        """Follow symlinks the way the sandbox would; refuse any that leave /workspace."""
-        root = box.workspace_dir
-        parts = [p for p in norm[len(WORKSPACE):].split("/") if p]
-        resolved: list[str] = []
-        hops = 0
-        while parts:
-            name = parts.pop(0)
-            candidate = root.joinpath(*resolved, name)
-            if not candidate.is_symlink():
-                resolved.append(name)
-                continue
-            hops += 1
-            if hops > 40:
-                raise ApiError(400, f"too many levels of symbolic links in {norm}", "flat")
-            target = os.readlink(candidate)
-            inside = posixpath.normpath(target if target.startswith("/")
-                                        else posixpath.join(WORKSPACE, *resolved, target))
-            if inside != WORKSPACE and not inside.startswith(WORKSPACE + "/"):
-                raise ApiError(400, f"ERR_PATH_OUTSIDE_WORKSPACE: {norm} leads outside {WORKSPACE}", "flat")
-            parts = [p for p in inside[len(WORKSPACE):].split("/") if p] + parts
-            resolved = []
-        return root.joinpath(*resolved)
+    def files(self, box: Box) -> boxfs.BoxFS:
+        """The sandbox's /workspace; symlinks in it are followed the way the sandbox would, never out of it."""
+        return boxfs.for_box(self.world, box, ("workspace",))
+
+    def fs_error(self, exc: boxfs.FsError) -> ApiError:
+        """A file operation's failure in the shapes the SDK's tests show (never a 500 for a path's problem)."""
+        if exc.kind == "outside":
+            return ApiError(400, f"ERR_PATH_OUTSIDE_WORKSPACE: {exc.path} leads outside {WORKSPACE}", "flat")
+        if exc.kind == "not_found":
+            return ApiError(404, "File not found")
+        if exc.kind == "is_a_directory":
+            return ApiError(400, "Is a directory", "flat")
+        if exc.kind == "not_a_directory":
+            return ApiError(400, f"Not a directory: a parent of {exc.path} is a file", "flat")
+        if exc.kind == "loop":
+            return ApiError(400, f"too many levels of symbolic links in {exc.path}", "flat")
+        if exc.kind == "not_a_file":
+            return ApiError(400, f"Not a regular file: {exc.path}", "flat")
+        if exc.kind == "invalid":
+            return ApiError(400, f"Invalid path {exc.path}: {exc.detail}", "flat")
+        if exc.kind in ("exists", "not_empty"):
+            return ApiError(409, f"{exc.kind.replace('_', ' ').capitalize()}: {exc.path}", "flat")
+        if exc.kind == "permission":
+            return ApiError(403, f"Permission denied: {exc.path}", "flat")
+        return ApiError(500, f"File operation failed: {exc}", "flat")

@@ -1,57 +1,50 @@
 """The files API: read, write, list, stat, mkdir, rename, remove, upload, download.
 
-Paths are absolute box paths (relative ones are relative to /workspace/home),
-mapped onto the box's directory by World.host_path; by default only the
-workspace is reachable (Settings.files_jail).  Disk work runs in a thread.
+Paths are absolute box paths (relative ones are relative to /workspace/home);
+by default only the workspace is reachable (Settings.files_jail).  Every file
+operation goes through fakes.boxfs, which never follows a symlink out of the
+box however the box races it, and runs in a thread.  Uploads and downloads
+stream: a part's bytes go to disk as they arrive, a download leaves the disk
+in chunks.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import os
-import shutil
 import stat
+import tempfile
 import time
-from pathlib import Path
-from typing import Any
+from collections.abc import AsyncIterator, Callable
+from typing import Any, BinaryIO, TypeVar
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from fakes import boxfs
 from fakes.rest_skeleton import endpoint
+from fakes.world import Box
 
 from . import multipart
-from .service import ApiError, BoxContext
+from .service import ApiError, BoxContext, Service
 
 _KINDS = {stat.S_IFREG: "file", stat.S_IFDIR: "directory", stat.S_IFLNK: "symlink"}
+_CHUNK = 256 * 1024
+_MAX_PATH_FIELD = 4096
+T = TypeVar("T")
 
 
 def _iso(ts: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
 
 
-def _os_error(exc: OSError, path: str) -> ApiError:
-    if isinstance(exc, FileNotFoundError):
-        return ApiError(404, f"no such file or directory: {path}")
-    if isinstance(exc, IsADirectoryError):
-        return ApiError(400, f"is a directory: {path}")
-    if isinstance(exc, NotADirectoryError):
-        return ApiError(400, f"not a directory: {path}")
-    if isinstance(exc, FileExistsError):
-        return ApiError(409, f"already exists: {path}")
-    if isinstance(exc, PermissionError):
-        return ApiError(403, f"permission_denied: {path}")
-    return ApiError(500, f"{path}: {exc.strerror or exc}")
-
-
-async def _disk(path: str, fn: Any, *args: Any) -> Any:
+async def _disk(svc: Service, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     try:
-        return await run_in_threadpool(fn, *args)
-    except OSError as exc:
-        raise _os_error(exc, path)
+        return await run_in_threadpool(fn, *args, **kwargs)
+    except boxfs.FsError as exc:
+        raise svc.fs_error(exc)
 
 
 def _int_param(request: Request, name: str) -> int | None:
@@ -67,23 +60,25 @@ def _int_param(request: Request, name: str) -> int | None:
     return value
 
 
-def _read(host: Path, offset: int, length: int | None) -> bytes:
-    if host.is_dir():
-        raise IsADirectoryError(str(host))
-    with open(host, "rb") as fh:
+def _read(fs: boxfs.BoxFS, path: str, offset: int, length: int | None, limit: int) -> bytes:
+    fh, size = fs.open_read(path)
+    with fh:
+        if length is None and size - offset > limit:
+            raise ApiError(400, f"{path} has {size - offset} bytes from offset {offset}; read at most {limit} "
+                                "bytes (8 MiB) per call with offset and length")
         fh.seek(offset)
         return fh.read() if length is None else fh.read(length)
 
 
 @endpoint("GET /v2/box/{id}/files/read")
 async def read_file(request: Request, ctx: BoxContext) -> Response:
-    box = ctx.live_box()
-    path, host = ctx.svc.file_path(box, request.query_params.get("path"))
+    box, svc = ctx.live_box(), ctx.svc
+    path = svc.file_path(request.query_params.get("path"))
     length, offset = _int_param(request, "length"), _int_param(request, "offset") or 0
-    if length is not None and length > ctx.svc.settings.read_max_bytes:
-        raise ApiError(400, f"length {length} exceeds the maximum of {ctx.svc.settings.read_max_bytes} bytes "
-                            "(8 MiB) per read")
-    data = await _disk(path, _read, host, offset, length)
+    limit = svc.settings.read_max_bytes
+    if length is not None and length > limit:
+        raise ApiError(400, f"length {length} exceeds the maximum of {limit} bytes (8 MiB) per read")
+    data = await _disk(svc, _read, svc.files(box), path, offset, length, limit)
     encoding = (request.query_params.get("encoding") or "utf-8").lower()
     if encoding == "base64":
         return JSONResponse({"content": base64.b64encode(data).decode("ascii")})
@@ -92,18 +87,13 @@ async def read_file(request: Request, ctx: BoxContext) -> Response:
     return JSONResponse({"content": data.decode("utf-8", "replace")})
 
 
-def _write(host: Path, data: bytes) -> None:
-    host.parent.mkdir(parents=True, exist_ok=True)
-    host.write_bytes(data)
-
-
 @endpoint("POST /v2/box/{id}/files/write")
 async def write_file(request: Request, ctx: BoxContext) -> Response:
-    box = ctx.live_box()
-    body = await ctx.svc.json_body(request)
+    box, svc = ctx.live_box(), ctx.svc
+    body = await svc.json_body(request)
     if not isinstance(body, dict) or not isinstance(body.get("content"), str):
         raise ApiError(400, "body must have a path and a string content")
-    path, host = ctx.svc.file_path(box, body.get("path"))
+    path = svc.file_path(body.get("path"))
     encoding = (body.get("encoding") or "utf-8").lower()
     if encoding == "base64":
         try:
@@ -114,118 +104,178 @@ async def write_file(request: Request, ctx: BoxContext) -> Response:
         data = body["content"].encode("utf-8", "surrogatepass")
     else:
         raise ApiError(400, f"unsupported encoding {encoding!r}; use utf-8 or base64")
-    await _disk(path, _write, host, data)
+    await _disk(svc, svc.files(box).write, path, data)
     return JSONResponse({"message": "File written", "path": path, "size": len(data)})
 
 
-def _list(host: Path, folder: str) -> list[dict[str, Any]]:
-    entries = []
-    with os.scandir(host) as it:
-        for entry in sorted(it, key=lambda e: e.name):
-            st = entry.stat(follow_symlinks=False)
-            entries.append({"name": entry.name, "path": folder.rstrip("/") + "/" + entry.name,
-                            "size": st.st_size, "is_dir": entry.is_dir(), "mod_time": _iso(st.st_mtime)})
-    return entries
+def _list(fs: boxfs.BoxFS, folder: str) -> list[dict[str, Any]]:
+    return [{"name": e.name, "path": folder.rstrip("/") + "/" + e.name, "size": e.stat.st_size, "is_dir": e.is_dir,
+             "mod_time": _iso(e.stat.st_mtime)} for e in fs.list(folder)]
 
 
 @endpoint("GET /v2/box/{id}/files/list")
 async def list_files(request: Request, ctx: BoxContext) -> Response:
-    box = ctx.live_box()
-    folder, host = ctx.svc.file_path(box, request.query_params.get("folder") or ctx.svc.world.layout.workspace)
-    return JSONResponse({"files": await _disk(folder, _list, host, folder)})
+    box, svc = ctx.live_box(), ctx.svc
+    folder = svc.file_path(request.query_params.get("folder") or svc.world.layout.workspace)
+    return JSONResponse({"files": await _disk(svc, _list, svc.files(box), folder)})
 
 
-def _stat(host: Path, follow: bool) -> dict[str, Any]:
-    st = host.stat() if follow else host.lstat()
+def _stat(fs: boxfs.BoxFS, path: str, follow: bool) -> dict[str, Any]:
+    st = fs.stat(path, follow=follow)
     return {"type": _KINDS.get(stat.S_IFMT(st.st_mode), "other"), "size": st.st_size, "mod_time": _iso(st.st_mtime),
             "inode": st.st_ino, "version": f"{st.st_ino:x}-{st.st_mtime_ns:x}-{st.st_size:x}"}
 
 
 @endpoint("GET /v2/box/{id}/files/stat")
 async def stat_file(request: Request, ctx: BoxContext) -> Response:
-    box = ctx.live_box()
+    box, svc = ctx.live_box(), ctx.svc
     follow = request.query_params.get("follow", "").lower() in ("1", "true", "yes")
-    path, host = ctx.svc.file_path(box, request.query_params.get("path"), follow=follow)
-    return JSONResponse(await _disk(path, _stat, host, follow))
-
-
-def _mkdir(host: Path, parents: bool) -> None:
-    host.mkdir(parents=parents, exist_ok=parents)
+    path = svc.file_path(request.query_params.get("path"))
+    return JSONResponse(await _disk(svc, _stat, svc.files(box), path, follow))
 
 
 @endpoint("POST /v2/box/{id}/files/mkdir")
 async def make_dir(request: Request, ctx: BoxContext) -> Response:
-    box = ctx.live_box()
-    body = await ctx.svc.json_body(request)
-    path, host = ctx.svc.file_path(box, body.get("path") if isinstance(body, dict) else None)
-    await _disk(path, _mkdir, host, bool(body.get("parents")))
+    box, svc = ctx.live_box(), ctx.svc
+    body = await svc.json_body(request)
+    path = svc.file_path(body.get("path") if isinstance(body, dict) else None)
+    parents = bool(body.get("parents"))
+    await _disk(svc, svc.files(box).mkdir, path, parents=parents, exist_ok=parents)
     return JSONResponse({"message": "Directory created", "path": path})
 
 
 @endpoint("POST /v2/box/{id}/files/rename")
 async def rename_file(request: Request, ctx: BoxContext) -> Response:
-    box = ctx.live_box()
-    body = await ctx.svc.json_body(request)
+    box, svc = ctx.live_box(), ctx.svc
+    body = await svc.json_body(request)
     if not isinstance(body, dict):
         raise ApiError(400, "body must have from and to")
-    src, src_host = ctx.svc.file_path(box, body.get("from"), follow=False)
-    dst, dst_host = ctx.svc.file_path(box, body.get("to"), follow=False)
-    if not src_host.exists() and not src_host.is_symlink():
-        raise ApiError(404, f"no such file or directory: {src}")
-    await _disk(dst, os.rename, src_host, dst_host)
+    src, dst = svc.file_path(body.get("from")), svc.file_path(body.get("to"))
+    await _disk(svc, svc.files(box).rename, src, dst)
     return JSONResponse({"message": "Renamed", "from": src, "to": dst})
-
-
-def _remove(host: Path, recursive: bool) -> None:
-    if host.is_dir() and not host.is_symlink():
-        if not recursive:
-            raise IsADirectoryError(str(host))
-        shutil.rmtree(host)
-    else:
-        host.unlink()
 
 
 @endpoint("POST /v2/box/{id}/files/remove")
 async def remove_file(request: Request, ctx: BoxContext) -> Response:
-    box = ctx.live_box()
-    body = await ctx.svc.json_body(request)
-    path, host = ctx.svc.file_path(box, body.get("path") if isinstance(body, dict) else None, follow=False)
-    if path == ctx.svc.world.layout.workspace or host == box.workspace_dir:
-        raise ApiError(403, "permission_denied: the workspace itself cannot be removed")
+    box, svc = ctx.live_box(), ctx.svc
+    body = await svc.json_body(request)
+    path = svc.file_path(body.get("path") if isinstance(body, dict) else None)
     try:
-        await _disk(path, _remove, host, bool(body.get("recursive")))
+        await _disk(svc, svc.files(box).remove, path, recursive=bool(body.get("recursive")))
     except ApiError as exc:
         if exc.status == 400 and "is a directory" in exc.message:
             raise ApiError(400, f"{path} is a directory; pass recursive to remove it")
+        if exc.status == 403 and path == svc.world.layout.workspace:
+            raise ApiError(403, "permission_denied: the workspace itself cannot be removed")
         raise
     return JSONResponse({"message": "Removed", "path": path})
 
 
+class _Upload:
+    """The files of one upload: each ``files`` part goes to the path of the ``paths`` field of its rank,
+    written as it arrives; a part whose path has not come yet waits in a spool file off the box."""
+
+    def __init__(self, svc: Service, box: Box):
+        self.svc, self.fs = svc, svc.files(box)
+        self.paths: list[str] = []
+        self.files = 0
+        self.field: bytearray | None = None  # a "paths" field being read
+        self.out: boxfs.Writer | BinaryIO | None = None  # where the current file part goes
+        self.spooled: list[tuple[int, BinaryIO]] = []
+        self.checked = 0  # paths checked to be inside the reachable area
+
+    async def start(self, part: multipart.PartStart) -> None:
+        if part.name == "paths":
+            self.field = bytearray()
+        elif part.name == "files":
+            await self._check_paths()  # every path so far, before any file is written
+            rank, self.files = self.files, self.files + 1
+            if rank < len(self.paths):
+                self.out = await _disk(self.svc, self.fs.writer, self.paths[rank])
+            else:
+                spool = tempfile.TemporaryFile(dir=self.svc.world.root)  # noqa: SIM115 - closed in finish()
+                self.spooled.append((rank, spool))
+                self.out = spool
+
+    async def data(self, chunk: bytes) -> None:
+        if self.field is not None:
+            if len(self.field) + len(chunk) > _MAX_PATH_FIELD:
+                raise ApiError(400, f"a 'paths' field is longer than {_MAX_PATH_FIELD} bytes")
+            self.field += chunk
+        elif self.out is not None:
+            await _disk(self.svc, self.out.write, chunk)
+
+    async def end(self) -> None:
+        if self.field is not None:
+            self.paths.append(self.svc.file_path(self.field.decode("utf-8", "replace")))
+            self.field = None
+        elif isinstance(self.out, boxfs.Writer):
+            await _disk(self.svc, self.out.commit)
+        self.out = None
+
+    async def _check_paths(self) -> None:
+        for path in self.paths[self.checked:]:
+            await _disk(self.svc, self.fs.check, path)
+        self.checked = len(self.paths)
+
+    async def finish(self) -> list[str]:
+        if not self.files or len(self.paths) != self.files:
+            raise ApiError(400, f"upload needs one 'paths' field per 'files' part (got {len(self.paths)} paths, "
+                                f"{self.files} files)")
+        await self._check_paths()
+        for rank, spool in self.spooled:
+            spool.seek(0)
+            await _disk(self.svc, self.fs.write, self.paths[rank], iter(lambda s=spool: s.read(_CHUNK), b""))
+        return self.paths
+
+    def close(self) -> None:
+        if isinstance(self.out, boxfs.Writer):
+            self.out.abort()
+        for _, spool in self.spooled:
+            spool.close()
+
+
 @endpoint("POST /v2/box/{id}/files/upload")
 async def upload_files(request: Request, ctx: BoxContext) -> Response:
-    box = ctx.live_box()
+    box, svc = ctx.live_box(), ctx.svc
     try:
-        parts = multipart.parse(await request.body(), request.headers.get("content-type", ""))
+        parser = multipart.StreamParser(request.headers.get("content-type", ""))
     except multipart.MultipartError as exc:
         raise ApiError(400, str(exc))
-    paths = [p.data.decode("utf-8", "replace") for p in parts if p.name == "paths"]
-    files = [p.data for p in parts if p.name == "files"]
-    if not files or len(paths) != len(files):
-        raise ApiError(400, f"upload needs one 'paths' field per 'files' part (got {len(paths)} paths, "
-                            f"{len(files)} files)")
-    targets = [ctx.svc.file_path(box, p) for p in paths]  # check every path before writing any
-    for (path, host), data in zip(targets, files, strict=True):
-        await _disk(path, _write, host, data)
-    return JSONResponse({"message": "Files uploaded", "paths": [p for p, _ in targets]})
+    upload = _Upload(svc, box)
+    try:
+        async for chunk in svc.bounded_stream(request, svc.settings.max_upload_bytes, "upload"):
+            for event in parser.feed(chunk):
+                if isinstance(event, multipart.PartStart):
+                    await upload.start(event)
+                elif isinstance(event, multipart.PartData):
+                    await upload.data(event.data)
+                else:
+                    await upload.end()
+        parser.close()
+        paths = await upload.finish()
+    except multipart.MultipartError as exc:
+        raise ApiError(400, str(exc))
+    finally:
+        upload.close()
+    return JSONResponse({"message": "Files uploaded", "paths": paths})
+
+
+async def _chunks(fh: BinaryIO) -> AsyncIterator[bytes]:
+    with fh:
+        while chunk := await run_in_threadpool(fh.read, _CHUNK):
+            yield chunk
 
 
 @endpoint("GET /v2/box/{id}/files/download")
 async def download_file(request: Request, ctx: BoxContext) -> Response:
-    box = ctx.live_box()
-    path, host = ctx.svc.file_path(box, request.query_params.get("folder") or request.query_params.get("path"))
-    data = await _disk(path, _read, host, 0, None)
-    return Response(data, media_type="application/octet-stream",
-                    headers={"Content-Disposition": f'attachment; filename="{host.name}"'})
+    box, svc = ctx.live_box(), ctx.svc
+    path = svc.file_path(request.query_params.get("folder") or request.query_params.get("path"))
+    fh, size = await _disk(svc, svc.files(box).open_read, path)
+    name = path.rsplit("/", 1)[-1].replace('"', "")
+    return StreamingResponse(_chunks(fh), media_type="application/octet-stream",
+                             headers={"Content-Disposition": f'attachment; filename="{name}"',
+                                      "Content-Length": str(size)})
 
 
 ROUTES = [

@@ -7,16 +7,15 @@ Problems are raised as ``ApiError(status, message)``; the request skeleton
 from __future__ import annotations
 
 import asyncio
-import os
 import posixpath
 import re
 import secrets
 import threading
 import time
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 from typing import Any
 
+from fakes import boxfs
 from fakes.faults import Faults
 from fakes.keys import Account
 from fakes.rest_skeleton import ApiError, Context, VendorService
@@ -24,6 +23,17 @@ from fakes.world import CREATING, DELETED, ERROR, PAUSED, Box, World
 
 from .settings import RUNTIMES, SIZES, Settings
 
+_FS_ERRORS = {
+    "not_found": (404, "no such file or directory"),
+    "not_a_directory": (400, "not a directory"),
+    "is_a_directory": (400, "is a directory"),
+    "not_a_file": (400, "not a regular file"),
+    "exists": (409, "already exists"),
+    "not_empty": (409, "directory not empty"),
+    "loop": (400, "too many levels of symbolic links"),
+    "invalid": (400, "invalid path"),
+    "permission": (403, "permission_denied"),
+}
 _LABEL = re.compile(r"^[A-Za-z0-9._-]+$")
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -123,30 +133,30 @@ class Service(VendorService):
             host = self.world.host_path(box, path)
         except PermissionError:
             return path  # a system directory (/, /usr, ...): used as given
-        if not host.is_dir():
+        if not boxfs.for_box(self.world, box).is_dir(path):
             raise ApiError(400, f"cwd {path}: no such directory in the box")
         return path if self.world.namespaced else str(host)
 
-    def file_path(self, box: Box, path: Any, *, follow: bool = True) -> tuple[str, Path]:
-        """(box path, host path) of a files-API path; jailed to the workspace unless configured open.
+    def files(self, box: Box) -> boxfs.BoxFS:
+        """The box's files as the files API reaches them: the workspace, or (files_jail off) home and /tmp too."""
+        parts = ("workspace",) if self.settings.files_jail else ("home", "workspace", "tmp")
+        return boxfs.for_box(self.world, box, parts)
 
-        ``follow=False`` checks only the parent, so lstat/remove/rename act on a symlink itself.
-        """
-        path = self._absolute(path)
-        workspace = self.world.layout.workspace
-        host_workspace = str(box.workspace_dir)
-        if self.settings.files_jail and not any(path == root or path.startswith(root + "/")
-                                                for root in (workspace, host_workspace)):
-            raise ApiError(403, f"permission_denied: {path} is outside {workspace}")
-        try:
-            host = self.world.host_path(box, path)
-        except PermissionError:
-            raise ApiError(403, f"permission_denied: {path} is outside the box's home, workspace and /tmp")
-        root = os.path.realpath(box.workspace_dir if self.settings.files_jail else box.dir)
-        real = os.path.realpath(host.parent if not follow and host.is_symlink() else host)
-        if real != root and not real.startswith(root + os.sep):
-            raise ApiError(403, f"permission_denied: {path} resolves outside the allowed area")
-        return path, host
+    def file_path(self, path: Any) -> str:
+        """The absolute box path of a files-API path (relative ones are relative to the workspace)."""
+        return self._absolute(path)
+
+    def fs_error(self, exc: boxfs.FsError) -> ApiError:
+        """A file operation's failure as the files API answers it (never a 500 for a path's problem)."""
+        path = exc.path
+        if exc.kind == "outside":
+            where = (self.world.layout.workspace if self.settings.files_jail
+                     else "the box's home, workspace and /tmp")
+            return ApiError(403, f"permission_denied: {path} is outside {where} (or a symlink on the way leads "
+                                 "out of it)")
+        status, text = _FS_ERRORS.get(exc.kind, (500, "file operation failed"))
+        detail = f" ({exc.detail})" if exc.detail and exc.kind in ("invalid", "loop", "io") else ""
+        return ApiError(status, f"{text}: {path}{detail}")
 
     # -- create --------------------------------------------------------------------------
     def create(self, account: Account, body: Any) -> Box:

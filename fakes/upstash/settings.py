@@ -68,8 +68,12 @@ class Settings:
     drain_quiet_s: float = 0.3
     drain_max_s: float = 5.0
     chunk_bytes: int = 64 * 1024
-    # files/read rejects a longer ``length`` (the SDK documents 8 MiB).
+    # files/read rejects a longer ``length`` (the SDK documents 8 MiB), and a read without
+    # ``length`` of more than this from its offset.
     read_max_bytes: int = 8 * MIB
+    # Unknown upstream: a stated fake limit on one files/upload body (413 beyond it).
+    # The parts stream to disk as they arrive, so this bounds disk use, not memory.
+    max_upload_bytes: int = 1024 * MIB
     # The files API only reaches /workspace/home (third-party report of
     # permission_denied elsewhere); False opens the box's home and /tmp too.
     files_jail: bool = True
