@@ -27,6 +27,7 @@ For a run of the checks the plugin also:
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import tempfile
@@ -71,6 +72,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="run against this fake service (implied for known backends unless --live)")
     group.addoption("--live", action="store_true", default=False,
                     help="use the real service with the credentials in the environment; no fake")
+    group.addoption("--fake-control", default=None, metavar="ADDRESS",
+                    help="use the fake started by hand with `hermes-backend-kit fake serve`, at the control "
+                         "address it printed (default: $HERMES_KIT_FAKE_CONTROL); one worker only (no -n)")
     group.addoption("--report", default=None, metavar="PATH", help="write the JSON certification report here")
     group.addoption("--waivers", default=None, metavar="FILE.yaml",
                     help="accepted known failures: clause, reason, issue URL, expiry date, strict")
@@ -214,17 +218,19 @@ def setup_errors() -> tuple[type[BaseException], ...]:
     from conformance.contract import ContractError
     from conformance.host.abi import HostError
     from conformance.host.loader import LoadError
-    from fakes.services import UnknownFake
+    from fakes.services import FakeError, UnknownFake
 
-    return (BackendConfigError, LoadError, HostError, ContractError, UnknownFake)
+    return (BackendConfigError, LoadError, HostError, ContractError, UnknownFake, FakeError)
 
 
 def run_options(config: pytest.Config) -> Any:
     from conformance.run import CALL_DEADLINE_S, RunOptions
+    from fakes.process import CONTROL_VAR
 
     opts = config.option
+    control = opts.fake_control or os.environ.get(CONTROL_VAR) or None
     return RunOptions(backend=opts.backend, backend_config=opts.backend_config, host=opts.host, fake=opts.fake,
-                      live=opts.live, call_deadline=opts.call_deadline or CALL_DEADLINE_S)
+                      live=opts.live, fake_control=control, call_deadline=opts.call_deadline or CALL_DEADLINE_S)
 
 
 def preflight(config: pytest.Config) -> None:
@@ -232,6 +238,13 @@ def preflight(config: pytest.Config) -> None:
     from conformance.run import KitRun
 
     options = run_options(config)
+    if options.fake_control:
+        if _workers(config) > 1:
+            # Its fault script and its sandbox list would be shared by the workers, each seeing the others'.
+            raise pytest.UsageError("hermes-backend-kit: a fake started by hand (--fake-control or "
+                                    "HERMES_KIT_FAKE_CONTROL) serves one run at a time; run without -n (or with "
+                                    "-n 0), or let the kit start its own fakes")
+        return  # attaching starts nothing; the kit fixture reports a wrong address in one line
     state = config.stash[_STATE]
     parent = state.run_root or Path(config.option.basetemp).parent
     workdir = Path(tempfile.mkdtemp(prefix="preflight-", dir=parent))
@@ -243,6 +256,13 @@ def preflight(config: pytest.Config) -> None:
         run.close()
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _workers(config: pytest.Config) -> int:
+    wanted = getattr(config.option, "numprocesses", None)
+    if not wanted:
+        return 0
+    return wanted if isinstance(wanted, int) else 2  # "auto", "logical": more than one
 
 
 def _one_line(text: str) -> str:

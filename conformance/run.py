@@ -3,7 +3,13 @@
 ``KitRun.start`` does, in order: read --backend-config, lay out a private
 HERMES_HOME, start the fake service (its variables exported), install the
 host, load the plugin, give every strip_env_keys variable a value so leaks
-are detectable, and resolve capabilities.  ``create`` builds environments
+are detectable, and resolve capabilities.
+
+A fake that is a server runs in its own process (fakes/process.py), or is
+one started by hand and reached through its control address
+(``fake_control``); ``kit.world`` is then a proxy with the world adapter's
+interface.  Only tempdir's world (the backend makes those boxes itself, in
+this process) stays here.  ``create`` builds environments
 through the host's factory and remembers them, so ``close`` can clean up
 whatever a failing check left behind.
 
@@ -62,6 +68,8 @@ class RunOptions:
     host: str = "auto"
     fake: str | None = None
     live: bool = False
+    fake_control: str | None = None  # control address of a fake started by hand (`fake serve`)
+    fake_process: bool = True  # False: serve the fake from this process (for profiling the fake itself)
     call_deadline: float = CALL_DEADLINE_S  # seconds for load+register, create_environment() and cleanup()
 
 
@@ -124,6 +132,8 @@ class KitRun:
             raise config.BackendConfigError(
                 "--live refuses to run in CI (CI is set); set HERMES_KIT_ALLOW_LIVE=1 "
                 "in the job that is meant to certify against the real service")
+        if options.live and options.fake_control:
+            raise config.BackendConfigError("--live and --fake-control exclude each other; pick one")
         fake_name = None if options.live else (options.fake or default_fake)
 
         redact.register_config_env(backend_config.env)
@@ -131,10 +141,8 @@ class KitRun:
         changes.set("HERMES_HOME", str(hermes_home))
         changes.update(backend_config.env)
         fake = None
-        if fake_name:
-            from fakes import services
-
-            fake = services.start(fake_name, workdir / f"fake-{fake_name}")
+        if fake_name or options.fake_control:
+            fake = _start_fake(fake_name, workdir, options)
             undo.append(fake.stop)
             _register_fake_keys(fake)
             changes.update(fake.env)
@@ -283,6 +291,19 @@ class KitRun:
                 self.sandbox.remove()
             if self._environ is not None:
                 self._environ.restore()
+
+
+def _start_fake(name: str | None, workdir: Path, options: RunOptions) -> Any:
+    """The run's fake: attached by control address, in its own process, or (tempdir) here."""
+    from fakes import process, services
+
+    if options.fake_control:
+        return process.attach(options.fake_control, expect=name)
+    assert name is not None
+    services.check_name(name)
+    if options.fake_process and name in services.SERVERS:
+        return process.spawn(name, workdir / f"fake-{name}")
+    return services.start(name, workdir / f"fake-{name}")
 
 
 def _make_hermes_home(home: Path, terminal: dict[str, Any]) -> Path:
