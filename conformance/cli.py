@@ -179,8 +179,15 @@ def cmd_certify(args: argparse.Namespace) -> int:
            "-W", "ignore::DeprecationWarning", "--kit-progress", "--backend", backend, "--host", args.host,
            "--report", str(report_path), "--junitxml", str(out / "junit.xml"),
            "--basetemp", str(run_root / "pytest")]
-    if args.workers:
-        cmd += ["-n", str(args.workers)]
+    workers = args.workers
+    control = args.fake_control or os.environ.get("HERMES_KIT_FAKE_CONTROL")
+    if control and workers > 1:
+        print("a fake started by hand serves one run at a time: certifying with one worker", flush=True)
+        workers = 0
+    if workers:
+        cmd += ["-n", str(workers)]
+    if args.fake_control:
+        cmd += ["--fake-control", args.fake_control]
     for flag, value in (("--backend-config", args.backend_config), ("--fake", args.fake),
                         ("--waivers", args.waivers)):
         if value:
@@ -392,6 +399,9 @@ def build_parser() -> argparse.ArgumentParser:
     mode = c.add_mutually_exclusive_group()
     mode.add_argument("--fake")
     mode.add_argument("--live", action="store_true")
+    c.add_argument("--fake-control", metavar="ADDRESS",
+                   help="certify against the fake started by hand with `fake serve` at this control address "
+                        "(default: $HERMES_KIT_FAKE_CONTROL); runs one worker")
     c.add_argument("--waivers")
     c.add_argument("--host", default="auto", choices=["auto", "builtin", "hermes"])
     c.add_argument("--out", required=True, help="directory for the four files")
