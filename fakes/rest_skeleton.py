@@ -6,7 +6,9 @@
 2. the scripted fault: ``Faults.take(route, svc.fault_box(account, key))``;
 3. ``status`` answers with the vendor's error body, ``latency`` waits,
    ``silence`` waits until the client goes away (the handler never runs);
-4. the handler; an ``ApiError`` becomes the vendor's error body;
+4. the handler; an ``ApiError`` becomes the vendor's error body, bad input
+   (``fakes.bodies.BadInput``: JSON that does not parse or nests too deeply, a
+   NUL byte) the vendor's 400 naming the problem;
 5. ``drop``/``truncate``/``half-close``/``garbage`` damage the handler's reply
    (``fakes.delivery.corrupt``), so the action happens and only its answer is
    lost: the "outcome unknown" case a client must survive.  Streaming routes
@@ -21,7 +23,6 @@ vendor's routes with a catch-all that names what the fake does not serve.
 from __future__ import annotations
 
 import asyncio
-import json
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from fakes import bodies
 from fakes.delivery import CORRUPTING, corrupt, hang
 from fakes.faults import Fault, Faults
 from fakes.keys import Account, KeyRing
@@ -87,7 +89,6 @@ class VendorService:
     vendor: ClassVar[str] = "vendor"  # as messages name the fake: "the <vendor> fake"
     missing_key: ClassVar[str] = "missing API key"
     invalid_key: ClassVar[str] = "invalid API key"
-    invalid_json_status: ClassVar[int] = 400
     no_box_in_path: ClassVar[str] = "no sandbox in the path"
     context_type: ClassVar[type[Context]] = Context
 
@@ -131,22 +132,26 @@ class VendorService:
             await _discard(request)
             raise self.too_large(what, int(declared), limit)
         size = 0
-        async for chunk in request.stream():
+        stream = request.stream()
+        async for chunk in stream:
             size += len(chunk)
             if size > limit:
-                size += await _discard(request)
+                async for rest in stream:  # read on, and drop it
+                    size += len(rest)
+                    if size > limit + DRAIN_MAX_BYTES:
+                        break
                 raise self.too_large(what, size, limit)
             yield chunk
 
     async def json_body(self, request: Request) -> Any:
-        """The request's JSON body ({} when empty)."""
-        raw = await request.body()
+        """The request's JSON body ({} when empty), within the vendor's ``settings.max_json_bytes`` (413) and
+        ``settings.max_json_depth`` (400)."""
+        raw = bytearray()
+        async for chunk in self.bounded_stream(request, self.settings.max_json_bytes, "a JSON request body"):
+            raw += chunk
         if not raw:
             return {}
-        try:
-            return json.loads(raw)
-        except ValueError:
-            raise self.error(self.invalid_json_status, "request body is not valid JSON")
+        return bodies.parse_json(bytes(raw), max_depth=self.settings.max_json_depth)
 
     def add_key(self, key: str) -> None:
         """Accept another key: a separate account with its own boxes and limits."""
@@ -199,6 +204,8 @@ def endpoint(route: str, *, stream_faults: bool = False) -> Callable[[Handler], 
                 response = await handler(request, ctx)
             except ApiError as exc:
                 response = exc.response()
+            except bodies.BadInput as exc:
+                response = svc.error(400, str(exc)).response()
             if fault is not None and fault.kind in CORRUPTING and not stream_faults:
                 response = corrupt(response, fault, svc.closing)
             return response

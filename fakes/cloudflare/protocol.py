@@ -18,6 +18,8 @@ from typing import Any
 
 from starlette.responses import JSONResponse
 
+from fakes import bodies
+
 from .settings import (
     DEFAULT_TIMEOUT_S,
     EXT_CONCURRENT_EXEC,
@@ -26,6 +28,7 @@ from .settings import (
     MAX_AUTH_HEADER,
     MAX_BODY_BYTES,
     MAX_COMMAND_BYTES,
+    MAX_JSON_DEPTH,
     MAX_OUTPUT_UNITS,
     MAX_PATH_BYTES,
     MAX_READ_BYTES,
@@ -100,10 +103,16 @@ async def read_json(headers: Mapping[str, str], chunks: AsyncIterator[bytes]) ->
     try:
         text = bytes(body).decode("utf-8")
         value = json.loads(text[1:] if text.startswith("\ufeff") else text, parse_constant=_no_constants)
-    except (UnicodeDecodeError, ValueError, RecursionError):
-        raise ApiError(400, "invalid_json", "Expected a JSON object")
+    except UnicodeDecodeError:
+        raise ApiError(400, "invalid_json", "Expected a JSON object: the body is not UTF-8")
+    except RecursionError:
+        raise ApiError(400, "invalid_json", "Expected a JSON object: it nests too deeply")
+    except ValueError as exc:
+        raise ApiError(400, "invalid_json", f"Expected a JSON object: {exc}")
     if not isinstance(value, dict):
         raise ApiError(400, "invalid_json", "Expected a JSON object")
+    if bodies.depth(value) > MAX_JSON_DEPTH:
+        raise ApiError(400, "invalid_json", f"Expected a JSON object nesting at most {MAX_JSON_DEPTH} levels")
     return value
 
 
@@ -122,9 +131,18 @@ def well_formed(value: str) -> str:
 
 
 def _text(value: Any, name: str, max_bytes: int, *, empty: bool = False) -> str:
-    if not isinstance(value, str) or (not empty and not value) or "\0" in value or utf8_len(value) > max_bytes:
-        raise ApiError(400, "invalid_field", f"Invalid {name}")
-    return value
+    """A string field as the Worker checks it; the message names what is wrong (the code stays invalid_field)."""
+    if not isinstance(value, str):
+        problem = "must be a string"
+    elif not empty and not value:
+        problem = "must not be empty"
+    elif "\0" in value:
+        problem = "contains a NUL byte"
+    elif utf8_len(value) > max_bytes:
+        problem = f"is longer than {max_bytes} UTF-8 bytes"
+    else:
+        return value
+    raise ApiError(400, "invalid_field", f"Invalid {name}: it {problem}")
 
 
 def _known(data: Mapping[str, Any], allowed: tuple[str, ...]) -> None:

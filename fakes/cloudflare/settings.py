@@ -27,6 +27,7 @@ DEFAULT_TIMEOUT_S = 120.0
 MAX_READ_BYTES = 1024 ** 3
 MAX_AUTH_HEADER = 4096
 MAX_PATH_BYTES = 4096
+MAX_JSON_DEPTH = 64  # a stated fake limit: the Worker's JSON.parse has only the engine's stack
 REPLAY_MEMORY = 64  # exec ids and cancelled ids remembered per workspace
 
 INSTANCE_TYPES = ("lite", "standard-1", "standard-2", "standard-3", "standard-4")

@@ -30,7 +30,7 @@ from starlette.requests import Request
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from fakes import procio
+from fakes import bodies, procio
 from fakes.delivery import Delivery
 from fakes.faults import Fault
 from fakes.rest_skeleton import Context, endpoint
@@ -66,6 +66,7 @@ async def exec_command(request: Request, ctx: Context) -> Any:
     command = body.get("command") if isinstance(body, dict) else None
     if not isinstance(command, list) or not command or not all(isinstance(a, str) for a in command):
         raise ApiError(422, "command must be a non-empty list of strings")
+    bodies.argv_without_nul(command)
     requested = body.get("timeout_seconds", 0)
     if not isinstance(requested, int) or isinstance(requested, bool) or requested < 0:
         raise ApiError(422, "timeout_seconds must be a non-negative integer")
@@ -92,7 +93,7 @@ class ExecStream:
         run = ExecRun(self.box, int(self.box.meta.get("epoch", 0)))  # type: ignore[call-overload]
         try:
             proc = self._spawn()
-        except OSError as exc:
+        except (OSError, ValueError) as exc:
             await Delivery(send, receive, None, svc.closing).start(200, HEADERS)
             await send({"type": "http.response.body", "body": line({"error": f"could not start: {exc}"})})
             return

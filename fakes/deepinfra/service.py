@@ -72,7 +72,6 @@ class Service(VendorService):
     vendor = "DeepInfra"
     missing_key = "Missing bearer token"
     invalid_key = "Invalid API key"
-    invalid_json_status = 422
     no_box_in_path = "Sandbox not found"
     settings: Settings
 
@@ -266,6 +265,8 @@ class Service(VendorService):
         """The normalised sandbox path of an fs path: absolute and under /workspace."""
         if not isinstance(path, str) or not path:
             raise ApiError(422, "path is required")
+        if "\0" in path:
+            raise ApiError(400, f"path {path!r} contains a NUL byte; no path can hold one", "flat")
         if not path.startswith("/"):
             raise ApiError(400, f"ERR_PATH_OUTSIDE_WORKSPACE: {path} is not an absolute path under {WORKSPACE}",
                            "flat")

@@ -89,5 +89,10 @@ class Settings:
     chunk_bytes: int = 64 * 1024
     # Guess: exec runs in /workspace (the image's working directory).
     exec_cwd: str = WORKSPACE
+    # Guess: the API documents 100 MiB per fs call only.  Stated fake limits on a JSON
+    # request body (413 beyond it; an exec's argv cannot exceed Linux's 2 MiB ARG_MAX
+    # anyway) and on how deeply it nests (400).
+    max_json_bytes: int = 4 * MIB
+    max_json_depth: int = 64
     # The body shape of scripted "status" faults: {"detail": {"error": m}} or {"error": m}.
     fault_error_shape: ErrorShape = "detail"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -12,7 +13,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from fakes import procio
+from fakes import bodies, procio
 from fakes.delivery import CuttableStream, DroppedConnection, hang
 from fakes.faults import Fault
 from fakes.rest_skeleton import endpoint
@@ -37,6 +38,7 @@ async def _prepare(request: Request, ctx: BoxContext) -> tuple[Box, list[str], s
     command = body.get("command") if isinstance(body, dict) else None
     if not isinstance(command, list) or not command or not all(isinstance(a, str) for a in command):
         raise ApiError(400, "command must be a non-empty list of strings")
+    bodies.argv_without_nul(command)
     await ready_for_exec(ctx.svc, box)
     return box, command, ctx.svc.command_cwd(box, body.get("folder") or None)
 
@@ -45,7 +47,7 @@ def _spawn(svc: Service, box: Box, argv: list[str], cwd: str) -> BoxProcess:
     try:
         proc = svc.world.spawn(box, argv=argv, cwd=cwd, env=svc.box_env(box))
     except OSError as exc:
-        raise ApiError(500, f"could not start the command: {exc}")
+        raise spawn_error(exc)
     if proc.stdin is not None:
         proc.stdin.close()  # one-shot commands get no input
     return proc
@@ -55,6 +57,14 @@ def _events(svc: Service, proc: BoxProcess, exited: asyncio.Future[Any]) -> Asyn
     s = svc.settings
     return procio.output_events(procio.output_fds(proc), exited, chunk=s.chunk_bytes,
                                 quiet_s=s.drain_quiet_s, max_drain_s=s.drain_max_s)
+
+
+def spawn_error(exc: OSError) -> ApiError:
+    """A command that could not start: 400 if the request made it impossible, else the fake's own 500."""
+    if exc.errno == errno.E2BIG:
+        return ApiError(400, "the command and its environment are too long to start (E2BIG: Linux allows at most "
+                             "128 KiB per argument, 2 MiB in all)")
+    return ApiError(500, f"could not start the command: {exc}")
 
 
 def flood_chunks(total: int, chunk: int) -> list[bytes]:

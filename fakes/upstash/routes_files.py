@@ -24,7 +24,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from fakes import boxfs
-from fakes.rest_skeleton import endpoint
+from fakes.rest_skeleton import endpoint, size_text
 from fakes.world import Box
 
 from . import multipart
@@ -65,7 +65,7 @@ def _read(fs: boxfs.BoxFS, path: str, offset: int, length: int | None, limit: in
     with fh:
         if length is None and size - offset > limit:
             raise ApiError(400, f"{path} has {size - offset} bytes from offset {offset}; read at most {limit} "
-                                "bytes (8 MiB) per call with offset and length")
+                                f"bytes ({size_text(limit)}) per call with offset and length")
         fh.seek(offset)
         return fh.read() if length is None else fh.read(length)
 
@@ -77,7 +77,7 @@ async def read_file(request: Request, ctx: BoxContext) -> Response:
     length, offset = _int_param(request, "length"), _int_param(request, "offset") or 0
     limit = svc.settings.read_max_bytes
     if length is not None and length > limit:
-        raise ApiError(400, f"length {length} exceeds the maximum of {limit} bytes (8 MiB) per read")
+        raise ApiError(400, f"length {length} exceeds the maximum of {limit} bytes ({size_text(limit)}) per read")
     data = await _disk(svc, _read, svc.files(box), path, offset, length, limit)
     encoding = (request.query_params.get("encoding") or "utf-8").lower()
     if encoding == "base64":

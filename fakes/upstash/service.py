@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from fakes import boxfs
+from fakes import bodies, boxfs
 from fakes.faults import Faults
 from fakes.keys import Account
 from fakes.rest_skeleton import ApiError, Context, VendorService
@@ -122,6 +122,7 @@ class Service(VendorService):
     def _absolute(self, path: Any) -> str:
         if not isinstance(path, str) or not path:
             raise ApiError(400, "path must be a non-empty string")
+        bodies.no_nul(path, f"path {path!r}")
         if not path.startswith("/"):  # relative paths are relative to the workspace, like the SDK's
             path = self.world.layout.workspace + "/" + path
         return posixpath.normpath(path)
@@ -163,9 +164,10 @@ class Service(VendorService):
         if not isinstance(body, dict):
             raise ApiError(400, "request body must be a JSON object")
         name = body.get("name")
-        if name is not None and (not isinstance(name, str) or not name.strip() or "/" in name
+        if name is not None and (not isinstance(name, str) or not name.strip() or "/" in name or "\0" in name
                                  or any(c.isspace() for c in name) or len(name) > 128):
-            raise ApiError(400, "name must be a non-empty string without spaces or '/', at most 128 characters")
+            raise ApiError(400, "name must be a non-empty string without spaces, '/' or NUL, at most 128 "
+                                "characters")
         size = body.get("size", "small")
         if size not in SIZES:
             raise ApiError(400, f"invalid size {size!r}; one of {', '.join(SIZES)}")
@@ -184,6 +186,9 @@ class Service(VendorService):
         if not isinstance(env_vars, dict) or not all(isinstance(k, str) and isinstance(v, str)
                                                       for k, v in env_vars.items()):
             raise ApiError(400, "env_vars must map strings to strings")
+        for key, value in env_vars.items():
+            bodies.no_nul(key, "an env_vars name")
+            bodies.no_nul(value, f"env_vars[{key!r}]")
         keep_alive = body.get("keep_alive", False)
         if not isinstance(keep_alive, bool):
             raise ApiError(400, "keep_alive must be a boolean")
@@ -278,7 +283,7 @@ class Service(VendorService):
         if not isinstance(entries, list):
             return env
         for entry in entries:
-            if not isinstance(entry, str) or "=" not in entry:
+            if not isinstance(entry, str) or "=" not in entry or "\0" in entry:
                 continue
             key, value = entry.split("=", 1)
             if _ENV_KEY.match(key) and key not in self.settings.blocked_env:

@@ -29,12 +29,12 @@ from typing import Any
 from starlette.responses import JSONResponse
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from fakes import procio
+from fakes import bodies, procio
 from fakes.delivery import DroppedConnection
 from fakes.faults import Fault
 from fakes.world import CREATING, DELETED, ERROR, PAUSED, Box, BoxProcess
 
-from .routes_exec import flood_chunks
+from .routes_exec import flood_chunks, spawn_error
 from .service import ApiError, Service
 from .settings import SIGNALS, WS_ROUTE
 
@@ -173,9 +173,9 @@ class Session:
         message = await self.ws.receive()
         if message["type"] == "websocket.disconnect":
             return None
-        frame = _parse(message)
+        frame, problem = _parse(message, self.svc.settings.max_json_depth)
         if frame is None or frame.get("type") != "start":
-            await self._error("the first frame must be a start frame")
+            await self._error("the first frame must be a start frame" + (f" ({problem})" if problem else ""))
             return None
         return frame
 
@@ -223,13 +223,20 @@ class Session:
             raise ApiError(400, "start requires cmd or argv")
         tty = start.get("tty") is True
         rows, cols = _dimension(start.get("rows")), _dimension(start.get("cols"))
-        cwd = self.svc.command_cwd(self.box, start.get("cwd"))
+        try:
+            if argv:
+                bodies.argv_without_nul(argv, "argv")
+            else:
+                bodies.no_nul(cmd, "cmd")
+            cwd = self.svc.command_cwd(self.box, start.get("cwd"))
+        except bodies.BadInput as exc:
+            raise ApiError(400, str(exc))
         env = {**self.svc.box_env(self.box), **self.svc.overlay_env(start.get("env"))}
         try:
             return self.svc.world.spawn(self.box, cmd=cmd, argv=argv or None, cwd=cwd, env=env,
                                         tty=tty, rows=rows, cols=cols)
         except OSError as exc:
-            raise ApiError(500, f"could not start the command: {exc}")
+            raise spawn_error(exc)
 
     async def _run(self, proc: BoxProcess) -> None:
         exited = asyncio.ensure_future(procio.wait_exit(proc))
@@ -285,10 +292,10 @@ class Session:
             message = await self.ws.receive()
             if message["type"] == "websocket.disconnect":
                 return
-            frame = _parse(message)
-            kind = frame.get("type") if frame else None
+            frame, _ = _parse(message, self.svc.settings.max_json_depth)
             if frame is None:
-                continue
+                continue  # like the SDK's own reader, an unparseable frame is skipped
+            kind = frame.get("type")
             if kind == "stdin":
                 await stdin.write(_b64(frame.get("data")))
             elif kind == "stdin_close":
@@ -312,15 +319,18 @@ class Session:
                 proc.terminate(grace)
 
 
-def _parse(message: dict[str, Any]) -> dict[str, Any] | None:
+def _parse(message: dict[str, Any], max_depth: int) -> tuple[dict[str, Any] | None, str]:
+    """(the frame as a JSON object, or None; what is wrong with it otherwise)."""
     raw = message.get("text")
     if raw is None and message.get("bytes") is not None:
         raw = message["bytes"].decode("utf-8", "replace")
+    if raw is None:
+        return None, "the frame is empty"
     try:
-        frame = json.loads(raw) if raw is not None else None
-    except ValueError:
-        return None
-    return frame if isinstance(frame, dict) else None
+        frame = bodies.parse_json(raw, max_depth=max_depth, what="the frame")
+    except bodies.BadInput as exc:
+        return None, str(exc)
+    return (frame, "") if isinstance(frame, dict) else (None, "the frame is not a JSON object")
 
 
 def _b64(data: Any) -> bytes:

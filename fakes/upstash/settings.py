@@ -86,9 +86,15 @@ class Settings:
     # Stdin a session queues for a process that is not reading before the
     # server stops reading the socket.
     stdin_buffer_bytes: int = 16 * MIB
+    # Unknown upstream: stated fake limits on a JSON request body (413 beyond it: room
+    # for 8 MiB of files/write content in base64) and on how deeply it nests (400).
+    max_json_bytes: int = 16 * MIB
+    max_json_depth: int = 64
     # Give every box an UPSTASH_BLOB_TOKEN variable, as real boxes have.
     blob_token: bool = True
     # WebSocket keepalive pings; no pong deadline, so a client that stops
     # reading on purpose (backpressure) is not disconnected.
     ws_ping_interval_s: float | None = 20.0
+    # Unknown upstream (the SDK's client takes frames of any size): a stated fake limit
+    # on one exec-session frame; a bigger one closes the session (1009).
     ws_max_message_bytes: int = 64 * MIB

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from fakes.cloudflare.settings import (
     MAX_COMMAND_BYTES,
     MAX_OUTPUT_UNITS,
@@ -67,3 +69,30 @@ def test_output_limit_counts_utf16_units(client: Client, sid: str) -> None:
     assert len(at.output) == lines * 2 + 2  # far fewer than 2,000,000 code points...
     over = client.exec(sid, f"yes '😀' | head -n {lines}; printf abc")
     assert over.error_code == "output_limit"  # ... yet one unit more is over the limit
+
+
+def _message(resp) -> str:  # type: ignore[no-untyped-def]
+    return str(resp.json()["error"]["message"])
+
+
+def test_deeply_nested_json_is_invalid_json_that_says_so(client: Client, sid: str) -> None:
+    for depth in (100_000, 65):
+        deep = b'{"request_id":"' + rid().encode() + b'","command":"true","x":' + b"[" * depth + b"]" * depth + b"}"
+        resp = client.http.post(f"/v1/sandboxes/{sid}/exec", content=deep,
+                                headers={"Content-Type": "application/json"})
+        assert error_of(resp) == (400, "invalid_json") and "nest" in _message(resp), resp.text
+
+
+@pytest.mark.parametrize("field, value", [("command", "echo a\0b"), ("stdin", "a\0b")])
+def test_a_nul_byte_in_a_command_or_stdin_is_invalid_and_named(client: Client, sid: str, field: str,
+                                                              value: str) -> None:
+    body = {"request_id": rid(), "command": "cat", field: value}
+    resp = client.post(f"/v1/sandboxes/{sid}/exec", body)
+    assert error_of(resp) == (400, "invalid_field") and "NUL" in _message(resp) and field in _message(resp)
+
+
+def test_a_nul_byte_in_a_path_or_cwd_is_invalid_and_named(client: Client, sid: str) -> None:
+    resp = client.post(f"/v1/sandboxes/{sid}/read", {"path": "/workspace/a\0b"})
+    assert error_of(resp) == (400, "invalid_field") and "NUL" in _message(resp)
+    resp = client.init("nul-cwd", cwd="/workspace/a\0b")
+    assert error_of(resp) == (400, "invalid_field") and "NUL" in _message(resp)

@@ -18,7 +18,8 @@ from ..symlink_race import SymlinkSwapper, escaped
 THREADS, ROUNDS = 6, 120
 
 
-def test_concurrent_writes_never_land_outside_the_sandbox(fake: Tenant, sandbox, tmp_path: Path):  # type: ignore[no-untyped-def]
+def test_concurrent_writes_never_land_outside_the_sandbox(fake: Tenant, sandbox,  # type: ignore[no-untyped-def]
+                                                          tmp_path: Path):
     outside = tmp_path / "host-dir"
     outside.mkdir()
     box = fake.box(sandbox.id)
