@@ -1,26 +1,36 @@
 """The init of one isolated box: builds its namespaces once, then starts its commands on request.
 
-Run by the host as ``python -I -S box_init.py FD`` (standard library only: once
-the box's root is in place the host's Python installation may be out of view,
-so everything is imported up front).  FD is a Unix stream socket to the host,
-which speaks the framed JSON protocol at the end of this file.
+Run by the host as ``python -I -S box_init.py FD`` (standard library only:
+once the box's root is in place the host's Python installation may be out of
+view, so everything is imported up front).  FD is a Unix stream socket to the
+host, which speaks the framed JSON protocol of ``Channel``.
 
-Two processes: the *setup* process (the one the host started) creates the user
-namespace and lets the host write its id maps, then creates the mount, UTS,
-IPC and PID namespaces and forks the *init*, PID 1 of the box.  The init
-builds the box's root (a tmpfs holding read-only binds of the system
-directories, the box's own writable directories at their inside paths, a
-fresh /proc and a minimal /dev), pivots into it, detaches the old root, sets
-the hostname and reports ready.  From then on it forks commands on request
-(each in its own session, with the descriptors the host sent), reports their
-exits, reaps every orphan of the box, and stops or continues all of the box's
-processes at once.  The setup process only waits for the init and exits with it.
+A box is made in two steps, so that a spare can wait, ready but for the box's
+own directories:
 
-When the host runs as root, the sources are resolved first as root in a
-private mount namespace (the host's temp directories are often mode 0700, out
-of reach of the box's unprivileged ids), and the system directories are made
-read-only there: copied into the box's user namespace those mounts are locked
-read-only, which no process in the box can undo.
+1. ``prepare`` (everything that does not depend on the box).  The *setup*
+   process covers /tmp with a private tmpfs, the stage, in a mount namespace
+   of its own; running as root it binds the system directories read-only
+   there.  It forks the *namespace* process, which creates the user namespace
+   (the setup process writes its id maps), then the mount, UTS, IPC and PID
+   namespaces, and forks the *init*, PID 1 of the box.  The init mounts the
+   box's root (a tmpfs) with the system directories, a fresh /proc and a
+   minimal /dev, and waits.
+2. ``box`` (its hostname and directories).  The directories are resolved where
+   the host's paths are reachable: as root by the setup process, which binds
+   them into the stage, whence mount propagation carries them into the box's
+   mount namespace; unprivileged by the init itself.  The init binds them at
+   their inside paths, pivots into the root, detaches the old one, sets the
+   hostname and reports ready.
+
+From then on the init forks commands on request (each in its own session,
+with the descriptors the host sent), reports their exits, reaps every orphan
+of the box, and stops or continues all of the box's processes at once.  The
+setup and namespace processes only wait for the init and exit with it.
+
+Mounts copied from the setup process's namespace into the box's user
+namespace are locked: the system directories stay read-only whatever a
+process in the box does.
 """
 
 from __future__ import annotations
@@ -44,7 +54,8 @@ import traceback
 CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
 CLONE_NEWUSER, CLONE_NEWPID = 0x10000000, 0x20000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 0x1, 0x2, 0x4, 0x8
-MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 0x20, 0x1000, 0x4000, 0x40000
+MS_REMOUNT, MS_BIND, MS_REC = 0x20, 0x1000, 0x4000
+MS_PRIVATE, MS_SLAVE, MS_SHARED = 0x40000, 0x80000, 0x100000
 MNT_DETACH = 2
 AT_FDCWD, AT_RECURSIVE = -100, 0x8000
 MOUNT_ATTR_RDONLY = 0x1
@@ -186,75 +197,100 @@ class Channel:
 
 
 # -- setup ------------------------------------------------------------------------------------
+STAGE = "/tmp"  # covered by a private tmpfs; host paths below it are reached through a descriptor
+
+
 def _mkdirs(path: str) -> None:
     os.makedirs(path, mode=0o755, exist_ok=True)
 
 
-def _stage(spec: dict) -> dict:
-    """As root in a private mount namespace: bind every source under one traversable tmpfs.
+class Stage:
+    """The tmpfs over /tmp in a private mount namespace, and a way to the host paths it covers."""
 
-    The box's directories often sit below 0700 directories the box's ids cannot
-    traverse; bound here (through descriptors opened before /tmp is covered)
-    they are reachable at /tmp/.kit-stage/bN.  System directories are bound
-    read-only, so in the box's user namespace they are locked read-only.
-    """
+    def __init__(self) -> None:
+        self.under = os.open(STAGE, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)  # the host's /tmp, before covering
+        mount("kit-stage", STAGE, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=64k")
+
+    def open(self, path: str) -> int:
+        """An O_PATH descriptor of a host directory, even one below the covered /tmp."""
+        path = os.path.normpath(path)
+        flags = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
+        if path == STAGE or path.startswith(STAGE + "/"):
+            return os.open(path[len(STAGE):].lstrip("/") or ".", flags, dir_fd=self.under)
+        return os.open(path, flags)
+
+    def bind(self, path: str, where: str) -> None:
+        fd = self.open(path)
+        try:
+            _mkdirs(where)
+            mount(f"/proc/self/fd/{fd}", where, None, MS_BIND)
+        finally:
+            os.close(fd)
+
+
+def _prepare_stage(prep: dict) -> Stage:
+    """Setup process, as root: a private mount namespace, the stage, the system directories read-only."""
     unshare(CLONE_NEWNS)
     mount(None, "/", None, MS_REC | MS_PRIVATE)
-    held = [os.open(b["source"], os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC) for b in spec["binds"]]
-    stage = "/tmp/.kit-stage"
-    mount("kit-stage", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=64k")
-    _mkdirs(stage + "/root")
-    staged = dict(spec)
-    staged["binds"] = []
-    for i, (b, fd) in enumerate(zip(spec["binds"], held, strict=True)):
-        where = f"{stage}/b{i}"
-        _mkdirs(where)
-        mount(f"/proc/self/fd/{fd}", where, None, MS_BIND)
-        os.close(fd)
-        staged["binds"].append({**b, "source": where})
-    staged["system"] = []
-    for i, s in enumerate(spec["system"]):
-        if s.get("link"):
-            staged["system"].append(s)
+    stage = Stage()
+    mount(None, STAGE, None, MS_SHARED)  # what is bound here later reaches the box's namespace (as a slave)
+    for i, entry in enumerate(prep["system"]):
+        if entry.get("link"):
             continue
-        where = f"{stage}/s{i}"
+        where = f"{STAGE}/s{i}"
         _mkdirs(where)
-        mount(s["source"], where, None, MS_BIND | MS_REC)
+        mount(entry["source"], where, None, MS_BIND | MS_REC)
         make_readonly(where)
-        staged["system"].append({**s, "source": where, "locked": True})
-    staged["root"] = stage + "/root"
-    return staged
+        entry.update(source=where, locked=True)
+    _mkdirs(f"{STAGE}/root")
+    _mkdirs(f"{STAGE}/box")
+    return stage
 
 
-def _build_root(spec: dict) -> None:
-    """Runs as PID 1 of the box: the box's root at spec['root'], then pivot into it."""
-    root = spec["root"]
-    mount(None, "/", None, MS_REC | MS_PRIVATE)
+def _build_base(prep: dict) -> str:
+    """Init, before the box is known: its root with the system directories, /proc and /dev."""
+    root = f"{STAGE}/root"
+    if prep.get("stage_as_root"):
+        mount(None, STAGE, None, MS_SLAVE)  # receives the box's directories; pivot_root refuses a shared parent
+    else:
+        mount(None, "/", None, MS_REC | MS_PRIVATE)
+        prep["_stage"] = Stage()  # the host's /tmp stays reachable for the box's directories
+        _mkdirs(root)
     mount("box", root, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m")
-    for s in spec["system"]:
-        target = root + s["target"]
-        if s.get("link"):
-            os.symlink(s["link"], target)
+    for entry in prep["system"]:
+        target = root + entry["target"]
+        if entry.get("link"):
+            os.symlink(entry["link"], target)
             continue
         _mkdirs(target)
-        mount(s["source"], target, None, MS_BIND | MS_REC)
-        if not s.get("locked"):
+        mount(entry["source"], target, None, MS_BIND | MS_REC)
+        if not entry.get("locked"):
             make_readonly(target)
     for name in ("proc", "dev", "tmp", "run", "var"):
         _mkdirs(f"{root}/{name}")
-    for b in sorted(spec["binds"], key=lambda b: b["target"].count("/")):
+    mount("proc", f"{root}/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    if not prep.get("userns"):  # kernel settings: with a user namespace they belong to an unmapped root
+        for sub in ("sys", "sysrq-trigger"):
+            path = f"{root}/proc/{sub}"
+            if os.path.exists(path):
+                mount(path, path, None, MS_BIND | MS_REC)
+                make_readonly(path)
+    _build_dev(f"{root}/dev")
+    return root
+
+
+def _finish_root(root: str, prep: dict, binds: list[dict]) -> None:
+    """Init, once the box is known: its directories at their inside paths, then pivot into the root."""
+    stage: Stage | None = prep.get("_stage")
+    for b in sorted(binds, key=lambda b: b["target"].count("/")):
         target = root + b["target"]
         _mkdirs(target)
-        mount(b["source"], target, None, MS_BIND)
+        if stage is not None:
+            stage.bind(b["source"], target)
+        else:
+            mount(b["source"], target, None, MS_BIND)
         if not b.get("writable", True):
             make_readonly(target)
-    mount("proc", f"{root}/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-    for sub in ("sys", "sysrq-trigger"):  # kernel settings: read-only even for a box without a user namespace
-        path = f"{root}/proc/{sub}"
-        if os.path.exists(path):
-            mount(path, path, None, MS_BIND | MS_REC)
-            make_readonly(path)
-    _build_dev(f"{root}/dev")
     pivot_root(root)
     mount(None, "/", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
 
@@ -509,14 +545,19 @@ def _execvpe(argv: list[str], env: dict[str, str]) -> None:
     raise first_error or last_error
 
 
-def _init_main(channel: Channel, spec: dict) -> None:
-    """PID 1 of the box."""
+def _init_main(channel: Channel, prep: dict, setup: socket.socket) -> None:
+    """PID 1 of the box: the base root now, the rest when the setup process passes the box on."""
     try:
         prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         name = ctypes.create_string_buffer(b"box-init")
         libc.prctl(ctypes.c_int(PR_SET_NAME), name, ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0))
-        _build_root(spec)
-        socket.sethostname(spec["hostname"])
+        root = _build_base(prep)
+        box = Channel(setup).receive()
+        setup.close()
+        if box is None:
+            os._exit(1)  # the box was never asked for (a spare at the host's exit)
+        _finish_root(root, prep, box["binds"])
+        socket.sethostname(box["hostname"])
         prctl(PR_SET_DUMPABLE, 0)  # box commands may not read the init's memory or descriptors
         me = os.pidfd_open(1)
         channel.send({"op": "ready"}, [me])
@@ -527,6 +568,47 @@ def _init_main(channel: Channel, spec: dict) -> None:
         os._exit(1)
     Init(channel).run()
     os._exit(0)
+
+
+def _namespaces_main(channel: Channel, prep: dict, mapped: int, setup: socket.socket) -> int:
+    """The namespace process: user namespace (mapped by the setup process), then the box's others."""
+    if prep.get("userns"):
+        unshare(CLONE_NEWUSER)
+        os.write(mapped, b"u")  # the setup process writes our maps ...
+        if os.read(mapped, 1) != b"m":  # ... and says when they are there
+            return 1
+        if prep.get("setgroups", True):
+            os.setgroups([])
+        os.setresgid(0, 0, 0)
+        os.setresuid(0, 0, 0)
+    os.close(mapped)
+    unshare(CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWPID)
+    child = os.fork()
+    if child == 0:
+        _init_main(channel, prep, setup)
+    setup.close()
+    channel.sock.close()
+    return _wait(child)
+
+
+def _write_maps(pid: int, prep: dict) -> None:
+    if not prep.get("setgroups", True):
+        with open(f"/proc/{pid}/setgroups", "w") as fh:
+            fh.write("deny")
+    for name in ("uid_map", "gid_map"):
+        with open(f"/proc/{pid}/{name}", "w") as fh:
+            fh.write(prep[name])
+
+
+def _wait(child: int) -> int:
+    while True:
+        try:
+            _, status = os.waitpid(child, 0)
+            return os.waitstatus_to_exitcode(status)
+        except InterruptedError:
+            continue
+        except ChildProcessError:
+            return 1
 
 
 def _describe(exc: BaseException) -> str:
@@ -542,44 +624,57 @@ def main(argv: list[str]) -> int:
     control = int(argv[1])
     os.set_inheritable(control, False)
     channel = Channel(socket.socket(fileno=control))
-    spec = channel.receive()
-    if spec is None:
+    prep = channel.receive()
+    if prep is None or prep.get("op") != "prepare":
         return 1
-    stage = "setup"
+    step = "prepare"
     try:
-        if spec.get("stage_as_root"):
-            stage = "stage"
-            spec = _stage(spec)
-        if spec.get("userns"):
-            stage = "userns"
-            unshare(CLONE_NEWUSER)
-            channel.send({"op": "map"})
-            reply = channel.receive()
-            if not reply or reply.get("op") != "mapped":
-                return 1
-            if spec.get("setgroups", True):
-                os.setgroups([])
-            os.setresgid(0, 0, 0)
-            os.setresuid(0, 0, 0)
-        stage = "namespaces"
-        unshare(CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWPID)
+        stage = _prepare_stage(prep) if prep.get("stage_as_root") else None
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)  # to pass the box on to the init
+        mapped_here, mapped_there = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        step = "namespaces"
         child = os.fork()
+        if child == 0:
+            ours.close()
+            mapped_here.close()
+            code = 1
+            try:
+                code = _namespaces_main(channel, prep, mapped_there.fileno(), theirs)
+            except BaseException as exc:
+                with contextlib.suppress(OSError):
+                    channel.send({"op": "failed", "stage": "namespaces", "message": _describe(exc)})
+            os._exit(code)
+        theirs.close()
+        mapped_there.close()
+        if prep.get("userns"):
+            step = "user namespace"
+            if mapped_here.recv(1) != b"u":
+                return _wait(child)
+            _write_maps(child, prep)
+            mapped_here.send(b"m")
+        mapped_here.close()
+        step = "box"
+        box = channel.receive()
+        if box is None or box.get("op") != "box":
+            ours.close()
+            return _wait(child)
+        if stage is not None:  # as root: the box's directories into the stage, whence they reach the init
+            binds = []
+            for i, b in enumerate(box["binds"]):
+                where = f"{STAGE}/box/b{i}"
+                stage.bind(b["source"], where)
+                binds.append({**b, "source": where})
+            box["binds"] = binds
+        channel.sock.close()  # the init reads the host's requests from now on
+        Channel(ours).send(box)
+        ours.close()
     except BaseException as exc:
         with contextlib.suppress(OSError):
-            channel.send({"op": "failed", "stage": stage, "message": _describe(exc)})
+            channel.send({"op": "failed", "stage": step, "message": _describe(exc)})
         return 1
-    if child == 0:
-        _init_main(channel, spec)
-    channel.sock.close()
-    while True:
-        try:
-            _, status = os.waitpid(child, 0)
-            return os.waitstatus_to_exitcode(status)
-        except InterruptedError:
-            continue
-        except ChildProcessError:
-            return 1
+    return _wait(child)
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    code = main(sys.argv)
+    os._exit(code)  # no interpreter teardown: the host waits for this exit when a box ends

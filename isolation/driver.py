@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -15,7 +14,7 @@ SYSTEM_DIRS = ("/usr", "/etc", "/opt", "/bin", "/sbin", "/lib", "/lib32", "/lib6
 StdStream = int | IO[Any] | None
 
 
-class IsolationError(RuntimeError):
+class IsolationError(OSError):
     """A box could not be set up or reached; the message says which step failed and why."""
 
 
@@ -30,27 +29,11 @@ class Bind:
 
 @dataclass(frozen=True)
 class BoxSpec:
-    """One box: its hostname and the host directories it may see and write.
-
-    ``scratch`` is an empty host directory the driver may use as a mount point;
-    nothing is ever written to it on the host.
-    """
+    """One box: its hostname and the host directories it may see (and write, unless read-only)."""
 
     hostname: str
     binds: tuple[Bind, ...]
-    scratch: Path
-    system_dirs: tuple[str, ...] = SYSTEM_DIRS
     labels: Mapping[str, str] = field(default_factory=dict)
-
-    def system_entries(self) -> list[dict[str, str]]:
-        """The system directories present on this machine: bound read-only, or symlinked as here."""
-        entries = []
-        for path in self.system_dirs:
-            if os.path.islink(path):
-                entries.append({"target": path, "link": os.readlink(path)})
-            elif os.path.isdir(path):
-                entries.append({"target": path, "source": path})
-        return entries
 
 
 class Running(Protocol):

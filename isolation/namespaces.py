@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from isolation import box_init
-from isolation.driver import Bind, BoxSpec, IsolationError, StdStream
+from isolation.driver import SYSTEM_DIRS, Bind, BoxSpec, IsolationError, StdStream
 from isolation.popen import BoxPopen, ExitSlot
 
 logger = logging.getLogger("isolation")
@@ -78,8 +78,9 @@ def _candidate_modes() -> list[Mode]:
 class NamespaceBox:
     """A running box: its init, the socket to it, and the commands whose exits are still due."""
 
-    def __init__(self, spec: BoxSpec, mode: Mode):
+    def __init__(self, spec: BoxSpec, mode: Mode, system_dirs: tuple[str, ...] = SYSTEM_DIRS):
         self.spec = spec
+        self.system_dirs = system_dirs
         self.hostname = spec.hostname
         self.mode = mode
         self.init_pid = 0
@@ -101,15 +102,9 @@ class NamespaceBox:
         return self._alive
 
     # -- start ---------------------------------------------------------------------------------
-    def start(self) -> None:
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            self._setup = subprocess.Popen(
-                [sys.executable, "-I", "-S", _INIT_SCRIPT, str(theirs.fileno())], pass_fds=[theirs.fileno()],
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_INIT_ENV,
-                start_new_session=True)
-        finally:
-            theirs.close()
+    def start(self, launched: tuple[subprocess.Popen[bytes], socket.socket] | None = None) -> None:
+        """Set the box up in a setup process already prepared (a spare), or in a new one."""
+        self._setup, ours = launched or launch_setup(prepare_message(self.mode, self.system_dirs))
         self._channel = box_init.Channel(ours)
         ours.settimeout(START_TIMEOUT_S)
         try:
@@ -123,42 +118,29 @@ class NamespaceBox:
     def _handshake(self) -> None:
         assert self._channel is not None and self._setup is not None
         spec = self.spec
-        self._channel.send({
-            "op": "spec", "hostname": spec.hostname[:64] or "box", "stage_as_root": self.mode.stage_as_root,
-            "userns": self.mode.userns, "setgroups": self.mode.stage_as_root,
-            "root": str(spec.scratch), "system": spec.system_entries(),
-            "binds": [{"source": str(b.source), "target": b.target, "writable": b.writable} for b in spec.binds]})
+        self._channel.send({"op": "box", "hostname": spec.hostname[:64] or "box", "binds": [
+            {"source": str(b.source), "target": b.target, "writable": b.writable} for b in spec.binds]})
         while True:
             try:
                 message = self._channel.receive()
             except TimeoutError:
                 raise IsolationError(f"box {spec.hostname}: its init did not report within {START_TIMEOUT_S:.0f} s")
+            except OSError as exc:
+                raise IsolationError(f"box {spec.hostname}: its setup process is unreachable: {exc}") from exc
             if message is None:
                 code = self._setup.wait(5)
-                raise IsolationError(f"box {spec.hostname}: its init exited ({code}) before reporting")
+                raise IsolationError(f"box {spec.hostname}: its setup process exited ({code}) before the box "
+                                     "was ready")
             op = message.get("op")
-            if op == "map":
-                self._write_maps(self._setup.pid)
-                self._channel.send({"op": "mapped"})
-            elif op == "failed":
+            if op == "failed":
                 raise IsolationError(f"box {spec.hostname}: {message.get('stage')} step failed: "
                                      f"{message.get('message')}")
-            elif op == "ready":
+            if op == "ready":
                 (self._init_pidfd,) = self._channel.take_fds(1)
                 self.init_pid = _pidfd_pid(self._init_pidfd)
                 st = os.stat(f"/proc/{self.init_pid}/ns/pid")
                 self.pidns = (st.st_dev, st.st_ino)
                 return
-
-    def _write_maps(self, pid: int) -> None:
-        mode = self.mode
-        if mode.stage_as_root:
-            uid_map, gid_map = f"0 {mode.uid} {ID_RANGE}\n", f"0 {mode.gid} {ID_RANGE}\n"
-        else:
-            Path(f"/proc/{pid}/setgroups").write_text("deny")
-            uid_map, gid_map = f"0 {mode.uid} 1\n", f"0 {mode.gid} 1\n"
-        Path(f"/proc/{pid}/uid_map").write_text(uid_map)
-        Path(f"/proc/{pid}/gid_map").write_text(gid_map)
 
     def _abandon(self) -> None:
         if self._setup is not None:
@@ -224,20 +206,72 @@ class NamespaceBox:
 
     # -- stop ---------------------------------------------------------------------------------
     def kill(self, timeout: float) -> None:
+        """SIGKILL the init and wait until it has exited, which the kernel allows only once every other
+        process of its PID namespace has; its setup process is reaped in the background."""
         if self._init_pidfd != -1:
             with contextlib.suppress(OSError):
                 signal.pidfd_send_signal(self._init_pidfd, signal.SIGKILL)
+            ready, _, _ = select.select([self._init_pidfd], [], [], timeout)
+            if not ready:
+                logger.warning("box %s: its init outlived SIGKILL by %.0f s", self.hostname, timeout)
         if self._setup is not None:
-            try:
-                self._setup.wait(timeout)
-            except subprocess.TimeoutExpired:
-                logger.warning("box %s: its setup process outlived its init by %.0f s", self.hostname, timeout)
+            _reap_later(self._setup)
         self._alive = False
         if self._init_pidfd != -1:
             os.close(self._init_pidfd)
             self._init_pidfd = -1
         if self._channel is not None:
             self._channel.sock.close()
+
+
+def prepare_message(mode: Mode, system_dirs: Sequence[str]) -> dict:
+    """What a setup process needs before it knows its box: the id maps and the system directories."""
+    count = ID_RANGE if mode.stage_as_root else 1
+    return {"op": "prepare", "stage_as_root": mode.stage_as_root, "userns": mode.userns,
+            "setgroups": mode.stage_as_root, "uid_map": f"0 {mode.uid} {count}\n",
+            "gid_map": f"0 {mode.gid} {count}\n", "system": system_entries(system_dirs)}
+
+
+def system_entries(system_dirs: Sequence[str]) -> list[dict[str, str]]:
+    """The system directories present on this machine: bound read-only, or symlinked as here."""
+    entries = []
+    for path in system_dirs:
+        if os.path.islink(path):
+            entries.append({"target": path, "link": os.readlink(path)})
+        elif os.path.isdir(path):
+            entries.append({"target": path, "source": path})
+    return entries
+
+
+def launch_setup(prepare: dict) -> tuple[subprocess.Popen[bytes], socket.socket]:
+    """A new setup process (box_init.py), prepared: it waits for its box's hostname and directories."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        setup = subprocess.Popen(
+            [sys.executable, "-I", "-S", _INIT_SCRIPT, str(theirs.fileno())], pass_fds=[theirs.fileno()],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_INIT_ENV,
+            start_new_session=True)
+    except BaseException:
+        ours.close()
+        raise
+    finally:
+        theirs.close()
+    try:
+        box_init.Channel(ours).send(prepare)
+    except OSError:
+        pass  # it died already: the box's start reports why
+    return setup, ours
+
+
+_exited: list[subprocess.Popen[bytes]] = []
+_exited_lock = threading.Lock()
+
+
+def _reap_later(setup: subprocess.Popen[bytes]) -> None:
+    """Reap setup processes whose init is gone without waiting for them (they exit right after it)."""
+    with _exited_lock:
+        _exited.append(setup)
+        _exited[:] = [p for p in _exited if p.poll() is None]
 
 
 def _pidfd_pid(pidfd: int) -> int:
@@ -256,11 +290,16 @@ class NamespaceDriver:
 
     name = "namespaces"
 
-    def __init__(self) -> None:
+    def __init__(self, *, spares: int = 1, system_dirs: tuple[str, ...] = SYSTEM_DIRS) -> None:
+        self.system_dirs = system_dirs
         self._mode: Mode | None = None
         self._reason = ""
         self._probed = False
         self._lock = threading.Lock()
+        # Setup processes started ahead, so a box's start does not wait for an interpreter to load.
+        self._spares: list[tuple[subprocess.Popen[bytes], socket.socket]] = []
+        self._spare_count = spares
+        self._refilling = False
 
     # -- availability -------------------------------------------------------------------------
     def available(self) -> tuple[bool, str]:
@@ -287,9 +326,64 @@ class NamespaceDriver:
 
     # -- boxes --------------------------------------------------------------------------------
     def start(self, spec: BoxSpec) -> NamespaceBox:
-        box = NamespaceBox(spec, self.mode)
-        box.start()
+        spare = self._take_spare()
+        box = NamespaceBox(spec, self.mode, self.system_dirs)
+        try:
+            box.start(spare)
+        except IsolationError:
+            if spare is None:
+                raise
+            box = NamespaceBox(spec, self.mode, self.system_dirs)  # a spare may have died: once more, new
+            box.start()
         return box
+
+    def warm(self) -> None:
+        """Have a spare ready for the next box (in the background)."""
+        self._refill_soon()
+
+    def _refill_soon(self) -> None:
+        with self._lock:
+            refill = self._spare_count > len(self._spares) and not self._refilling and self._mode is not None
+            self._refilling = self._refilling or refill
+        if refill:
+            threading.Thread(target=self._refill, name="isolation-spare", daemon=True).start()
+
+    def _take_spare(self) -> tuple[subprocess.Popen[bytes], socket.socket] | None:
+        with self._lock:
+            taken = None
+            while self._spares and taken is None:
+                setup, sock = self._spares.pop()
+                if setup.poll() is None:
+                    taken = (setup, sock)
+                else:
+                    sock.close()
+        self._refill_soon()
+        return taken
+
+    def _refill(self) -> None:
+        try:
+            while True:
+                with self._lock:
+                    if len(self._spares) >= self._spare_count:
+                        return
+                spare = launch_setup(prepare_message(self.mode, self.system_dirs))
+                with self._lock:
+                    self._spares.append(spare)
+        except OSError as exc:
+            logger.warning("isolation: could not start a spare box setup: %s", exc)
+        finally:
+            with self._lock:
+                self._refilling = False
+
+    def close(self) -> None:
+        """End the spare setup processes (they also end by themselves when this process exits)."""
+        with self._lock:
+            spares, self._spares = self._spares, []
+            self._spare_count = 0
+        for setup, sock in spares:
+            sock.close()  # end of stream: the setup process exits
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                setup.wait(5)
 
     def spawn(self, box: NamespaceBox, argv: Sequence[str], *, env: Mapping[str, str], cwd: str,
               stdin: StdStream = None, stdout: StdStream = None, stderr: StdStream = None,
@@ -327,6 +421,7 @@ class NamespaceDriver:
         return self.processes(box)
 
     def processes(self, box: NamespaceBox) -> list[int]:
+        """Host pids of the box's live processes (an exited init waiting to be reaped is not one)."""
         if box.pidns is None:
             return []
         found = []
@@ -335,9 +430,13 @@ class NamespaceDriver:
                 continue
             try:
                 st = os.stat(f"/proc/{entry}/ns/pid")
-            except OSError:
+                if (st.st_dev, st.st_ino) != box.pidns:
+                    continue
+                with open(f"/proc/{entry}/stat", "rb") as fh:
+                    state = fh.read().rsplit(b")", 1)[1].split()[0]
+            except (OSError, IndexError):
                 continue
-            if (st.st_dev, st.st_ino) == box.pidns:
+            if state not in (b"Z", b"X"):
                 found.append(int(entry))
         return found
 
@@ -360,9 +459,8 @@ def _probe() -> tuple[Mode | None, str]:
         for mode in _candidate_modes():
             work = root / ("root" if mode.stage_as_root else "user") / ("userns" if mode.userns else "plain")
             (work / "home").mkdir(parents=True)
-            (work / "scratch").mkdir()
             os.chown(work / "home", mode.uid, mode.gid)
-            spec = BoxSpec("probe", (Bind(work / "home", "/home/probe"),), work / "scratch")
+            spec = BoxSpec("probe", (Bind(work / "home", "/home/probe"),))
             box = NamespaceBox(spec, mode)
             try:
                 box.start()
