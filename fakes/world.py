@@ -1,23 +1,29 @@
 """The box world under every fake vendor service.
 
 A box is a directory on this machine with its own HOME, workspace and tmp.
-Commands are local bash (or an argv) started in their own process group, so a
-signal reaches the whole tree, while detached ``nohup ... &`` children survive
-the command that started them.  Boxes move through creating, idle/running,
-paused, error and deleted, with configurable transition delays; pausing
-freezes a box's processes (SIGSTOP) and resuming thaws them, deleting kills
-them and removes the directory.
+Commands are local bash (or an argv) started in their own session and
+process group, so a signal reaches the whole tree, while detached
+``nohup ... &`` children survive the command that started them.  Boxes move
+through creating, idle/running, paused, error and deleted, with configurable
+transition delays; pausing freezes a box's processes (SIGSTOP) and resuming
+thaws them, deleting kills them and removes the directory.
 
-Where Linux mount namespaces are available (root, or unprivileged user
-namespaces), each command runs in a private mount namespace chrooted into a
-view of this machine in which the box's directories sit at the vendor's
-absolute paths (Upstash: /home/boxuser and /workspace/home).  Elsewhere
-commands see host paths; ``World.paths_note`` says which, and why.  Either
-way this is a test double, not an isolation boundary.
+Where the machine allows it, every box is isolated by the ``isolation``
+engine: its own user, mount, PID, IPC and UTS namespaces, set up once per box
+by an init process that then starts each command (no per-command set-up).
+Inside, the box's directories sit at the vendor's absolute paths (Upstash:
+/home/boxuser and /workspace/home; Cloudflare and DeepInfra: /workspace), the
+system directories are read-only, /proc shows only the box's processes and
+the hostname is the box's name or id.  Root inside maps to ``World.box_uid``
+and ``box_gid`` on the host, so whatever the fakes write into a box must be
+given to those ids.  Where namespaces are unusable (or ``namespaces=False``)
+commands run on the host at host paths, not isolated; ``World.paths_note``
+says which, and ``World.isolated`` tells the checks.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import logging
 import os
@@ -35,33 +41,20 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from isolation import Bind, BoxSpec, IsolationError, NamespaceBox, NamespaceDriver
+
 logger = logging.getLogger("fakes.world")
 
 CREATING, IDLE, RUNNING, PAUSED, ERROR, DELETED = "creating", "idle", "running", "paused", "error", "deleted"
 STATES = (CREATING, IDLE, RUNNING, PAUSED, ERROR, DELETED)
 BOX_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-# The launcher chain (unshare, sh, chroot, env -i) starts from this, not from the
-# server's environment: boxes share this machine's /proc, and a process whose
-# initial environment held the server's secrets would show them in /proc/*/environ.
+# Unisolated commands (host paths) start from this, not from the server's environment, and
+# ``env -i`` gives them exactly the box's variables.
 _LAUNCH_ENV = {"PATH": BOX_PATH, "LANG": "C.UTF-8"}
-_SYSTEM_DIRS = ("usr", "etc", "opt")
-_LINKED_DIRS = ("bin", "lib", "lib32", "lib64", "libx32", "sbin")
-
-# Runs inside the new mount namespace: bind the system and the box into the
-# box's root view, then chroot and exec the command with a clean environment.
-_ENTER = r"""
-set -e
-root=$1; box=$2; home=$3; work=$4; cwd=$5; shift 5
-mount --make-rprivate /
-for d in usr etc opt; do [ -d "/$d" ] && mount --rbind "/$d" "$root/$d"; done
-for d in bin lib lib32 lib64 libx32 sbin; do
-  if [ -d "/$d" ] && [ ! -L "/$d" ]; then mount --rbind "/$d" "$root/$d"; fi
-done
-mount --rbind /proc "$root/proc"; mount --rbind /dev "$root/dev"
-mount --bind "$box/home" "$root$home"; mount --bind "$box/workspace" "$root$work"; mount --bind "$box/tmp" "$root/tmp"
-cd "$root"
-exec chroot "$root" /bin/sh -c 'cd "$0" 2>/dev/null || cd /; exec "$@"' "$cwd" "$@"
-"""
+# KIT_WORLD_NAMESPACES=off: every world of this process runs unisolated, at host paths.
+NAMESPACES_ENV = "KIT_WORLD_NAMESPACES"
+# One driver per process: whether namespaces work here is probed once.
+_DRIVER = NamespaceDriver()
 
 
 @dataclass(frozen=True)
@@ -88,6 +81,9 @@ class Box:
     credentials_seen: set[str] = field(default_factory=set, repr=False)
     # Guards ``processes``: a prune racing an append must not lose a running command.
     _plock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    # The isolated box's init, started with its first command; None when not running.
+    running: NamespaceBox | None = field(default=None, repr=False, compare=False)
+    _rlock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     @property
     def home_dir(self) -> Path:
@@ -122,6 +118,9 @@ class BoxProcess:
 
     With a PTY, ``pty_master`` is the master side: read it for the merged
     output, write it for input; ``stdin``/``stdout``/``stderr`` are then None.
+    ``pid`` is the command's pid on this machine (also its process group's
+    id); in an isolated box its parent is the box's init, which keeps it
+    unreaped until this side knows that pid and reports its exit to ``popen``.
     """
 
     def __init__(self, popen: subprocess.Popen[bytes], pty_master: int | None = None):
@@ -233,7 +232,7 @@ class World:
 
     def __init__(self, root: Path | None = None, *, layout: PathLayout | None = None,
                  create_delay_s: float = 0.0, pause_delay_s: float = 0.0, resume_delay_s: float = 0.0,
-                 namespaces: bool | None = None):
+                 namespaces: bool | None = None, driver: NamespaceDriver | None = None):
         self.root = Path(root) if root else Path(tempfile.mkdtemp(prefix="kit-world-"))
         self.root.mkdir(parents=True, exist_ok=True)
         self.layout = layout or PathLayout()
@@ -242,46 +241,32 @@ class World:
         self.resume_delay_s = resume_delay_s
         self._boxes: dict[str, Box] = {}
         self._lock = threading.RLock()
-        self._view = self.root / ".view"
-        self._enter = self.root / ".enter.sh"
-        self.namespaced, self.paths_note = self._setup_paths(namespaces)
+        self.driver = driver or _DRIVER
+        self.isolated, self.paths_note = self._setup(namespaces)
+        if self.isolated:
+            self.driver.warm()
+        # The host ids that root inside a box maps to: what the fakes give the files they write.
+        self.box_uid, self.box_gid = ((self.driver.box_uid, self.driver.box_gid) if self.isolated
+                                      else (os.geteuid(), os.getegid()))
+
+    @property
+    def namespaced(self) -> bool:
+        """Boxes see the vendor's paths (they are isolated)."""
+        return self.isolated
 
     # -- paths -----------------------------------------------------------------------
-    def _setup_paths(self, wanted: bool | None) -> tuple[bool, str]:
+    def _setup(self, wanted: bool | None) -> tuple[bool, str]:
+        if wanted is None and os.environ.get(NAMESPACES_ENV, "").strip().lower() in ("0", "off", "no", "false"):
+            return False, f"host paths ({NAMESPACES_ENV}=off: boxes are not isolated)"
         if wanted is False:
-            return False, "host paths (mount namespaces switched off)"
-        self._build_view()
-        self._enter.write_text(_ENTER)
-        probe = self.root / ".probe"
-        for sub in ("home", "workspace", "tmp"):
-            (probe / sub).mkdir(parents=True, exist_ok=True)
-        try:
-            proc = subprocess.run([*self._ns_prefix(probe, "/"), "/bin/true"], capture_output=True, timeout=10)
-            ok, why = proc.returncode == 0, proc.stderr.decode(errors="replace").strip()[-200:]
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            ok, why = False, str(exc)
+            return False, "host paths (namespaces switched off: boxes are not isolated)"
+        ok, why = self.driver.available()
         if ok:
-            return True, f"vendor paths {self.layout.home} and {self.layout.workspace} (private mount namespaces)"
+            return True, f"vendor paths {self.layout.home} and {self.layout.workspace} (isolated boxes: {why})"
         if wanted:
-            raise RuntimeError(f"mount namespaces were requested but do not work here: {why}")
-        return False, f"host paths (mount namespaces unavailable: {why or 'unshare failed'})"
-
-    def _build_view(self) -> None:
-        view = self._view
-        for sub in (*_SYSTEM_DIRS, "proc", "dev", "tmp", "run", "var/tmp",
-                    self.layout.home.lstrip("/"), self.layout.workspace.lstrip("/")):
-            (view / sub).mkdir(parents=True, exist_ok=True)
-        for name in _LINKED_DIRS:
-            host, link = Path("/", name), view / name
-            if host.is_symlink() and not link.is_symlink():
-                link.symlink_to(os.readlink(host))
-            elif host.is_dir() and not host.is_symlink():
-                link.mkdir(exist_ok=True)  # bound below only if present; rare on merged-/usr systems
-
-    def _ns_prefix(self, box_dir: Path, cwd: str) -> list[str]:
-        userns = [] if os.geteuid() == 0 else ["--map-root-user"]
-        return ["unshare", "--mount", *userns, "--", "/bin/sh", str(self._enter), str(self._view),
-                str(box_dir), self.layout.home, self.layout.workspace, cwd]
+            raise RuntimeError(f"isolated boxes were requested but namespaces do not work here: {why}")
+        logger.warning("boxes are not isolated: %s", why)
+        return False, f"host paths (namespaces unavailable: boxes are not isolated: {why})"
 
     def host_path(self, box: Box, path: str) -> Path:
         """The host file behind an absolute path inside ``box``."""
@@ -293,10 +278,55 @@ class World:
         raise PermissionError(f"{path} is outside the box's home, workspace and tmp")
 
     def box_home(self, box: Box) -> str:
-        return self.layout.home if self.namespaced else str(box.home_dir)
+        return self.layout.home if self.isolated else str(box.home_dir)
 
     def box_workspace(self, box: Box) -> str:
-        return self.layout.workspace if self.namespaced else str(box.workspace_dir)
+        return self.layout.workspace if self.isolated else str(box.workspace_dir)
+
+    def _spec(self, box: Box) -> BoxSpec:
+        return BoxSpec(hostname=(box.name or box.id)[:64], binds=(
+            Bind(box.home_dir, self.layout.home), Bind(box.workspace_dir, self.layout.workspace),
+            Bind(box.tmp_dir, "/tmp"), Bind(box.tmp_dir, "/var/tmp")))
+
+    def _running(self, box: Box) -> NamespaceBox:
+        """The box's init, started on its first command (again after a kill_all)."""
+        with box._rlock:
+            if box.running is None or not box.running.alive:
+                if box.state == DELETED or not box.dir.is_dir():
+                    raise IsolationError(f"box {box.id} is deleted")
+                box.running = self.driver.start(self._spec(box))
+            return box.running
+
+    def _stop(self, box: Box) -> None:
+        with box._rlock:
+            running, box.running = box.running, None
+        if running is not None:
+            left = self.driver.stop(running)
+            if left:
+                logger.error("box %s: processes %s outlived its init", box.id, left)
+
+    def box_processes(self, box: Box) -> list[int]:
+        """Host pids of every process of an isolated box, its init included (empty when not running)."""
+        running = box.running
+        return self.driver.processes(running) if self.isolated and running is not None else []
+
+    def host_pid(self, box: Box, pid: int) -> int | None:
+        """This machine's pid of the process that ``box`` calls ``pid`` ($$, $!), None if none runs.
+
+        An unisolated box runs on the host: its pids are the host's.
+        """
+        if not self.isolated:
+            return pid
+        for host in self.box_processes(box):
+            try:
+                with open(f"/proc/{host}/status") as fh:
+                    line = next((ln for ln in fh if ln.startswith("NSpid:")), "")
+            except OSError:
+                continue
+            levels = line.split()[1:]
+            if len(levels) >= 2 and int(levels[1]) == pid:
+                return host
+        return None
 
     # -- boxes -------------------------------------------------------------------------
     def create(self, *, name: str | None = None, owner: str | None = None, labels: Iterable[str] = (),
@@ -306,18 +336,30 @@ class World:
                   meta=dict(meta or {}))
         for sub in (box.home_dir, box.workspace_dir, box.tmp_dir):
             sub.mkdir(parents=True, exist_ok=True)
+            if (self.box_uid, self.box_gid) != (os.geteuid(), os.getegid()):
+                os.chown(sub, self.box_uid, self.box_gid)  # the box's root owns its own directories
         os.chmod(box.tmp_dir, 0o1777)
         with self._lock:
             self._boxes[box_id] = box
         self._after(self.create_delay_s, box, CREATING, IDLE)
         return box
 
+    def _prestart(self, box: Box) -> None:
+        try:
+            self._running(box)
+        except OSError as exc:  # the first command tries again and reports it
+            logger.warning("box %s: could not start its namespaces: %s", box.id, exc)
+
     def _after(self, delay: float, box: Box, expect: str, then: str) -> None:
         def move() -> None:
             with self._lock:
-                if box.state == expect:
-                    box.state = then
-                    box.touch()
+                if box.state != expect:
+                    return
+                box.state = then
+                box.touch()
+            if expect == CREATING and self.isolated:
+                # Set the namespaces up as the box becomes usable, so its first command need not wait.
+                threading.Thread(target=self._prestart, args=(box,), name=f"box-start-{box.id}", daemon=True).start()
 
         if delay <= 0:
             move()
@@ -354,33 +396,44 @@ class World:
             self.delete(box)
             return
         if state == PAUSED:
-            self._signal_all(box, signal.SIGSTOP)
+            self._freeze(box, True)
         elif box.state == PAUSED:
-            self._signal_all(box, signal.SIGCONT)
+            self._freeze(box, False)
         with self._lock:
             box.state = state
             box.touch()
 
     def pause(self, box: Box) -> None:
-        self._signal_all(box, signal.SIGSTOP)
+        self._freeze(box, True)
         with self._lock:
             box.state = "pausing" if self.pause_delay_s > 0 else PAUSED
             box.touch()
         self._after(self.pause_delay_s, box, "pausing", PAUSED)
 
     def resume(self, box: Box) -> None:
-        self._signal_all(box, signal.SIGCONT)
+        self._freeze(box, False)
         with self._lock:
             box.state = "resuming" if self.resume_delay_s > 0 else IDLE
             box.touch()
         self._after(self.resume_delay_s, box, "resuming", IDLE)
 
+    def _freeze(self, box: Box, stop: bool) -> None:
+        """SIGSTOP (or SIGCONT) every process of the box: through its init, all of its PID namespace."""
+        running = box.running
+        if self.isolated and running is not None:
+            with contextlib.suppress(IsolationError):
+                (self.driver.freeze if stop else self.driver.thaw)(running)
+                return
+        self._signal_all(box, signal.SIGSTOP if stop else signal.SIGCONT)
+
     def delete(self, box: Box) -> None:
-        self._signal_all(box, signal.SIGCONT)
-        self._signal_all(box, signal.SIGKILL)
+        # Deleted first: a command that dies of the delete must find its box deleted.
         with self._lock:
             box.state = DELETED
             box.touch()
+        self._stop(box)  # the init's end ends every process of the box's PID namespace
+        self._signal_all(box, signal.SIGCONT)
+        self._signal_all(box, signal.SIGKILL)
         shutil.rmtree(box.dir, ignore_errors=True)
 
     def _signal_all(self, box: Box, signum: int) -> None:
@@ -394,7 +447,8 @@ class World:
         """Start a command in ``box``: ``cmd`` through ``bash -lc`` (or ``-c``), or ``argv`` as is.
 
         ``tty`` runs it on a new PTY (sized ``rows`` x ``cols``, default 24 x 80) that
-        becomes its controlling terminal, so stdout and stderr are merged.
+        becomes its controlling terminal, so stdout and stderr are merged.  A cwd
+        that does not exist falls back to /.
         """
         if argv:
             command = list(argv)
@@ -405,40 +459,59 @@ class World:
         base_env = {"HOME": self.box_home(box), "USER": self.layout.user, "LOGNAME": self.layout.user,
                     "SHELL": "/bin/bash", "PATH": BOX_PATH, "LANG": "C.UTF-8",
                     "TERM": "xterm-256color" if tty else "dumb",
-                    "TMPDIR": "/tmp" if self.namespaced else str(box.tmp_dir)}
+                    "TMPDIR": "/tmp" if self.isolated else str(box.tmp_dir)}
         merged = {**base_env, **(env or {})}
         where = cwd or self.box_home(box)
-        env_argv = ["/usr/bin/env", "-i", *(f"{k}={v}" for k, v in merged.items())]
-        if self.namespaced:
-            args = self._ns_prefix(box.dir, where) + env_argv + command
-            host_cwd = None
-        else:
-            args = env_argv + command
-            host_cwd = where if Path(where).is_dir() else str(box.home_dir)
-        if tty:
-            master, slave = pty.openpty()
-            try:
-                _set_winsize(slave, rows or 24, cols or 80)
-                popen = subprocess.Popen(args, cwd=host_cwd, stdin=slave, stdout=slave, stderr=slave, env=_LAUNCH_ENV,
-                                         start_new_session=True, preexec_fn=_take_controlling_tty)
-            except BaseException:
-                os.close(master)
-                raise
-            finally:
-                os.close(slave)  # the child holds it now; keeping it would hide the child's exit (no EIO)
-            proc = BoxProcess(popen, pty_master=master)
-        else:
-            popen = subprocess.Popen(args, cwd=host_cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, start_new_session=True, bufsize=0, env=_LAUNCH_ENV)
-            proc = BoxProcess(popen)
+        proc = self._spawn_isolated(box, command, merged, where, tty, rows, cols) if self.isolated \
+            else self._spawn_on_host(box, command, merged, where, tty, rows, cols)
         box.add_process(proc)
         with self._lock:
             box.touch()
         return proc
 
+    def _spawn_isolated(self, box: Box, command: list[str], env: dict[str, str], cwd: str, tty: bool,
+                        rows: int | None, cols: int | None) -> BoxProcess:
+        running = self._running(box)
+        if not tty:
+            popen = self.driver.spawn(running, command, env=env, cwd=cwd, stdin=subprocess.PIPE,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            return BoxProcess(popen)
+        master, slave = self.driver.open_pty(running)
+        try:
+            _set_winsize(slave, rows or 24, cols or 80)
+            popen = self.driver.spawn(running, command, env=env, cwd=cwd, stdin=slave, stdout=slave, stderr=slave,
+                                      tty=True)
+        except BaseException:
+            os.close(master)
+            raise
+        finally:
+            os.close(slave)  # the command holds it now; keeping it would hide the command's exit (no EIO)
+        return BoxProcess(popen, pty_master=master)
+
+    def _spawn_on_host(self, box: Box, command: list[str], env: dict[str, str], cwd: str, tty: bool,
+                       rows: int | None, cols: int | None) -> BoxProcess:
+        args = ["/usr/bin/env", "-i", *(f"{k}={v}" for k, v in env.items()), *command]
+        host_cwd = cwd if Path(cwd).is_dir() else str(box.home_dir)
+        if not tty:
+            popen = subprocess.Popen(args, cwd=host_cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, start_new_session=True, bufsize=0, env=_LAUNCH_ENV)
+            return BoxProcess(popen)
+        master, slave = pty.openpty()
+        try:
+            _set_winsize(slave, rows or 24, cols or 80)
+            popen = subprocess.Popen(args, cwd=host_cwd, stdin=slave, stdout=slave, stderr=slave, env=_LAUNCH_ENV,
+                                     start_new_session=True, preexec_fn=_take_controlling_tty)
+        except BaseException:
+            os.close(master)
+            raise
+        finally:
+            os.close(slave)
+        return BoxProcess(popen, pty_master=master)
+
     def kill_all(self) -> None:
         """Kill every process of every box (the boxes and their files stay)."""
         for box in self.boxes(include_deleted=True):
+            self._stop(box)
             self._signal_all(box, signal.SIGCONT)
             self._signal_all(box, signal.SIGKILL)
 
