@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 
 from fakes.cloudflare import BridgeServer, Settings
+from fakes.world import World
 
 FAST = Settings.quick(heartbeat_s=0.2, kill_grace_s=0.3, drain_idle_s=0.3, drain_grace_s=0.8,
                       hard_deadline_grace_s=0.6, failure_grace_s=1.0, idle_s=120.0, alarm_retry_s=0.5)
@@ -140,6 +141,12 @@ def wait_for(predicate: Callable[[], bool], timeout: float = 5.0, what: str = "c
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.01)
+
+
+def host_pid(world: World, sandbox_id: str, pid: int) -> int | None:
+    """This machine's pid of the process a workspace calls ``pid`` ($!): boxes have PID namespaces of their own."""
+    box = world.get(sandbox_id)
+    return None if box is None else world.host_pid(box, pid)
 
 
 def alive(pid: int) -> bool:

@@ -11,6 +11,7 @@ from .bridge_client import (
     alive,
     error_of,
     exec_in_background,
+    host_pid,
     make_server,
     new_id,
     stopped,
@@ -26,7 +27,9 @@ def test_idle_workspaces_are_snapshotted_and_restored() -> None:
         keep, gone = new_id("keep"), new_id("eph")
         cli.init(keep, persistent=True)
         cli.init(gone, persistent=False)
-        pid = int(cli.exec(keep, "echo kept > f; echo home > ~/h; sleep 30 >/dev/null 2>&1 & echo $!").output)
+        pid = host_pid(srv.bridge.world, keep, int(cli.exec(
+            keep, "echo kept > f; echo home > ~/h; sleep 30 >/dev/null 2>&1 & echo $!").output))
+        assert pid is not None and alive(pid)
         cli.exec(gone, "echo x > f")
         wait_for(lambda: stopped(cli, keep), what="the idle snapshot")
         assert world.sandboxes()[keep] == "paused"
@@ -59,12 +62,13 @@ def test_recent_activity_postpones_the_idle_snapshot() -> None:
 
 def test_release_of_a_persistent_workspace_snapshots_stops_and_restores(client: Client, sid: str,
                                                                          world: CloudflareWorld) -> None:
-    pid = client.exec(sid, "echo data > f; sleep 30 >/dev/null 2>&1 & echo $!").output.strip()
+    pid = host_pid(world.bridge.world, sid, int(client.exec(sid, "echo data > f; sleep 30 >/dev/null 2>&1 & echo $!").output))
+    assert pid is not None and alive(pid)
     assert client.post(f"/v1/sandboxes/{sid}/release").json() == {"ok": True}
     status = client.status(sid).json()
     assert status["running"] is False and status["snapshot_saved_at"] is not None
     assert world.sandboxes()[sid] == "paused"
-    wait_for(lambda: not alive(int(pid)), timeout=2, what="release to stop the background job")
+    wait_for(lambda: not alive(pid), timeout=2, what="release to stop the background job")
     assert client.exec(sid, "cat f").output == "data\n"
     assert world.sandboxes()[sid] == "running"
 

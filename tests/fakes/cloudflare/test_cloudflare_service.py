@@ -21,6 +21,8 @@ from fakes.cloudflare import BridgeServer, CloudflareWorld
 from fakes.cloudflare import service as cf_service
 from fakes.services import FakeService
 
+from .bridge_client import host_pid
+
 ROOT = Path(__file__).resolve().parents[3]
 
 
@@ -162,7 +164,8 @@ def test_stop_kills_box_processes(tmp_path: Path) -> None:
     cli = Bridge(service)
     sid = new_id()
     cli.init(sid)
-    pid = int(cli.run(sid, "sleep 60 >/dev/null 2>&1 & echo $!")["output"])
+    pid = host_pid(service.world.bridge.world, sid, int(cli.run(sid, "sleep 60 >/dev/null 2>&1 & echo $!")["output"]))
+    assert pid is not None
     cli.http.close()
     service.stop()
     deadline = time.monotonic() + 3

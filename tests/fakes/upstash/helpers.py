@@ -25,6 +25,11 @@ class Fake:
     def world(self) -> World:
         return self.server.world
 
+    def host_pid(self, box: Any, pid: int) -> int | None:
+        """This machine's pid of the process ``box`` calls ``pid`` ($!): boxes have PID namespaces of their own."""
+        found = self.world.get(box.id)
+        return None if found is None else self.world.host_pid(found, pid)
+
     @property
     def settings(self) -> Settings:
         return self.server.settings

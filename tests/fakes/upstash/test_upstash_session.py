@@ -67,8 +67,8 @@ def test_kill_signal_reaches_the_whole_group(fake: Fake):
     out = bytearray()
     handle = box.exec.session(cmd="sleep 30 & echo $!; wait", on_stdout=out.extend)
     assert eventually(lambda: out.endswith(b"\n"))
-    child = int(out.strip())
-    assert alive(child)
+    child = fake.host_pid(box, int(out.strip()))
+    assert child is not None and alive(child)
     handle.kill("KILL")
     assert handle.wait(5) == 137
     assert eventually(lambda: not alive(child)), "the signal did not reach the background child"
@@ -188,7 +188,8 @@ def test_client_disconnect_kills_the_process_group(fake: Fake):
     out = bytearray()
     handle = box.exec.session(cmd="sleep 30 & echo $!; wait", on_stdout=out.extend)
     assert eventually(lambda: out.endswith(b"\n"))
-    child, main = int(out.strip()), handle.pid
+    child, main = fake.host_pid(box, int(out.strip())), handle.pid
+    assert child is not None
     handle.close()
     assert handle.wait(1) == -1
     assert eventually(lambda: not alive(main) and not alive(child)), "the command outlived its session"
@@ -200,9 +201,9 @@ def test_detached_nohup_child_survives_and_does_not_hold_the_session(fake: Fake)
     code, out, _ = run(box, cmd="( nohup sleep 30 >/dev/null 2>&1 & echo $! ); echo done")
     elapsed = time.monotonic() - started
     assert code == 0 and out.endswith(b"done\n")
-    child = int(out.split()[0])
+    child = fake.host_pid(box, int(out.split()[0]))
     time.sleep(0.2)
-    assert alive(child), "a detached nohup child died with its session"
+    assert child is not None and alive(child), "a detached nohup child died with its session"
     assert elapsed < 2
     os.kill(child, 9)
 
