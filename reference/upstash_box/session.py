@@ -114,11 +114,16 @@ def capture(box: Any, argv: list[str], *, cwd: str, stdin_data: bytes | None = N
     chunks: list[bytes] = []
     session = box.exec.session(argv=argv, cwd=cwd, on_stdout=chunks.append, on_stderr=chunks.append)
     try:
-        view = memoryview(stdin_data or b"")
-        while view:
-            session.write(bytes(view[:STDIN_CHUNK]))
-            view = view[STDIN_CHUNK:]
-        session.end_stdin()
+        try:
+            view = memoryview(stdin_data or b"")
+            while view:
+                session.write(bytes(view[:STDIN_CHUNK]))
+                view = view[STDIN_CHUNK:]
+            session.end_stdin()
+        except Exception:
+            # The command can end (and the server close the session) before its stdin is closed;
+            # the exit code below tells a normal end (-1: the session was lost).
+            pass
         code = session.wait(timeout)
     except TimeoutError:
         session.kill("KILL")
