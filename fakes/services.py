@@ -18,7 +18,6 @@ instant state changes, short intervals, every protocol extension) and
 
 from __future__ import annotations
 
-import inspect
 import secrets
 import shutil
 from collections.abc import Callable
@@ -107,9 +106,6 @@ def _tempdir(workdir: Path, options: FakeOptions) -> FakeService:
     )
 
 
-_DEFAULT_LISTEN: dict[str, Any] = {"host": "127.0.0.1", "port": 0}
-
-
 def _listen(options: FakeOptions) -> dict[str, Any]:
     found: dict[str, Any] = {"host": options.host, "port": options.port}
     if options.api_key:
@@ -143,12 +139,7 @@ def _cloudflare(workdir: Path, options: FakeOptions) -> FakeService:
 
     _no_cap("cloudflare", options)
     settings = Settings.quick(extensions=EXTENSIONS) if options.profile == "suite" else Settings()
-    listen = _listen(options)
-    accepted = inspect.signature(start_cloudflare).parameters
-    unsupported = sorted(k for k, v in listen.items() if k not in accepted and v != _DEFAULT_LISTEN.get(k))
-    if unsupported:
-        raise ValueError(f"the cloudflare fake cannot take {', '.join(unsupported)} yet; leave it out")
-    fake = start_cloudflare(workdir, settings=settings, **{k: v for k, v in listen.items() if k in accepted})
+    fake = start_cloudflare(workdir, settings=settings, **_listen(options))
     fake.paths_note = fake.paths_note or str(getattr(fake.world, "paths_note", ""))
     return fake
 
