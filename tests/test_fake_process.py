@@ -58,7 +58,8 @@ def test_a_spawned_fake_is_steered_through_its_world_like_an_in_process_one(upst
     assert upstash.pid is not None and upstash.pid != os.getpid()
     world = upstash.world
     assert isinstance(world, RemoteObject)
-    assert world.capabilities == {"world", "world-states", "transport-faults"}
+    isolation = {"isolation"} if world.world.isolated else set()  # boxes in their own namespaces
+    assert world.capabilities == {"world", "world-states", "transport-faults"} | isolation
     box = Box.create(**_sdk(upstash))
     assert world.sandboxes() == {box.id: "idle"}
     handle = box.exec.session(cmd='printf nonce-77 > "$HOME"/.kit-nonce')

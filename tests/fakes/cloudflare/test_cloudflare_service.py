@@ -75,7 +75,8 @@ def test_start_exports_the_plugin_variables(fake: FakeService) -> None:
     token = fake.env["HERMES_CF_TOKEN"]
     assert len(token) >= 32 and not any(c.isspace() for c in token)
     assert fake.secret_vars == frozenset({"HERMES_CF_TOKEN"}) and fake.credential_var == "HERMES_CF_TOKEN"
-    assert fake.world.capabilities == frozenset({"world", "world-states", "transport-faults"})
+    isolation = {"isolation"} if fake.world.bridge.world.isolated else set()
+    assert fake.world.capabilities == frozenset({"world", "world-states", "transport-faults"} | isolation)
     resp = httpx.get(fake.env["HERMES_CF_ENDPOINT"] + "/health", headers={"Authorization": f"Bearer {token}"})
     # The kit's fake offers every protocol extension; the v1 fields are unchanged.
     assert resp.json() == {"ok": True, "protocol": 1, "extensions": ["concurrent-exec", "large-output"],

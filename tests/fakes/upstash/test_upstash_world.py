@@ -31,7 +31,8 @@ def test_service_entry(service, tmp_path):
     assert set(service.env) == {"UPSTASH_BOX_BASE_URL", "UPSTASH_BOX_API_KEY", "UPSTASH_DISABLE_TELEMETRY"}
     assert service.env["UPSTASH_BOX_BASE_URL"].startswith("http://127.0.0.1:")
     assert service.secret_vars == {"UPSTASH_BOX_API_KEY"} and service.credential_var == "UPSTASH_BOX_API_KEY"
-    assert service.world.capabilities == {"world", "world-states", "transport-faults"}
+    isolation = {"isolation"} if service.world.world.isolated else set()
+    assert service.world.capabilities == {"world", "world-states", "transport-faults"} | isolation
     box = Box.create(**_kw(service))
     assert (tmp_path / "boxes" / box.id / "home").is_dir(), "boxes live under the run's workdir"
     service.stop()
