@@ -1,6 +1,6 @@
 """Run a command and report every process of it still running when it has exited.
 
-    python tests/leftovers_probe.py [--private-tmp DIR] [--grace S] -- COMMAND...
+    python tests/leftovers_probe.py [--private-tmp DIR] [--private-home DIR] [--grace S] -- COMMAND...
 
 The probe makes itself a child subreaper (prctl PR_SET_CHILD_SUBREAPER), so
 every process the command started, daemonised or not, stays its descendant.
@@ -11,6 +11,9 @@ leaves nothing, and prints one JSON line: ``{"returncode": N, "left": [...]}``.
 With ``--private-tmp DIR`` (run it under ``unshare --mount``) DIR is bind
 mounted over /tmp first, so everything the command writes to /tmp lands in
 DIR, where the caller can list it without other processes' files in the way.
+``--private-home DIR`` lays an overlay over $HOME: the command sees the
+user's home (and an interpreter installed there) where it always is, and
+everything it writes there lands in DIR/upper instead.
 """
 
 from __future__ import annotations
@@ -63,12 +66,21 @@ def _cmdline(pid: int) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--private-tmp")
+    parser.add_argument("--private-home")
     parser.add_argument("--grace", type=float, default=3.0)
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args()
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
-    if args.private_tmp:
+    if args.private_tmp or args.private_home:
         subprocess.run(["mount", "--make-rprivate", "/"], check=True)
+    if args.private_home:  # first: the user's home may lie under /tmp
+        upper, work = os.path.join(args.private_home, "upper"), os.path.join(args.private_home, "work")
+        os.makedirs(upper, exist_ok=True)
+        os.makedirs(work, exist_ok=True)
+        home = os.path.expanduser("~")
+        subprocess.run(["mount", "-t", "overlay", "overlay", "-o", f"lowerdir={home},upperdir={upper},workdir={work}",
+                        home], check=True)
+    if args.private_tmp:
         subprocess.run(["mount", "--bind", args.private_tmp, "/tmp"], check=True)
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:

@@ -14,6 +14,7 @@ MUTANTS = (
     "exit_code_key",
     "stdin_never_closed",
     "no_group_kill",
+    "leaves_processes",
     "leaky_env",
     "output_cap",
     "ignores_cwd",
