@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from conformance.backends import KNOWN_BACKENDS
-from conformance.bench import growth, report, suite
+from conformance.bench import growth, report, suite, world
 from conformance.bench.measure import MIB, human_size, measured, parse_size, percentile, timed_ms
 from conformance.bench.report import Figure, TargetResult
 from conformance.bench.targets import KitBackend, LocalBash, Target, Unsupported, concurrent_floods
@@ -204,17 +204,45 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--per-call-size", help="output per concurrent call (default 4M; quick 256K)")
     p.add_argument("--rounds", type=int, help="round trips of `true` (default 50; quick 10)")
     p.add_argument("--cold-samples", type=int, help="cold starts per backend (default 3; quick 2)")
+    p.add_argument("--world-rounds", type=int, default=world.DEFAULT_ROUNDS,
+                   help=f"samples of the box world's spawn-to-exit figure (default {world.DEFAULT_ROUNDS})")
+    p.add_argument("--world-only", action="store_true",
+                   help="measure only the box world figure and update the 'world' key of --out (and its .md)")
     return p
+
+
+def _measure_world(args: argparse.Namespace, progress: Progress) -> dict[str, Any]:
+    figure, detail = world.measure(args.world_rounds)
+    note = "" if detail["isolated"] else f" (boxes NOT isolated: {detail['paths_note']})"
+    progress("world", "spawn-to-exit of true", f"p50 {figure['spawn_p50_ms']:.2f} ms against bash -c "
+             f"{figure['bash_c_p50_ms']:.2f} ms: ratio {figure['ratio']:.2f}{note}")
+    return {"world": figure, "world_detail": detail}
+
+
+def world_only(args: argparse.Namespace) -> int:
+    """Update only the world figure of an existing results.json (and regenerate its .md from it)."""
+    out = Path(args.out)
+    data: dict[str, Any] = json.loads(out.read_text()) if out.exists() else {}
+    data.update(_measure_world(args, Progress()))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(data, indent=2) + "\n")
+    markdown = report.to_markdown(data) if data.get("targets") else "\n".join(world.markdown(data))
+    out.with_suffix(".md").write_text(markdown)
+    print("\n".join(world.markdown(data)))
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if args.world_only:
+        return world_only(args)
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     check_extras(backends)
     plan = _plan(args)
     clean_env = dict(os.environ)  # each KitRun exports its fake's variables into this process
     progress = Progress()
     results: list[TargetResult] = []
+    world_figures = _measure_world(args, progress)
     with tempfile.TemporaryDirectory(prefix="kit-bench-") as tmp:
         progress("local", "start", "baseline: bash -c through subprocess")
         results.append(measure(LocalBash(Path(tmp)), plan, progress))
@@ -247,6 +275,7 @@ def main(argv: list[str] | None = None) -> int:
                                "concurrency": plan.concurrency, "per_call": plan.per_call,
                                "rounds": plan.rounds, "cold_samples": plan.cold_samples}
     data = report.to_json(results, {"stream": plan.stream, "stdin": plan.stdin, "sync": plan.sync}, options)
+    data.update(world_figures)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(data, indent=2) + "\n")

@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from conformance.bench import world
 from conformance.bench.measure import human_size
 
 SCHEMA = "hermes-backend-kit/bench/v2"
@@ -124,7 +125,7 @@ def to_markdown(data: dict[str, Any]) -> str:
         lines.append(f"| {spec['label']} | " + " | ".join(cells) + " |")
     if notes:
         lines += ["", *[f"[{i}] {note}" for i, note in enumerate(notes, 1)]]
-    lines += ["", *_growth_markdown(data)]
+    lines += ["", *world.markdown(data), *_growth_markdown(data)]
     return "\n".join(lines) + "\n"
 
 
