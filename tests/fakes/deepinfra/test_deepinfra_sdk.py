@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+import httpx
 import pytest
 from deepinfra import (
     AuthenticationError,
@@ -93,21 +94,23 @@ def test_cap_of_five_active_sandboxes_is_429_in_the_real_shape(fake: Tenant):
 
 
 # ------------------------------------------------------------------ states
-def _states(fake: Tenant, sandbox_id: str, until: str, timeout: float = 5.0) -> list[str]:
+def _states(fake: Tenant, sandbox_id: str, until: str, timeout: float = 10.0) -> list[str]:
     seen: list[str] = []
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        state = fake.http("GET", f"/v1/sandboxes/{sandbox_id}").json().get("state", "gone")
-        if not seen or seen[-1] != state:
-            seen.append(state)
-        if state == until:
-            break
-        time.sleep(0.01)
+    with httpx.Client(base_url=fake.server.base_url, headers={"Authorization": f"Bearer {fake.key}"}) as http:
+        while time.monotonic() < deadline:
+            state = http.get(f"/v1/sandboxes/{sandbox_id}").json().get("state", "gone")
+            if not seen or seen[-1] != state:
+                seen.append(state)
+            if state == until:
+                break
+            time.sleep(0.01)
     return seen
 
 
 def test_states_advance_asynchronously(fake: Tenant):
-    fake.settings.create_delay_s = fake.settings.boot_delay_s = fake.settings.stop_delay_s = 0.15
+    # Each state lasts long enough to be seen by a poll on a loaded machine.
+    fake.settings.create_delay_s = fake.settings.boot_delay_s = fake.settings.stop_delay_s = 0.6
     sb = fake.create(wait=False)
     assert sb.state == "creating"
     assert _states(fake, sb.id, "running") == ["creating", "starting", "running"]

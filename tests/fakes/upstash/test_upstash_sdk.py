@@ -15,7 +15,7 @@ from upstash_box import Box, BoxError, EphemeralBox
 
 from fakes.world import DELETED
 
-from .helpers import Fake
+from .helpers import Fake, eventually
 
 MIB = 1024 * 1024
 
@@ -36,14 +36,14 @@ def test_create_is_polled_through_the_creating_phase(fake: Fake):
 
 
 def test_a_creating_box_reports_creating_then_idle(fake: Fake):
-    fake.world.create_delay_s = 0.3
+    fake.world.create_delay_s = 1.5  # long enough for the next request on a loaded machine
     created = httpx.post(f"{fake.url}/v2/box", headers=fake.headers, json={"name": "c"}).json()
     assert created["status"] == "creating"
     box_id = created["id"]
     refused = httpx.post(f"{fake.url}/v2/box/{box_id}/exec", headers=fake.headers, json={"command": ["true"]})
     assert refused.status_code == 409 and "being created" in refused.json()["error"]
-    time.sleep(0.45)
-    assert httpx.get(f"{fake.url}/v2/box/{box_id}", headers=fake.headers).json()["status"] == "idle"
+    assert eventually(lambda: httpx.get(f"{fake.url}/v2/box/{box_id}", headers=fake.headers).json()["status"]
+                      == "idle", 5)
 
 
 @pytest.mark.parametrize("config, fragment", [
