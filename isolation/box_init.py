@@ -68,6 +68,7 @@ SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "loongarch64": 41
 DROPPED_CAPS = (2, 9, 12, 16, 17, 19, 20, 21, 22, 25, 26, 27, 30, 32, 33, 34, 35, 36, 37, 38, 39, 40)
 DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+TIOCSPTLCK = 0x40045431  # unlock a new pseudo-terminal's slave
 HEADER = struct.Struct("!I")
 MAX_FRAME = 64 << 20
 
@@ -291,6 +292,9 @@ def _finish_root(root: str, prep: dict, binds: list[dict]) -> None:
             mount(b["source"], target, None, MS_BIND)
         if not b.get("writable", True):
             make_readonly(target)
+    if stage is not None:
+        os.close(stage.under)  # no way back to the host's /tmp may stay open in the box
+        prep.pop("_stage")
     pivot_root(root)
     mount(None, "/", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
 
@@ -440,6 +444,13 @@ class Init:
                 pass  # the host gave up on it: the acknowledgement step sees the end
             finally:
                 os.close(pidfd)
+        elif op == "pty":
+            master = os.open("/dev/pts/ptmx", os.O_RDWR | os.O_NOCTTY | os.O_CLOEXEC)
+            try:
+                fcntl.ioctl(master, TIOCSPTLCK, struct.pack("i", 0))
+                self.channel.send({"op": "done", "nfds": 1}, [master])
+            finally:
+                os.close(master)
         elif op == "signal_all":
             with contextlib.suppress(ProcessLookupError):
                 os.kill(-1, int(message["signal"]))  # every process of this PID namespace but init
@@ -560,13 +571,15 @@ def _init_main(channel: Channel, prep: dict, setup: socket.socket) -> None:
         socket.sethostname(box["hostname"])
         prctl(PR_SET_DUMPABLE, 0)  # box commands may not read the init's memory or descriptors
         me = os.pidfd_open(1)
-        channel.send({"op": "ready"}, [me])
+        channel.send({"op": "ready", "pidns": os.stat("/proc/self/ns/pid").st_ino}, [me])
         os.close(me)
     except BaseException as exc:
         with contextlib.suppress(OSError):
             channel.send({"op": "failed", "stage": "root", "message": _describe(exc)})
         os._exit(1)
-    Init(channel).run()
+    # A fresh reader: the setup process may have buffered its own messages (prepare, box) in the
+    # channel this process was forked with, and those are not requests.
+    Init(Channel(channel.sock)).run()
     os._exit(0)
 
 

@@ -28,7 +28,6 @@ import select
 import shutil
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import tempfile
@@ -49,7 +48,8 @@ START_TIMEOUT_S = 30.0
 REPLY_TIMEOUT_S = 30.0
 _INIT_SCRIPT = str(Path(box_init.__file__).resolve())
 _INIT_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
-_TIOCSPTLCK, _TIOCGPTPEER = 0x40045431, 0x5441
+_TIOCGPTPEER = 0x5441  # open a pseudo-terminal's slave from its master
+_NSFS_DEV = os.stat("/proc/self/ns/pid").st_dev if os.path.exists("/proc/self/ns/pid") else 0
 
 
 @dataclass(frozen=True)
@@ -138,8 +138,7 @@ class NamespaceBox:
             if op == "ready":
                 (self._init_pidfd,) = self._channel.take_fds(1)
                 self.init_pid = _pidfd_pid(self._init_pidfd)
-                st = os.stat(f"/proc/{self.init_pid}/ns/pid")
-                self.pidns = (st.st_dev, st.st_ino)
+                self.pidns = (_NSFS_DEV, int(message["pidns"]))
                 return
 
     def _abandon(self) -> None:
@@ -169,6 +168,8 @@ class NamespaceBox:
                 raise IsolationError(f"box {self.hostname}: no reply from its init within {REPLY_TIMEOUT_S:.0f} s")
             except OSError as exc:
                 raise IsolationError(f"box {self.hostname}: its init is unreachable: {exc}") from exc
+            if answer is not None:
+                answer["fds"] = self._channel.take_fds(int(answer.get("nfds") or 0))
         if answer is None:
             self._alive = False
             raise IsolationError(f"box {self.hostname} is stopped")
@@ -392,6 +393,13 @@ class NamespaceDriver:
                         stderr=stderr, bufsize=0)
 
     def command_prefix(self, box: NamespaceBox, cwd: str) -> list[str]:
+        """nsenter into the box's namespaces (an interactive shell, a tool that wants a plain argv).
+
+        Needs to read the init's namespace links: as root, or any user where
+        ptrace is unrestricted for the caller.  Such commands keep this
+        process's capability bounding set and are not reported by the init;
+        ``spawn`` is the confined way to run a command.
+        """
         user = ["--user"] if box.mode.userns else []
         return ["nsenter", f"--target={box.init_pid}", *user, "--mount", "--pid", "--ipc", "--uts", "--root",
                 f"--wdns={cwd}", "--"]
@@ -399,11 +407,10 @@ class NamespaceDriver:
     def open_pty(self, box: NamespaceBox) -> tuple[int, int]:
         """A terminal of the box's own devpts (its name is valid inside); a host PTY if that fails."""
         try:
-            master = os.open(f"/proc/{box.init_pid}/root/dev/pts/ptmx", os.O_RDWR | os.O_NOCTTY | os.O_CLOEXEC)
-        except OSError:
+            (master,) = box.request({"op": "pty", "reply": True})["fds"]
+        except (OSError, ValueError):
             return _host_pty()
         try:
-            fcntl.ioctl(master, _TIOCSPTLCK, struct.pack("i", 0))
             slave = fcntl.ioctl(master, _TIOCGPTPEER, os.O_RDWR | os.O_NOCTTY | os.O_CLOEXEC)
         except OSError:
             os.close(master)
@@ -438,6 +445,8 @@ class NamespaceDriver:
                 continue
             if state not in (b"Z", b"X"):
                 found.append(int(entry))
+        if box.alive and box.init_pid not in found:
+            found.append(box.init_pid)  # unprivileged, the init's namespace links are not readable from here
         return found
 
 
