@@ -339,7 +339,9 @@ class Init:
     def run(self) -> None:
         # What commands inherit: default dispositions (exec keeps an ignored signal ignored), no
         # dangerous capabilities in the bounding set (an unknown one on an older kernel is skipped).
-        for signum in (signal.SIGPIPE, signal.SIGXFSZ):
+        # SIGINT too: Python's handler would let a box process interrupt its init (PID 1 of a namespace
+        # receives from inside only the signals it handles), and commands should see the default.
+        for signum in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT):
             signal.signal(signum, signal.SIG_DFL)
         for cap in DROPPED_CAPS:
             prctl(PR_CAPBSET_DROP, cap)

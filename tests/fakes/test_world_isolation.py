@@ -161,7 +161,8 @@ def test_host_processes_cannot_be_signalled(world: World) -> None:
         for pid in (outsider.pid, neighbour.pid, os.getpid()):
             code, _, _ = run(world, a, f"kill -9 {pid}")
             assert code != 0, f"kill -9 {pid} succeeded in a box"
-        run(world, a, "kill -9 1; kill -9 -1")  # the box's own init, then everything the box may signal
+        # The box's own init (with the signals a Python process would handle), then all the box may signal.
+        run(world, a, "kill -INT 1; kill -TERM 1; kill -HUP 1; kill -9 1; kill -9 -1")
         time.sleep(0.2)
         assert outsider.poll() is None and neighbour.popen.poll() is None
         assert run(world, a, "echo still")[1] == "still\n", "a box command killed its box's init"
