@@ -57,3 +57,12 @@ def argv_without_nul(argv: Sequence[str], what: str = "command") -> list[str]:
     for i, arg in enumerate(argv):
         no_nul(arg, f"{what}[{i}]")
     return list(argv)
+
+
+def argv_field(body: Any, key: str = "command") -> list[str] | None:
+    """``body[key]`` as an argv: None unless it is a non-empty list of strings (the vendor says how it
+    refuses that); BadInput if an argument holds a NUL byte."""
+    argv = body.get(key) if isinstance(body, dict) else None
+    if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
+        return None
+    return argv_without_nul(argv, key)

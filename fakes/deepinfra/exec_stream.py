@@ -63,10 +63,9 @@ def effective_timeout(svc: Service, requested: int) -> float:
 async def exec_command(request: Request, ctx: Context) -> Any:
     box = ctx.box()
     body = await ctx.svc.json_body(request)
-    command = body.get("command") if isinstance(body, dict) else None
-    if not isinstance(command, list) or not command or not all(isinstance(a, str) for a in command):
+    command = bodies.argv_field(body)
+    if command is None:
         raise ApiError(422, "command must be a non-empty list of strings")
-    bodies.argv_without_nul(command)
     requested = body.get("timeout_seconds", 0)
     if not isinstance(requested, int) or isinstance(requested, bool) or requested < 0:
         raise ApiError(422, "timeout_seconds must be a non-negative integer")

@@ -35,10 +35,9 @@ async def _prepare(request: Request, ctx: BoxContext) -> tuple[Box, list[str], s
     """Validate an exec request: (box, argv, cwd as the process sees it)."""
     box = ctx.live_box()
     body = await ctx.svc.json_body(request)
-    command = body.get("command") if isinstance(body, dict) else None
-    if not isinstance(command, list) or not command or not all(isinstance(a, str) for a in command):
+    command = bodies.argv_field(body)
+    if command is None:
         raise ApiError(400, "command must be a non-empty list of strings")
-    bodies.argv_without_nul(command)
     await ready_for_exec(ctx.svc, box)
     return box, command, ctx.svc.command_cwd(box, body.get("folder") or None)
 
