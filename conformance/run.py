@@ -44,6 +44,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -121,9 +122,6 @@ class KitRun:
 
     @classmethod
     def _start(cls, options: RunOptions, workdir: Path, changes: EnvironChanges, undo: list[Any]) -> KitRun:
-        kit_contract = contract.load()
-        declarable = {n for n, c in kit_contract.capabilities.items() if c["determined_by"] == "declared"}
-        backend_config = config.load(options.backend_config, declarable)
         spec, default_fake = backends.resolve(options.backend)
         if options.live and options.fake:
             raise config.BackendConfigError("--live and --fake exclude each other; pick one")
@@ -135,20 +133,26 @@ class KitRun:
         if options.live and options.fake_control:
             raise config.BackendConfigError("--live and --fake-control exclude each other; pick one")
         fake_name = None if options.live else (options.fake or default_fake)
+        fake_ready = None
+        if fake_name or options.fake_control:
+            # The fake's process starts now and gets ready while the contract loads and the host installs.
+            fake_ready, stop_fake = _launch_fake(fake_name, workdir, options)
+            undo.append(stop_fake)
+        kit_contract = contract.load()
+        declarable = {n for n, c in kit_contract.capabilities.items() if c["determined_by"] == "declared"}
+        backend_config = config.load(options.backend_config, declarable)
 
         redact.register_config_env(backend_config.env)
         hermes_home = _make_hermes_home(workdir / "hermes-home", backend_config.terminal)
         changes.set("HERMES_HOME", str(hermes_home))
         changes.update(backend_config.env)
-        fake = None
-        if fake_name or options.fake_control:
-            fake = _start_fake(fake_name, workdir, options)
-            undo.append(fake.stop)
-            _register_fake_keys(fake)
-            changes.update(fake.env)
-
         host = abi.install(options.host)
         host_features = features.detect()
+        fake = None
+        if fake_ready is not None:
+            fake = fake_ready()
+            _register_fake_keys(fake)
+            changes.update(fake.env)
         registry = ProviderRegistry()
         terminal_config = dict(backend_config.terminal)
         plugin = loader.load(spec, registry, config={"terminal": terminal_config}, deadline=options.call_deadline)
@@ -293,17 +297,21 @@ class KitRun:
                 self._environ.restore()
 
 
-def _start_fake(name: str | None, workdir: Path, options: RunOptions) -> Any:
-    """The run's fake: attached by control address, in its own process, or (tempdir) here."""
+def _launch_fake(name: str | None, workdir: Path, options: RunOptions) -> tuple[Callable[[], Any], Callable[[], None]]:
+    """Start the run's fake (attached by control address, in its own process, or, for tempdir, here):
+    (wait until it serves and return it, stop it)."""
     from fakes import process, services
 
     if options.fake_control:
-        return process.attach(options.fake_control, expect=name)
+        attached = process.attach(options.fake_control, expect=name)
+        return (lambda: attached), attached.stop
     assert name is not None
     services.check_name(name)
     if options.fake_process and name in services.SERVERS:
-        return process.spawn(name, workdir / f"fake-{name}")
-    return services.start(name, workdir / f"fake-{name}")
+        pending = process.launch(name, workdir / f"fake-{name}")
+        return pending.result, pending.stop
+    local = services.start(name, workdir / f"fake-{name}")
+    return (lambda: local), local.stop
 
 
 def _make_hermes_home(home: Path, terminal: dict[str, Any]) -> Path:

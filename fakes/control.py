@@ -163,7 +163,7 @@ class ControlServer:
         return f"http://kit:{self.token}@{host}:{port}"
 
     def start(self) -> ControlServer:
-        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.2},
+        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05},
                                         name="fake-control", daemon=True)
         self._thread.start()
         return self

@@ -82,9 +82,12 @@ def serve(name: str, root: Path, options: FakeOptions, *, on_ready: Callable[[Fa
         deadline = threading.Timer(STOP_DEADLINE_S, os._exit, (3,))
         deadline.daemon = True
         deadline.start()
-        if control is not None:
-            control.stop()
+        closing = threading.Thread(target=control.stop, name="control-stop") if control is not None else None
+        if closing is not None:
+            closing.start()
         fake.stop()
+        if closing is not None:
+            closing.join(STOP_DEADLINE_S)
     return 0
 
 
@@ -141,6 +144,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if code == 0 and args.remove_root:
         shutil.rmtree(args.root, ignore_errors=True)
+    if args.watch_stdin:
+        # Everything is stopped and removed: skip the interpreter's teardown, the kit is waiting.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
     return code
 
 
@@ -263,30 +271,46 @@ def _service(info: dict[str, Any], client: ControlClient, stop: Callable[[], Non
                        pid=info.get("pid"), control=client.address, _stop=stop)
 
 
+class PendingFake:
+    """A fake's process that is starting: ``result()`` waits until it serves, ``stop()`` ends it either way.
+
+    Lets the kit do its own setup (contract, host) while the fake's process imports and starts.
+    """
+
+    def __init__(self, name: str, workdir: Path, options: FakeOptions):
+        services.check_name(name)
+        if name not in services.SERVERS:
+            raise FakeError(f"the {name} fake is not a server and cannot run in its own process")
+        self._child = _Child(name, Path(workdir), options)
+        self._client: ControlClient | None = None
+
+    def result(self, timeout: float = READY_TIMEOUT_S) -> FakeService:
+        child = self._child
+        try:
+            self._client = ControlClient(child.wait_ready(timeout), label=child.name, describe_failure=child.describe)
+            info = self._client.hello()
+        except BaseException as exc:
+            self.stop()
+            if isinstance(exc, ControlError):
+                raise FakeError(str(exc)) from None
+            raise
+        return _service(info, self._client, self.stop)
+
+    def stop(self) -> None:
+        if self._client is not None:
+            self._client.close()
+        self._child.stop()
+
+
+def launch(name: str, workdir: Path, options: FakeOptions | None = None) -> PendingFake:
+    """Start fake ``name`` in its own process and return at once; ``workdir`` belongs to it."""
+    return PendingFake(name, workdir, options or FakeOptions())
+
+
 def spawn(name: str, workdir: Path, options: FakeOptions | None = None, *,
           timeout: float = READY_TIMEOUT_S) -> FakeService:
     """Fake ``name`` serving from its own process; ``workdir`` belongs to it and is removed by ``stop()``."""
-    services.check_name(name)
-    if name not in services.SERVERS:
-        raise FakeError(f"the {name} fake is not a server and cannot run in its own process")
-    child = _Child(name, Path(workdir), options or FakeOptions())
-    client = None
-    try:
-        client = ControlClient(child.wait_ready(timeout), label=name, describe_failure=child.describe)
-        info = client.hello()
-    except BaseException as exc:
-        if client is not None:
-            client.close()
-        child.stop()
-        if isinstance(exc, ControlError):
-            raise FakeError(str(exc)) from None
-        raise
-
-    def stop() -> None:
-        client.close()
-        child.stop()
-
-    return _service(info, client, stop)
+    return launch(name, workdir, options).result(timeout)
 
 
 def attach(address: str, *, expect: str | None = None) -> FakeService:

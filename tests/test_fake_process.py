@@ -227,6 +227,19 @@ def test_fake_serve_lifts_the_cap_and_prints_a_control_address(tmp_path):
     assert not (tmp_path / "root" / "sandboxes").exists()
 
 
+def test_fake_serve_takes_the_key_and_profile_it_is_given():
+    proc, exports, control = _serve("cloudflare", "--api-key", "cf-token-for-this-test", "--profile", "suite")
+    try:
+        assert exports["HERMES_CF_TOKEN"] == "cf-token-for-this-test"
+        fake = process.attach(control, expect="cloudflare")
+        try:
+            assert fake.env == exports and "transport-faults" in fake.world.capabilities
+        finally:
+            fake.stop()
+    finally:
+        assert _stopped(proc) == 0
+
+
 def test_fake_serve_rejects_a_cap_the_fake_does_not_have():
     done = subprocess.run([sys.executable, "-m", "conformance.cli", "fake", "serve", "cloudflare",
                            "--max-sandboxes", "5"], cwd=ROOT, capture_output=True, text=True, timeout=60)
