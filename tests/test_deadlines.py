@@ -217,3 +217,17 @@ def test_a_setup_error_in_nox_is_one_line(tmp_path):
     assert proc.returncode != 0
     _one_error_line(proc.stdout + proc.stderr, expected)
 
+
+
+def test_a_check_that_runs_past_its_deadline_fails_naming_it(pytester):
+    pytester.makepyfile(test_slow_check="""
+        import time
+        import pytest
+
+        @pytest.mark.clause("exec.result-shape")
+        def test_waits_for_a_backend_that_never_answers(kit):
+            time.sleep(120)
+    """)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--check-deadline", "2", timeout=300)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*CheckDeadline: the check ran past the kit's 2s deadline (--check-deadline)*"])
