@@ -24,7 +24,7 @@ def results(tmp_path_factory) -> tuple[dict, str]:
         [sys.executable, "-W", "ignore::DeprecationWarning", "-m", "conformance.bench", "--quick",
          "--backends", "tempdir_box", "--skip-suite", "--sizes", "1K,8K", "--stream-size", "64K",
          "--stdin-size", "64K", "--sync-files", "5", "--sync-big-size", "64K", "--concurrency", "1,2",
-         "--per-call-size", "16K", "--rounds", "3", "--cold-samples", "1", "--out", str(out)],
+         "--per-call-size", "16K", "--rounds", "3", "--cold-samples", "1", "--world-rounds", "5", "--out", str(out)],
         cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(out.read_text()), out.with_suffix(".md").read_text()
@@ -48,6 +48,31 @@ def test_results_shape(results):
     suite = data["targets"]["tempdir_box"]["figures"]["suite_s"]
     assert suite["value"] is None and "skip" in suite["na"]
     assert "| figure | local bash -c (baseline) | tempdir_box |" in markdown and "## Growth" in markdown
+
+
+def test_the_world_figure_is_recorded(results):
+    data, markdown = results
+    world = data["world"]
+    assert set(world) == {"spawn_p50_ms", "bash_c_p50_ms", "ratio"}
+    assert world["spawn_p50_ms"] > 0 and world["bash_c_p50_ms"] > 0
+    assert world["ratio"] == pytest.approx(world["spawn_p50_ms"] / world["bash_c_p50_ms"], rel=1e-2)
+    assert data["world_detail"]["rounds"] == 5
+    assert "## Box world" in markdown and "spawn-to-exit of `true`, p50" in markdown
+
+
+def test_world_only_updates_just_the_world_figure(results, tmp_path):
+    data, _ = results
+    out = tmp_path / "results.json"
+    out.write_text(json.dumps({**data, "world": {"spawn_p50_ms": -1.0, "bash_c_p50_ms": -1.0, "ratio": -1.0}}))
+    proc = subprocess.run([sys.executable, "-W", "ignore::DeprecationWarning", "-m", "conformance.bench",
+                           "--world-only", "--world-rounds", "3", "--out", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    updated = json.loads(out.read_text())
+    assert updated["world"]["ratio"] > 0 and updated["world_detail"]["rounds"] == 3
+    assert {k: v for k, v in updated.items() if not k.startswith("world")} == \
+        {k: v for k, v in data.items() if not k.startswith("world")}
+    assert out.with_suffix(".md").read_text() == report.to_markdown(updated)
 
 
 def test_ratios_are_against_the_baseline(results):
