@@ -55,6 +55,7 @@ _LAUNCH_ENV = {"PATH": BOX_PATH, "LANG": "C.UTF-8"}
 NAMESPACES_ENV = "KIT_WORLD_NAMESPACES"
 # One driver per process: whether namespaces work here is probed once.
 _DRIVER = NamespaceDriver()
+_warned_unisolated = threading.Event()
 
 
 @dataclass(frozen=True)
@@ -265,7 +266,9 @@ class World:
             return True, f"vendor paths {self.layout.home} and {self.layout.workspace} (isolated boxes: {why})"
         if wanted:
             raise RuntimeError(f"isolated boxes were requested but namespaces do not work here: {why}")
-        logger.warning("boxes are not isolated: %s", why)
+        if not _warned_unisolated.is_set():  # once per process, however many worlds
+            _warned_unisolated.set()
+            logger.warning("boxes are not isolated: %s", why)
         return False, f"host paths (namespaces unavailable: boxes are not isolated: {why})"
 
     def host_path(self, box: Box, path: str) -> Path:

@@ -215,6 +215,14 @@ def test_a_detached_job_outlives_its_command_and_dies_with_the_box(world: World)
     assert eventually(lambda: host_state(job) in (None, "Z"))
 
 
+def test_orphans_are_reaped_by_the_boxs_init(world: World) -> None:
+    box = world.create()
+    assert run(world, box, "for i in 1 2 3; do (sleep 0.1 &); done")[0] == 0  # three orphans, soon ended
+    time.sleep(0.5)
+    code, out, _ = run(world, box, "cat /proc/[0-9]*/stat | awk '{print $3}' | sort | uniq -c")
+    assert code == 0 and " Z" not in out, f"zombies in the box: {out}"
+
+
 def test_a_pty_command_has_a_controlling_terminal_of_the_box(world: World) -> None:
     box = world.create()
     proc = world.spawn(box, cmd="tty; test -t 0 && echo TTY; stty size; ps -o tty= -p $$", tty=True, rows=33, cols=101)
