@@ -1,12 +1,14 @@
 """The namespace driver: one init per box owning its user, mount, PID, IPC and UTS namespaces.
 
-``start`` launches ``box_init.py`` (a fresh interpreter, never a fork of this
-process, so nothing of this process's memory or environment is in the box),
-writes its id maps and waits until the init reports the box ready.  Commands
-are then forked by the init on request (``spawn``): no mounts and no
-namespace set-up per command.  A reader thread per box takes the init's
-replies and exit reports.  If this process dies, the init sees its socket
-close and exits, and the kernel ends every process of the box with it.
+``start`` hands a box's hostname and directories to a setup process
+(``box_init.py``, a fresh interpreter, never a fork of this process, so
+nothing of this process's memory or environment is in the box) that was
+prepared ahead (a spare), and waits until the box's init reports ready.
+Commands are then started by the init on request (``spawn``): no mounts and
+no namespace set-up per command.  Each command has a socket of its own on
+which the init reports its exit, read by whoever waits for it (no thread in
+between).  If this process dies, the init sees its control socket close and
+exits, and the kernel ends every process of the box with it.
 
 Id maps: run as root, root inside a box is host uid/gid ``ROOT_ID_BASE``
 (a range of ``ID_RANGE`` ids that belongs to no user), so even a process that
