@@ -2,11 +2,21 @@
 
 Three sources, named per capability in contract.yaml (``determined_by``):
 
-- declared: the backend claims it.  First found wins: the ``capabilities``
-  list of --backend-config, the provider's ``conformance_capabilities``
-  attribute, the ``conformance: capabilities:`` list of plugin.yaml.
+- declared: the backend claims it, or disclaims it.  The first of these
+  that says anything speaks for the backend, both its claims and its
+  disclaimers: the ``capabilities`` and ``disclaims`` lists of
+  --backend-config, the provider's ``conformance_capabilities`` and
+  ``conformance_disclaims`` attributes, the ``conformance: capabilities:`` and
+  ``conformance: disclaims:`` lists of plugin.yaml.
 - provider: read off the provider and how it was loaded (is_remote, ...).
-- harness: what the fake service's world can do (inspect, disturb).
+- harness: what the fake service's world can do (inspect, disturb), and
+  ``sandbox-delete``: the vendor's own delete (the provider's
+  ``conformance_delete_sandbox(env)``) or a world that can delete.
+
+A declared capability the backend neither declares nor disclaims is
+undeclared.  The kit looks for signs that the backend implements it anyway
+(conformance.signs); one with signs is probed: it counts as present, so its
+clauses run.  conformance.verdicts says what a probe's failures mean.
 
 A clause that needs a declared or provider capability the run lacks is "not
 applicable" (the backend does not claim it); one that needs a harness
@@ -16,37 +26,96 @@ never counts toward certification.  conformance.verdicts decides which.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
+from conformance import signs
 from conformance.contract import Contract
+
+DELETE_HOOK = "conformance_delete_sandbox"
+
+
+class CapabilityError(ValueError):
+    """The backend both declares and disclaims a capability; the message names where and the fix."""
 
 
 @dataclass(frozen=True)
 class Capabilities:
     present: frozenset[str]
-    declared_by: str  # where the declared set came from
+    declared_by: str  # where the declared (and disclaimed) set came from
     declared: frozenset[str]
+    disclaimed: frozenset[str] = frozenset()
+    # Declarable capabilities neither declared nor disclaimed: their signs of support (empty: none found).
+    undeclared: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def has(self, name: str) -> bool:
         return name in self.present
 
+    @property
+    def probed(self) -> frozenset[str]:
+        """Undeclared capabilities with signs of support: their clauses run as a probe."""
+        return frozenset(n for n, found in self.undeclared.items() if found)
 
-def _declared(contract: Contract, provider: Any, manifest: dict[str, Any] | None,
-              config_caps: list[str] | None) -> tuple[frozenset[str], str]:
-    declarable = {n for n, c in contract.capabilities.items() if c["determined_by"] == "declared"}
-    if config_caps is not None:
-        return frozenset(config_caps) & declarable, "backend-config"
+    def context(self) -> dict[str, Any]:
+        """The report's view (backend section)."""
+        return {
+            "capabilities": sorted(self.present),
+            "declared_capabilities": sorted(self.declared),
+            "disclaimed_capabilities": sorted(self.disclaimed),
+            "undeclared_capabilities": {n: list(found) for n, found in sorted(self.undeclared.items())},
+            "declared_by": self.declared_by,
+        }
+
+
+def declarable(contract: Contract) -> frozenset[str]:
+    return frozenset(n for n, c in contract.capabilities.items() if c["determined_by"] == "declared")
+
+
+def _names(value: Any) -> frozenset[str] | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return frozenset({value})
     try:
-        attr = getattr(provider, "conformance_capabilities", None)
+        return frozenset(str(c) for c in value)
+    except TypeError:
+        return None
+
+
+def _attr(provider: Any, name: str) -> Any:
+    try:
+        return getattr(provider, name, None)
     except Exception:
-        attr = None
-    if attr is not None:
-        return frozenset(str(c) for c in attr) & declarable, "provider attribute conformance_capabilities"
-    listed = ((manifest or {}).get("conformance") or {}).get("capabilities")
-    if isinstance(listed, list):
-        return frozenset(str(c) for c in listed) & declarable, "plugin.yaml conformance.capabilities"
-    return frozenset(), "none"
+        return None
+
+
+def _declared(contract: Contract, provider: Any, manifest: dict[str, Any] | None, config_caps: list[str] | None,
+              config_disclaims: list[str] | None) -> tuple[frozenset[str], frozenset[str], str]:
+    """(declared, disclaimed, source): the first source saying anything speaks for the backend."""
+    names = declarable(contract)
+    section = (manifest or {}).get("conformance") or {}
+    section = section if isinstance(section, dict) else {}
+    sources: list[tuple[str, tuple[str, str], Any, Any]] = [
+        ("backend-config", ("capabilities", "disclaims"), config_caps, config_disclaims),
+        ("provider attribute", ("conformance_capabilities", "conformance_disclaims"),
+         _attr(provider, "conformance_capabilities"), _attr(provider, "conformance_disclaims")),
+        ("plugin.yaml", ("conformance.capabilities", "conformance.disclaims"),
+         section.get("capabilities") if isinstance(section.get("capabilities"), list) else None,
+         section.get("disclaims") if isinstance(section.get("disclaims"), list) else None),
+    ]
+    for where, keys, claims, disclaims in sources:
+        claimed, disclaimed = _names(claims), _names(disclaims)
+        if claimed is None and disclaimed is None:
+            continue
+        source = f"{where} {' and '.join(k for k, v in zip(keys, (claimed, disclaimed), strict=True) if v is not None)}"
+        claimed, disclaimed = (claimed or frozenset()) & names, (disclaimed or frozenset()) & names
+        both = sorted(claimed & disclaimed)
+        if both:
+            raise CapabilityError(f"the {source} both declare and disclaim {', '.join(both)}; "
+                                  "keep each capability in one list")
+        return claimed, disclaimed, source
+    return frozenset(), frozenset(), "none"
 
 
 def _flag(provider: Any, attr: str) -> bool:
@@ -68,9 +137,12 @@ def _overrides_config_schema(provider: Any) -> bool:
 
 
 def resolve(contract: Contract, *, provider: Any, loaded: Any, config_caps: list[str] | None,
-            world: Any) -> Capabilities:
-    declared, source = _declared(contract, provider, getattr(loaded, "manifest", None), config_caps)
-    present = set(declared)
+            world: Any, config_disclaims: list[str] | None = None) -> Capabilities:
+    declared, disclaimed, source = _declared(contract, provider, getattr(loaded, "manifest", None),
+                                             config_caps, config_disclaims)
+    open_names: Iterable[str] = declarable(contract) - declared - disclaimed
+    undeclared = {n: tuple(found) for n, found in signs.find(provider, loaded, open_names).items()}
+    present = set(declared) | {n for n, found in undeclared.items() if found}
     if _flag(provider, "is_remote"):
         present.add("remote")
     if _flag(provider, "session_isolated_when_nonpersistent"):
@@ -83,5 +155,7 @@ def resolve(contract: Contract, *, provider: Any, loaded: Any, config_caps: list
         present.add("distribution")
     if world is not None:
         present |= set(getattr(world, "capabilities", ()))
+    if callable(_attr(provider, DELETE_HOOK)) or "world-states" in present:
+        present.add("sandbox-delete")
     unknown = present - set(contract.capabilities)
-    return Capabilities(frozenset(present - unknown), source, declared)
+    return Capabilities(frozenset(present - unknown), source, declared, disclaimed, undeclared)

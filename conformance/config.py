@@ -7,8 +7,10 @@
     env:                 # variables exported for the run (e.g. a live endpoint)
       UPSTASH_BOX_BASE_URL: https://example.invalid
     capabilities:        # optional capabilities the backend claims, replacing
-      - persistence      # what the provider or plugin.yaml declares
+      - persistence      # what the provider or plugin.yaml declares (and disclaims)
       - stdin-stream
+    disclaims:           # optional capabilities the backend does not offer, although
+      - file-sync        # its code may look as if it did (no probe is run for them)
 
 Values of ``env`` may be written ``${NAME}`` to take them from the caller's
 environment, so secrets never need to be written into the file.
@@ -24,7 +26,7 @@ from typing import Any
 
 import yaml
 
-_ALLOWED = {"terminal", "env", "capabilities"}
+_ALLOWED = {"terminal", "env", "capabilities", "disclaims"}
 _REF = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$")
 
 
@@ -37,6 +39,7 @@ class BackendConfig:
     terminal: dict[str, Any] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
     capabilities: list[str] | None = None
+    disclaims: list[str] | None = None
     path: str | None = None
 
 
@@ -52,7 +55,8 @@ def load(path: str | None, known_capabilities: set[str]) -> BackendConfig:
         raise BackendConfigError(f"--backend-config {p}: not valid YAML: {exc}") from None
     data = data or {}
     if not isinstance(data, dict):
-        raise BackendConfigError(f"--backend-config {p}: the top level must be a mapping with terminal/env/capabilities")
+        raise BackendConfigError(f"--backend-config {p}: the top level must be a mapping with "
+                                 "terminal/env/capabilities/disclaims")
     unknown = sorted(set(data) - _ALLOWED)
     if unknown:
         raise BackendConfigError(
@@ -74,14 +78,25 @@ def load(path: str | None, known_capabilities: set[str]) -> BackendConfig:
                 )
             value = os.environ[ref.group(1)]
         env[str(name)] = str(value)
-    caps = data.get("capabilities")
-    if caps is not None:
-        if not isinstance(caps, list) or not all(isinstance(c, str) for c in caps):
-            raise BackendConfigError(f"--backend-config {p}: capabilities must be a list of names")
-        bad = sorted(set(caps) - known_capabilities)
-        if bad:
-            raise BackendConfigError(
-                f"--backend-config {p}: unknown capability {', '.join(bad)}; "
-                f"declarable: {', '.join(sorted(known_capabilities))}"
-            )
-    return BackendConfig(terminal=terminal, env=env, capabilities=caps, path=str(p))
+    caps = _capability_list(p, data, "capabilities", known_capabilities)
+    disclaims = _capability_list(p, data, "disclaims", known_capabilities)
+    both = sorted(set(caps or ()) & set(disclaims or ()))
+    if both:
+        raise BackendConfigError(f"--backend-config {p}: {', '.join(both)} both declared (capabilities) and "
+                                 "disclaimed (disclaims); keep each capability in one list")
+    return BackendConfig(terminal=terminal, env=env, capabilities=caps, disclaims=disclaims, path=str(p))
+
+
+def _capability_list(p: Path, data: dict[str, Any], key: str, known: set[str]) -> list[str] | None:
+    caps = data.get(key)
+    if caps is None:
+        return None
+    if not isinstance(caps, list) or not all(isinstance(c, str) for c in caps):
+        raise BackendConfigError(f"--backend-config {p}: {key} must be a list of names")
+    bad = sorted(set(caps) - known)
+    if bad:
+        raise BackendConfigError(
+            f"--backend-config {p}: unknown capability {', '.join(bad)} in {key}; "
+            f"declarable: {', '.join(sorted(known))}"
+        )
+    return caps

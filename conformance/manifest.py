@@ -1,7 +1,8 @@
 """The check manifest shipped with each kit version, and what "complete" means.
 
 ``conformance/checks.manifest.json`` lists every check of this kit version,
-the clauses each cites, and the SHA-256 of each check file.  A run is complete when every listed
+the clauses each cites, which checks are black-box (and the harness
+capabilities each of those needs), and the SHA-256 of each check file.  A run is complete when every listed
 check produced an outcome and the check files on disk hash as listed: a run
 narrowed with -k, -m or --deselect, or with check files removed or edited,
 is not complete, and so not certified.
@@ -43,10 +44,13 @@ def files_digest(files: dict[str, str]) -> str:
 
 
 def generate(checks: Mapping[str, Iterable[str]]) -> dict[str, Any]:
-    """The manifest for ``checks`` ({check node id: the clause ids it cites})."""
+    """The manifest for ``checks`` ({check node id: the clause ids it cites}; its ``black_box``
+    attribute, when it has one: {check node id: the harness capabilities a black-box check needs})."""
     files = check_files()
     cites = {check_key(c): sorted(ids) for c, ids in checks.items()}
-    return {"checks_sha256": files_digest(files), "files": files, "checks": sorted(cites), "cites": cites}
+    black_box = {check_key(c): sorted(needs) for c, needs in getattr(checks, "black_box", {}).items()}
+    return {"checks_sha256": files_digest(files), "files": files, "checks": sorted(cites), "cites": cites,
+            "black_box": black_box}
 
 
 @cache

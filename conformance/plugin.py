@@ -38,7 +38,7 @@ from typing import Any
 
 import pytest
 
-from conformance import backends, contract, redact
+from conformance import backends, contract, redact, verdicts
 from conformance.host.abi import HOST_MODES
 from conformance.report import build, junit, table
 from conformance.verdicts import CheckOutcome, gate_reason
@@ -75,6 +75,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--fake-control", default=None, metavar="ADDRESS",
                     help="use the fake started by hand with `hermes-backend-kit fake serve`, at the control "
                          "address it printed (default: $HERMES_KIT_FAKE_CONTROL); one worker only (no -n)")
+    group.addoption("--client-faults", nargs="?", const="on", default=None, metavar="on|off|VENDOR|ROUTES.yaml",
+                    help="inject transport faults in the backend's own HTTP (httpx, through respx) and WebSocket "
+                         "clients instead of the fake's fault script; the value names the route table (the run's "
+                         "vendor by default). Without the option: client-side only when no fake scripts faults "
+                         "(live) and the kit knows the vendor; off: never. Write --client-faults=VALUE")
     group.addoption("--report", default=None, metavar="PATH", help="write the JSON certification report here")
     group.addoption("--waivers", default=None, metavar="FILE.yaml",
                     help="accepted known failures: clause, reason, issue URL, expiry date, strict")
@@ -90,6 +95,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 @pytest.hookimpl(tryfirst=True)  # before pytest's tmpdir plugin reads --basetemp
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "clause(*ids): the contract clause ids this check asserts")
+    config.addinivalue_line("markers", "black_box(*harness): the check observes its clauses through the backend "
+                                       "alone, needing only these harness capabilities")
     config.stash[_STATE] = _KitState()
     if runs_checks(config):
         _configure_check_run(config)
@@ -130,6 +137,12 @@ def clause_ids(item: pytest.Item) -> tuple[str, ...]:
     return tuple(dict.fromkeys(ids))
 
 
+def black_box_needs(item: pytest.Item) -> tuple[str, ...] | None:
+    """The harness capabilities a black-box check needs itself; None for a check that is not black-box."""
+    mark = item.get_closest_marker("black_box")
+    return None if mark is None else tuple(str(a) for a in mark.args)
+
+
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
     kit_contract = None
     for item in items:
@@ -144,6 +157,14 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
                 "fix the marker or add the clause to contract.yaml"
             )
         item.user_properties.append(("clauses", list(ids)))
+        needs = black_box_needs(item)
+        if needs is not None:
+            harness = verdicts.harness_capabilities(kit_contract)
+            wrong = [n for n in needs if n not in harness]
+            if wrong:
+                raise pytest.UsageError(f"{item.nodeid}: black_box names {', '.join(wrong)}, which are not harness "
+                                        f"capabilities (known: {', '.join(sorted(harness))})")
+            item.user_properties.append(("black_box", list(needs)))
 
 
 def runs_checks(config: pytest.Config) -> bool:
@@ -214,13 +235,14 @@ def _redact_terminal(config: pytest.Config) -> None:
 
 def setup_errors() -> tuple[type[BaseException], ...]:
     """The exceptions that mean the run cannot start: one line, no traceback."""
+    from conformance.capabilities import CapabilityError
     from conformance.config import BackendConfigError
     from conformance.contract import ContractError
     from conformance.host.abi import HostError
     from conformance.host.loader import LoadError
     from fakes.services import FakeError, UnknownFake
 
-    return (BackendConfigError, LoadError, HostError, ContractError, UnknownFake, FakeError)
+    return (BackendConfigError, CapabilityError, LoadError, HostError, ContractError, UnknownFake, FakeError)
 
 
 def run_options(config: pytest.Config) -> Any:
@@ -230,7 +252,8 @@ def run_options(config: pytest.Config) -> Any:
     opts = config.option
     control = opts.fake_control or os.environ.get(CONTROL_VAR) or None
     return RunOptions(backend=opts.backend, backend_config=opts.backend_config, host=opts.host, fake=opts.fake,
-                      live=opts.live, fake_control=control, call_deadline=opts.call_deadline or CALL_DEADLINE_S)
+                      live=opts.live, fake_control=control, call_deadline=opts.call_deadline or CALL_DEADLINE_S,
+                      client_faults=opts.client_faults)
 
 
 def preflight(config: pytest.Config) -> None:
@@ -333,15 +356,18 @@ def _kit_clause_gate(request: pytest.FixtureRequest) -> None:
     if not ids:
         return
     run = request.getfixturevalue("kit")
-    reason = skip_reason(run, ids)
+    reason = skip_reason(run, ids, black_box_needs(request.node))
     request.node.user_properties.append(("kit_context", json.dumps(run.context())))
     if reason:
         pytest.skip(reason)
 
 
-def skip_reason(run: Any, ids: tuple[str, ...]) -> str | None:
-    """Why a check citing ``ids`` does not run: not applicable (backend or host), or unverified (harness)."""
-    reason = gate_reason(run.contract, ids, run.capabilities.present)
+def skip_reason(run: Any, ids: tuple[str, ...], black_box: tuple[str, ...] | None = None) -> str | None:
+    """Why a check citing ``ids`` does not run: not applicable (backend or host), or unverified (harness).
+
+    ``black_box``: the harness capabilities a black-box check needs itself (None: not black-box).
+    """
+    reason = gate_reason(run.contract, ids, run.capabilities.present, black_box)
     if reason:
         return reason
     for cid in ids:
@@ -399,7 +425,8 @@ class _Recorder:
             return
         if "kit_context" in props and not self.state.context:
             self.state.context = json.loads(props["kit_context"])
-        outcome = self.state.outcomes.setdefault(report.nodeid, CheckOutcome(report.nodeid, tuple(ids)))
+        outcome = self.state.outcomes.setdefault(
+            report.nodeid, CheckOutcome(report.nodeid, tuple(ids), black_box="black_box" in props))
         outcome.absorb(report.when, report.outcome, _reason(report), report.duration)
         if report.when == "teardown" and self.config.option.kit_progress:
             self._progress(report.nodeid)

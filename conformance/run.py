@@ -72,6 +72,7 @@ class RunOptions:
     fake_control: str | None = None  # control address of a fake started by hand (`fake serve`)
     fake_process: bool = True  # False: serve the fake from this process (for profiling the fake itself)
     call_deadline: float = CALL_DEADLINE_S  # seconds for load+register, create_environment() and cleanup()
+    client_faults: str | None = None  # off, on, a vendor or a route table file; None: automatic (client_faults.py)
 
 
 @dataclass
@@ -95,6 +96,7 @@ class KitRun:
     sandbox: LocalSandbox | None = field(default=None, repr=False)
     _environ: EnvironChanges | None = field(default=None, repr=False)
     _create_hung: str | None = field(default=None, repr=False)
+    fault_world: Any = field(default=None, repr=False)  # client-side transport faults (conformance.client_faults)
 
     def __repr__(self) -> str:  # shown in tracebacks: never the secrets, config env or fake keys
         return (f"KitRun(backend={self.options.backend!r}, fake={getattr(self.fake, 'name', None)!r}, "
@@ -160,11 +162,21 @@ class KitRun:
         sandbox = LocalSandbox.make(workdir, changes) if not _flag(plugin.provider, "is_remote") else None
         if sandbox is not None:
             undo.append(sandbox.remove)
+        world = getattr(fake, "world", None)
+        from conformance import client_faults
+
+        fault_world = client_faults.start_for_run(options.client_faults, world=world, set_env=changes.set,
+                                                  vendor=getattr(fake, "name", None) or fake_name or default_fake)
+        if fault_world is not None:
+            undo.append(fault_world.faults.stop)
+            world = fault_world
         caps = capabilities.resolve(kit_contract, provider=plugin.provider, loaded=plugin,
                                     config_caps=backend_config.capabilities,
-                                    world=getattr(fake, "world", None))
+                                    config_disclaims=backend_config.disclaims,
+                                    world=world)
         return cls(options, workdir, kit_contract, host, host_features, registry, plugin,
-                   backend_config, terminal_config, fake, caps, hermes_home, run_secrets, sandbox=sandbox)
+                   backend_config, terminal_config, fake, caps, hermes_home, run_secrets, sandbox=sandbox,
+                   fault_world=fault_world)
 
     # -- what checks use -------------------------------------------------------------
     @property
@@ -173,6 +185,8 @@ class KitRun:
 
     @property
     def world(self) -> Any:
+        if self.fault_world is not None:
+            return self.fault_world
         return getattr(self.fake, "world", None)
 
     def has(self, capability: str) -> bool:
@@ -260,10 +274,11 @@ class KitRun:
                 "plugin": plugin.plugin_name,
                 "version": plugin.version,
                 "source": plugin.source,
-                "capabilities": sorted(self.capabilities.present),
-                "declared_capabilities": sorted(self.capabilities.declared),
-                "declared_by": self.capabilities.declared_by,
+                **self.capabilities.context(),
                 "environment_inherits_base": self._env_is_base,
+                "transport_faults": (f"client-side ({self.fault_world.faults.table.name} routes)"
+                                     if self.fault_world is not None else
+                                     "fake" if self.has("transport-faults") else None),
             },
             "host": {**self.host.to_dict(), "features": self.host_features},
             "fake": getattr(self.fake, "name", None),
@@ -285,6 +300,8 @@ class KitRun:
             except Exception:
                 pass
         try:
+            if self.fault_world is not None:
+                self.fault_world.faults.stop()
             if self.fake is not None:
                 self.fake.stop()
         finally:

@@ -11,15 +11,29 @@ import pytest
 from conformance.contract import Contract
 
 
+class Checks(dict[str, tuple[str, ...]]):
+    """Check node id -> the clause ids it cites; ``black_box``: node id -> the harness
+    capabilities each black-box check needs itself."""
+
+    black_box: dict[str, tuple[str, ...]]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.black_box = {}
+
+
 class _Collector:
     def __init__(self) -> None:
-        self.checks: dict[str, tuple[str, ...]] = {}
+        self.checks = Checks()
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
-        from conformance.plugin import clause_ids
+        from conformance.plugin import black_box_needs, clause_ids
 
         for item in session.items:
             self.checks[item.nodeid] = clause_ids(item)
+            needs = black_box_needs(item)
+            if needs is not None:
+                self.checks.black_box[item.nodeid] = needs
 
 
 @dataclass
@@ -41,7 +55,7 @@ class Coverage:
         return 100.0 * len(self.covered) / len(self.by_clause) if self.by_clause else 0.0
 
 
-def collect(package: str = "conformance.checks") -> dict[str, tuple[str, ...]]:
+def collect(package: str = "conformance.checks") -> Checks:
     """Collect the checks in ``package``; raises if a check cites an unknown clause."""
     collector = _Collector()
     sink = io.StringIO()

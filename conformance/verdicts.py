@@ -13,22 +13,47 @@ Applicability of a clause to a run (``applicability``):
   world view, no world states, no transport faults): the kit could not look.
   An unverified MUST clause never counts toward certification.
 
+A black-box check (``black_box``: the harness capabilities it needs itself,
+often none) observes its clauses through the backend alone: the clauses'
+harness capabilities do not gate it, only its own do.  It can show a
+violation, never the whole clause: see ``combine``.
+
 A clause's verdict combines every check that cites it (``combine``):
 
 - ``fail`` if any check failed or errored;
 - else ``skipped`` if any check was skipped for a reason other than
   applicability (a skip can hide a regression, so it is never a pass);
-- else ``pass`` if any check passed;
-- else ``unverified`` if any check was skipped as unverified;
+- else ``pass`` if any check that is not black-box passed, or a black-box
+  check passed and no check was unverified;
+- else ``unverified`` if any check was skipped as unverified (a world-based
+  check the run could not make, even when a black-box check of the same
+  clause passed: that check sees only part of what the clause says);
 - else ``not-applicable`` (every check was, by capability, host or backend);
 - a clause no check ran for is ``skipped`` with the reason "no check ran".
 
+Undeclared capabilities (``probed``, ``undeclared``): a declared capability
+the backend neither declares nor disclaims is *undeclared*.  When the kit
+found signs that the backend implements it (conformance/signs.py: attributes
+such as ``self._persistent``, a FileSyncManager, constructor options,
+plugin.yaml or config-schema settings), the run *probes* it: the capability
+counts as present, so its clauses' checks run, and they get verdicts like
+any other.  Without signs, its clauses are not applicable.
+
+The rule for a probe's failures: a probed MUST clause that fails blocks
+certification exactly like a declared one (waivable like any other).  Signs
+mean Hermes will exercise that code (it passes container_persistent to
+every backend and calls the sync hooks it finds), so a broken undeclared
+feature is a broken feature, not an absent one; a backend whose signs
+mislead says so with one line (disclaim the capability), which the report
+and badge then show.  A probe that passes counts as passes, and the report
+and badge still list the capability as undeclared.
+
 Certification (``certification``): the run reached the backend, is complete,
-no waiver is in error, no MUST clause failed or was skipped unless waived,
-and some profile is met.  A profile covers the MUST clauses whose harness
-capabilities it lists; it is met when none of them is unverified, failing or
-skipped (unless waived).  The certificate names the first profile met, in the
-contract's order (strongest first).
+no waiver is in error, no MUST clause failed or was skipped unless waived
+(probed ones included), and some profile is met.  A profile covers the MUST
+clauses whose harness capabilities it lists; it is met when none of them is
+unverified, failing or skipped (unless waived).  The certificate names the
+first profile met, in the contract's order (strongest first).
 """
 
 from __future__ import annotations
@@ -51,8 +76,13 @@ def harness_capabilities(contract: Contract) -> frozenset[str]:
     return frozenset(n for n, c in contract.capabilities.items() if c["determined_by"] == "harness")
 
 
-def applicability(contract: Contract, clause: Clause, present: Collection[str]) -> tuple[str, str]:
-    """(``applies`` | ``not-applicable`` | ``unverified``, the skip reason) of ``clause`` for a run."""
+def applicability(contract: Contract, clause: Clause, present: Collection[str],
+                  black_box: Collection[str] | None = None) -> tuple[str, str]:
+    """(``applies`` | ``not-applicable`` | ``unverified``, the skip reason) of ``clause`` for a run.
+
+    ``black_box``: for a black-box check, the harness capabilities it needs
+    itself (they replace the clause's); None for any other check.
+    """
     harness = harness_capabilities(contract)
     lacking = [c for c in clause.capabilities if c not in present]
     unclaimed = [c for c in lacking if c not in harness]
@@ -63,19 +93,22 @@ def applicability(contract: Contract, clause: Clause, present: Collection[str]) 
         if only_for and only_for not in present:
             return NA_PREFIX, (f"{NA_PREFIX} (capability: {cap} concerns {only_for} backends only; "
                                f"this backend is not {only_for})")
+    if black_box is not None:
+        lacking = [c for c in black_box if c not in present]
     if lacking:
         return UNVERIFIED_PREFIX, (f"{UNVERIFIED_PREFIX} (harness: the run has no {', '.join(lacking)}, "
                                    "so the kit could not observe this clause)")
     return APPLIES, ""
 
 
-def gate_reason(contract: Contract, clause_ids: Iterable[str], present: Collection[str]) -> str | None:
+def gate_reason(contract: Contract, clause_ids: Iterable[str], present: Collection[str],
+                black_box: Collection[str] | None = None) -> str | None:
     """The skip reason of a check citing ``clause_ids``, or None when it runs.
 
     Not-applicable wins over unverified: a behaviour the backend does not
-    claim needs no observing.
+    claim needs no observing.  ``black_box`` as for ``applicability``.
     """
-    found = [applicability(contract, contract.get(cid), present) for cid in clause_ids]
+    found = [applicability(contract, contract.get(cid), present, black_box) for cid in clause_ids]
     for kind in (NA_PREFIX, UNVERIFIED_PREFIX):
         for got, reason in found:
             if got == kind:
@@ -91,6 +124,7 @@ class CheckOutcome:
     outcome: str = "passed"  # passed | failed | skipped
     reason: str = ""
     duration_s: float = 0.0
+    black_box: bool = False  # observes its clauses through the backend alone (a partial view)
 
     @property
     def not_applicable(self) -> bool:
@@ -148,17 +182,23 @@ def combine(results: list[CheckOutcome]) -> tuple[str, str]:
     skipped = [o for o in results if o.outcome == "skipped" and not o.not_applicable and not o.unverified]
     if skipped:
         return "skipped", "; ".join(o.reason for o in skipped)[:500]
-    if any(o.outcome == "passed" for o in results):
-        return "pass", ""
+    passed = [o for o in results if o.outcome == "passed"]
     unverified = [o for o in results if o.unverified]
+    if any(not o.black_box for o in passed) or (passed and not unverified):
+        return "pass", ""
     if unverified:
-        return "unverified", unverified[0].reason
+        seen = (f"; its black-box check(s) passed ({', '.join(o.nodeid.rsplit('::', 1)[-1] for o in passed)}), "
+                "which shows no violation but not the whole clause") if passed else ""
+        return "unverified", unverified[0].reason + seen
     return "not-applicable", results[0].reason
 
 
-def from_evidence(clause_id: str, evidence: Iterable[dict[str, Any]]) -> list[CheckOutcome]:
-    """The check outcomes a report's clause entry records (reasons as far as the excerpts keep them)."""
-    return [CheckOutcome(e["id"], (clause_id,), e["outcome"], e.get("excerpt", ""), e.get("duration_s", 0.0))
+def from_evidence(clause_id: str, evidence: Iterable[dict[str, Any]],
+                  black_box: Collection[str] = ()) -> list[CheckOutcome]:
+    """The check outcomes a report's clause entry records (reasons as far as the excerpts keep them);
+    ``black_box``: the check ids (manifest keys) that are black-box checks."""
+    return [CheckOutcome(e["id"], (clause_id,), e["outcome"], e.get("excerpt", ""), e.get("duration_s", 0.0),
+                         e["id"] in black_box)
             for e in evidence]
 
 
@@ -203,8 +243,50 @@ def profiles(contract: Contract, clauses: Iterable[dict[str, Any]]) -> dict[str,
     return out
 
 
+# ------------------------------------------------------------------ undeclared capabilities and probes
+def probed(backend: dict[str, Any]) -> list[str]:
+    """The capabilities a run probed: undeclared ones with signs of support."""
+    return sorted(n for n, signs in (backend.get("undeclared_capabilities") or {}).items() if signs)
+
+
+def undeclared(contract: Contract, clauses: Iterable[dict[str, Any]], backend: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per undeclared capability: its signs, and for a probed one what its clauses' verdicts were.
+
+    ``probe`` is ``failed`` when a clause needing it failed, ``passed`` when
+    none failed and every MUST one passed (or is not applicable for another
+    reason), ``incomplete`` otherwise (unverified or skipped), and
+    ``not run`` when no sign was found (its clauses are not applicable).
+    """
+    by_id = {c["id"]: c for c in clauses}
+    out = []
+    for name, signs in sorted((backend.get("undeclared_capabilities") or {}).items()):
+        needing = [by_id[c.id] for c in contract if name in c.capabilities and c.id in by_id]
+        entry: dict[str, Any] = {"capability": name, "signs": list(signs),
+                                 "clauses": sorted(c["id"] for c in needing)}
+        if not signs:
+            entry["probe"] = "not run"
+            out.append(entry)
+            continue
+        failed = sorted(c["id"] for c in needing if c["verdict"] == "fail")
+        entry["failed"] = failed
+        entry["must_failed"] = sorted(c["id"] for c in needing if c["verdict"] == "fail" and c["level"] == "MUST")
+        entry["passed"] = sorted(c["id"] for c in needing if c["verdict"] == "pass")
+        open_must = [c for c in needing if c["level"] == "MUST" and c["verdict"] in ("unverified", "skipped")]
+        entry["probe"] = "failed" if failed else ("incomplete" if open_must else "passed")
+        out.append(entry)
+    return out
+
+
+def _probe_of(report: dict[str, Any], clause_id: str) -> str | None:
+    """The probed capability a clause was run for, if any."""
+    for entry in report.get("undeclared", []):
+        if entry.get("probe") not in (None, "not run") and clause_id in entry["clauses"]:
+            return entry["capability"]
+    return None
+
+
 def certification(report: dict[str, Any]) -> tuple[bool, str | None, list[str]]:
-    """(certified, profile, why not) from a report's own fields (``profiles`` included)."""
+    """(certified, profile, why not) from a report's own fields (``profiles`` and ``undeclared`` included)."""
     reasons = []
     if not report.get("backend", {}).get("name"):
         reasons.append("no check reached the backend")
@@ -213,7 +295,12 @@ def certification(report: dict[str, Any]) -> tuple[bool, str | None, list[str]]:
     reasons += [f"waiver error: {e}" for e in report.get("errors", [])]
     for clause in report.get("clauses", []):
         if _blocking(clause):
-            reasons.append(f"MUST clause {clause['id']} {'failed' if clause['verdict'] == 'fail' else 'was skipped'}")
+            reason = f"MUST clause {clause['id']} {'failed' if clause['verdict'] == 'fail' else 'was skipped'}"
+            capability = _probe_of(report, clause["id"])
+            if capability:
+                reason += (f" (probe of undeclared capability {capability}: the backend shows signs of it; "
+                           f"declare {capability} and fix this, or disclaim it)")
+            reasons.append(reason)
     rows = report.get("profiles", {})
     met = [name for name, row in rows.items() if row["met"]]
     if not met and not any(_blocking(c) for c in report.get("clauses", [])):

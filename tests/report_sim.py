@@ -24,14 +24,26 @@ def must_needing(*capabilities: str) -> set[str]:
     return {c.id for c in CONTRACT if c.level == "MUST" and set(capabilities) & set(c.capabilities)}
 
 
-def run(present: Collection[str], *, fail: Collection[str] = (), waivers: list[Any] = ()) -> dict[str, Any]:
-    """The report of a complete run with capabilities ``present`` whose checks of ``fail`` fail."""
+def run(present: Collection[str], *, fail: Collection[str] = (), waivers: list[Any] = (),
+        undeclared: dict[str, list[str]] | None = None, disclaimed: Collection[str] = ()) -> dict[str, Any]:
+    """The report of a complete run with capabilities ``present`` whose checks of ``fail`` fail.
+
+    ``undeclared``: the declarable capabilities neither declared nor disclaimed, with their signs
+    (a probed one, with signs, must be in ``present`` too); the other declarable capabilities in
+    ``present`` are declared, the rest ``disclaimed`` (default: none, so undeclared without signs).
+    """
     shipped = manifest.shipped()
+    declarable = {n for n, c in CONTRACT.capabilities.items() if c["determined_by"] == "declared"}
+    undeclared = dict(undeclared or {})
+    for name in declarable - set(present) - set(disclaimed):
+        undeclared.setdefault(name, [])
+    declared = (set(present) & declarable) - set(undeclared)
     outcomes = []
     for check, clauses in shipped["cites"].items():
-        outcome = CheckOutcome(f"conformance/checks/{check}", tuple(clauses))
+        black_box = shipped["black_box"].get(check)
+        outcome = CheckOutcome(f"conformance/checks/{check}", tuple(clauses), black_box=black_box is not None)
         outcome.absorb("setup", "passed", "", 0.01)
-        gate = verdicts.gate_reason(CONTRACT, clauses, present)
+        gate = verdicts.gate_reason(CONTRACT, clauses, present, black_box)
         if gate:
             outcome.absorb("setup", "skipped", gate, 0.0)
         elif set(clauses) & set(fail):
@@ -40,7 +52,9 @@ def run(present: Collection[str], *, fail: Collection[str] = (), waivers: list[A
             outcome.absorb("call", "passed", "", 0.1)
         outcomes.append(outcome)
     context = {
-        "backend": {"spec": "sim", "name": "sim", "capabilities": sorted(present)},
+        "backend": {"spec": "sim", "name": "sim", "capabilities": sorted(present),
+                    "declared_capabilities": sorted(declared), "disclaimed_capabilities": sorted(disclaimed),
+                    "undeclared_capabilities": undeclared},
         "host": {"mode": "builtin", "requested": "auto", "features": dict.fromkeys(CONTRACT.host_features, True)},
         "fake": "tempdir" if "world" in present else None,
         "live": False,
@@ -54,5 +68,6 @@ def rederive(report: dict[str, Any]) -> dict[str, Any]:
     """What a forger does after editing verdicts: recompute every derived field with the kit's own functions."""
     report["summary"] = verdicts.summarize(report["clauses"])
     report["profiles"] = verdicts.profiles(CONTRACT, report["clauses"])
+    report["undeclared"] = verdicts.undeclared(CONTRACT, report["clauses"], report["backend"])
     report["certified"], report["profile"], report["not_certified_because"] = verdicts.certification(report)
     return report

@@ -2,8 +2,10 @@
 
 A backend is certified when the run is complete (every check of this kit
 version ran, unedited), no waiver is in error, every MUST clause that failed
-or was skipped is waived, and a certification profile is met; the report
-names that profile.  Every derived field (verdicts, summary, profiles,
+or was skipped is waived (those of probed, undeclared capabilities too), and
+a certification profile is met; the report names that profile and lists the
+capabilities the backend neither declared nor disclaimed, with the signs
+found and each probe's outcome.  Every derived field (verdicts, summary, profiles,
 certificate) comes from conformance.verdicts, which ``verify`` uses too.
 """
 
@@ -49,6 +51,7 @@ def build(contract: Contract, outcomes: Iterable[CheckOutcome], context: dict[st
     for v in aggregate(contract, outcomes):
         evidence = [
             {"id": check_key(o.nodeid), "outcome": o.outcome, "duration_s": round(o.duration_s, 3),
+             **({"black_box": True} if o.black_box else {}),
              **({"excerpt": o.reason[:EXCERPT_CHARS]} if o.outcome != "passed" and o.reason else {})}
             for o in sorted(by_clause.get(v.id, []), key=lambda o: o.nodeid)
         ]
@@ -73,6 +76,7 @@ def build(contract: Contract, outcomes: Iterable[CheckOutcome], context: dict[st
         "clauses": clauses,
         "summary": verdicts.summarize(clauses),
         "profiles": verdicts.profiles(contract, clauses),
+        "undeclared": verdicts.undeclared(contract, clauses, backend),
         "started_at": dt.datetime.fromtimestamp(started_at, dt.UTC).isoformat(timespec="seconds"),
         "duration_s": round(duration_s, 2),
         "environment": fingerprint(),

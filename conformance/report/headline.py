@@ -1,4 +1,5 @@
-"""The one-line certificate every output shows: terminal table, report.md, badge, junit, verify."""
+"""The one-line certificate every output shows (terminal table, report.md, badge, junit, verify),
+and the lines on undeclared capabilities each of them shows with it."""
 
 from __future__ import annotations
 
@@ -16,6 +17,42 @@ def _needs(report: dict[str, Any], profile: str) -> list[tuple[str, int]]:
     return [(name, n) for name in stronger if (n := sum(1 for p in assigned.values() if p == name))]
 
 
+def _probe_state(entry: dict[str, Any]) -> str:
+    if entry["probe"] == "not run":
+        return "no signs"
+    if entry["probe"] == "failed":
+        must = len(entry.get("must_failed", []))
+        return f"probe failed {must} MUST" if must else f"probe failed {len(entry.get('failed', []))} SHOULD/MAY"
+    return f"probe {entry['probe']}"
+
+
+def undeclared_note(report: dict[str, Any]) -> str:
+    """'undeclared: persistence (probe failed 1 MUST), file-sync (no signs)', or '' when every
+    declarable capability was declared or disclaimed."""
+    entries = report.get("undeclared") or []
+    if not entries:
+        return ""
+    return "undeclared: " + ", ".join(f"{e['capability']} ({_probe_state(e)})" for e in entries)
+
+
+def undeclared_lines(report: dict[str, Any]) -> list[str]:
+    """One line per undeclared capability: the signs found and what the probe of its clauses gave."""
+    lines = []
+    for e in report.get("undeclared") or []:
+        if e["probe"] == "not run":
+            lines.append(f"undeclared capability {e['capability']}: no signs of support found; its "
+                         f"{len(e['clauses'])} clause(s) are not applicable (declare or disclaim it to say so)")
+            continue
+        line = f"undeclared capability {e['capability']} (signs: {'; '.join(e['signs'])}): "
+        if e["probe"] == "failed":
+            line += (f"probe failed {len(e['failed'])} clause(s) ({', '.join(e['failed'])}), "
+                     f"{len(e['must_failed'])} of them MUST; declare {e['capability']} and fix them, or disclaim it")
+        else:
+            line += f"probe {e['probe']}: {len(e['passed'])} of {len(e['clauses'])} clause(s) pass"
+        lines.append(line)
+    return lines
+
+
 def certificate(report: dict[str, Any]) -> tuple[str, str]:
     """("CERTIFIED" or "NOT CERTIFIED", what it covers)."""
     profile = report.get("profile")
@@ -30,11 +67,14 @@ def certificate(report: dict[str, Any]) -> tuple[str, str]:
         needs = _needs(report, profile)
         if needs:
             detail += "; " + ", ".join(f"{n} MUST unverified, need the {name} profile" for name, n in needs)
-        return "CERTIFIED", detail
-    must = report["summary"]["must"]
-    detail = (f"MUST {must['pass']} pass, {must['fail']} fail, {must['skipped']} skipped, "
-              f"{must['unverified']} unverified, {must['not-applicable']} not applicable")
-    return "NOT CERTIFIED", detail
+    else:
+        must = report["summary"]["must"]
+        detail = (f"MUST {must['pass']} pass, {must['fail']} fail, {must['skipped']} skipped, "
+                  f"{must['unverified']} unverified, {must['not-applicable']} not applicable")
+    note = undeclared_note(report)
+    if note:
+        detail += f"; {note}"
+    return ("CERTIFIED" if report["certified"] and profile else "NOT CERTIFIED"), detail
 
 
 def headline(report: dict[str, Any]) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from conformance.contract import Contract
-from conformance.report.headline import certificate
+from conformance.report.headline import certificate, undeclared_lines
 from conformance.report.table import render as table_lines
 
 
@@ -20,12 +20,20 @@ def render(report: dict[str, Any], contract: Contract) -> str:
         f"hermes-backend-kit {report['kit']['version']}.",
         "",
         f"- backend: `{b['spec']}` (provider `{b.get('name')}`, plugin `{b.get('plugin')}` {b.get('version') or ''})",
-        f"- capabilities: {', '.join(b.get('capabilities') or []) or 'none'}",
+        f"- capabilities: {', '.join(b.get('capabilities') or []) or 'none'} (declared by {b.get('declared_by')}: "
+        f"{', '.join(b.get('declared_capabilities') or []) or 'none'}; disclaimed: "
+        f"{', '.join(b.get('disclaimed_capabilities') or []) or 'none'})",
         f"- host: {h.get('mode')}{hermes}; service: {'live' if report['live'] else 'fake ' + str(report['fake'])}",
         f"- run: {report['started_at']}, {report['duration_s']} s, complete: {'yes' if report['complete'] else 'no'}",
     ]
     if not report["certified"]:
         lines += ["", "Why not certified:", ""] + [f"- {r}" for r in report["not_certified_because"]]
+    if report.get("undeclared"):
+        lines += ["", "## Undeclared capabilities", "",
+                  "Optional capabilities the backend neither declares nor disclaims. One whose code shows signs "
+                  "of it is probed: its clauses run as if declared, and a MUST failure blocks certification. "
+                  "Declare what the backend offers and disclaim the rest.", ""]
+        lines += [f"- {line.removeprefix('undeclared capability ')}" for line in undeclared_lines(report)]
     lines += ["", "## Profiles", "",
               "A certificate names the strongest profile whose MUST clauses were all observed and pass. "
               "*Unverified* clauses are ones the kit could not observe on this run (no world view, no "
@@ -74,10 +82,12 @@ def badge(report: dict[str, Any]) -> dict[str, Any]:
     profile = report.get("profile")
     if report["certified"] and profile:
         row = report["profiles"][profile]
-        message = f"certified, {profile} ({row['pass']}/{row['must'] - row['not-applicable']} MUST)"
+        message = f"certified, {profile} ({row['pass']}/{row['must'] - row['not-applicable']} MUST"
         # Only the first (strongest) profile is bright green: a weaker certificate looks weaker.
         color = "brightgreen" if profile == next(iter(report["profiles"])) else "green"
     else:
         must = report["summary"]["must"]
-        message, color = f"not certified ({must['pass']}/{must['pass'] + must['fail'] + must['skipped']} MUST)", "red"
+        message, color = f"not certified ({must['pass']}/{must['pass'] + must['fail'] + must['skipped']} MUST", "red"
+    names = [e["capability"] for e in report.get("undeclared") or []]
+    message += f"; undeclared: {', '.join(names)})" if names else ")"
     return {"schemaVersion": 1, "label": "hermes backend", "message": message, "color": color}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from conformance.report.headline import certificate
+from conformance.report.headline import certificate, undeclared_lines
 
 COLUMNS = ("pass", "fail", "not-applicable", "unverified", "skipped")
 HEAD = ("group", "pass", "fail", "n/a", "unverified", "skipped", "MUST failed")
@@ -34,6 +34,7 @@ def render(report: dict[str, Any]) -> list[str]:
                                           else f"{len(row['failing'])} MUST failing")
         lines.append(f"profile {name}: {row['pass']}/{row['must'] - row['not-applicable']} MUST pass, "
                      f"{row['not-applicable']} not applicable, {row['waived']} waived: {state}")
+    lines += undeclared_lines(report)
     backend = report["backend"]
     host = report["host"]
     word, detail = certificate(report)

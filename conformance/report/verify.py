@@ -9,10 +9,19 @@
   against the manifest (a check listed under a clause must cite it; a
   complete run lists every check that does);
 - each check's skip: a check the run's capabilities gate must carry exactly
-  the gate's reason, and a check they do not gate cannot claim one;
+  the gate's reason, and a check they do not gate cannot claim one (a
+  black-box check, as the manifest lists it, by its own harness needs);
+- the backend's capabilities: none both declared and disclaimed, the
+  undeclared ones exactly those neither, and the declared capabilities
+  present exactly the declared ones and the probed ones (undeclared, with
+  signs);
 - each clause verdict from its checks' outcomes, the waiver markings from the
-  waivers, the summary from the verdicts, the profiles from the verdicts, and
-  the certificate (certified, profile, reasons) from all of them.
+  waivers, the summary from the verdicts, the profiles and the undeclared
+  capabilities' probes from the verdicts, and the certificate (certified,
+  profile, reasons) from all of them.
+
+The signs themselves come from the backend's code, which the report does not
+hold: verify takes them as the report states them.
 
 All of it uses conformance.verdicts, the functions the report builder uses.
 Offline verification cannot show that the run happened: see ``CANNOT``.
@@ -75,9 +84,33 @@ def problems(report: Any) -> list[str]:
     if sorted(c["id"] for c in report["clauses"]) != sorted(c.id for c in kit_contract):
         found.append("the report's clauses are not the contract's clauses")
         return found  # nothing below can be re-derived clause by clause
+    found += _capabilities(report, kit_contract)
     found += _clauses(report, kit_contract, shipped)
     found += _waivers(report)
     found += _decision(report, kit_contract)
+    return found
+
+
+def _capabilities(report: dict[str, Any], kit_contract: contract.Contract) -> list[str]:
+    """Declared, disclaimed, undeclared and present capabilities agree with each other."""
+    backend = report["backend"]
+    if not backend.get("name"):
+        return []  # no check reached the backend: nothing was resolved
+    found = []
+    declarable = {n for n, c in kit_contract.capabilities.items() if c["determined_by"] == "declared"}
+    declared = set(backend.get("declared_capabilities") or [])
+    disclaimed = set(backend.get("disclaimed_capabilities") or [])
+    undeclared = backend.get("undeclared_capabilities") or {}
+    present = set(backend.get("capabilities") or [])
+    if declared & disclaimed:
+        found.append(f"capabilities: {', '.join(sorted(declared & disclaimed))} both declared and disclaimed")
+    if set(undeclared) != declarable - declared - disclaimed:
+        found.append(f"capabilities: the undeclared ones are {', '.join(sorted(undeclared)) or 'none'}, but neither "
+                     f"declared nor disclaimed are {', '.join(sorted(declarable - declared - disclaimed)) or 'none'}")
+    expected = declared | set(verdicts.probed(backend))
+    if present & declarable != expected:
+        found.append(f"capabilities: present are {', '.join(sorted(present & declarable)) or 'none'} of the "
+                     f"declarable ones, but declared and probed are {', '.join(sorted(expected)) or 'none'}")
     return found
 
 
@@ -85,6 +118,7 @@ def _clauses(report: dict[str, Any], kit_contract: contract.Contract, shipped: d
     """Level, group, evidence, skips and verdict of every clause."""
     found = []
     cites: dict[str, list[str]] = shipped.get("cites", {})
+    black_box: dict[str, list[str]] = shipped.get("black_box", {})
     citing: dict[str, set[str]] = {}
     for check, ids in cites.items():
         for cid in ids:
@@ -110,11 +144,15 @@ def _clauses(report: dict[str, Any], kit_contract: contract.Contract, shipped: d
         if report["complete"] and missing:
             found.append(f"{cid}: the run is marked complete but the outcome of {', '.join(missing)} is missing")
         for evidence in entry["checks"]:
+            if bool(evidence.get("black_box")) != (evidence["id"] in black_box):
+                found.append(f"{cid}: {evidence['id']} is {'' if evidence['id'] in black_box else 'not '}a black-box "
+                             "check in this kit version, but the report says otherwise")
             if reached and evidence["id"] in cites:
-                problem = _skip_problem(kit_contract, evidence, cites[evidence["id"]], present, features)
+                problem = _skip_problem(kit_contract, evidence, cites[evidence["id"]], present, features,
+                                        black_box.get(evidence["id"]))
                 if problem:
                     found.append(f"{cid}: {problem}")
-        derived, _ = verdicts.combine(verdicts.from_evidence(cid, entry["checks"]))
+        derived, _ = verdicts.combine(verdicts.from_evidence(cid, entry["checks"], black_box))
         if derived != entry["verdict"]:
             outcomes = ", ".join(f"{e['id']} {e['outcome']}" for e in entry["checks"]) or "no check ran"
             found.append(f"{cid}: verdict is {entry['verdict']} but its checks say {derived} ({outcomes})")
@@ -129,9 +167,9 @@ def _clauses(report: dict[str, Any], kit_contract: contract.Contract, shipped: d
 
 
 def _skip_problem(kit_contract: contract.Contract, evidence: dict[str, Any], cited: list[str],
-                  present: set[str], features: dict[str, bool]) -> str | None:
+                  present: set[str], features: dict[str, bool], black_box: list[str] | None) -> str | None:
     """Does a check's outcome agree with what the run's capabilities and host allowed?"""
-    gate = verdicts.gate_reason(kit_contract, cited, present)
+    gate = verdicts.gate_reason(kit_contract, cited, present, black_box)
     excerpt = evidence.get("excerpt", "")
     if gate is not None:
         if evidence["outcome"] == "passed":
@@ -187,7 +225,11 @@ def _decision(report: dict[str, Any], kit_contract: contract.Contract) -> list[s
             if rows.get(name) != report["profiles"].get(name):
                 found.append(f"profile {name} does not follow from the verdicts: the report says "
                              f"{report['profiles'].get(name)}, the verdicts give {rows.get(name)}")
-    certified, profile, because = verdicts.certification({**report, "profiles": rows})
+    probes = verdicts.undeclared(kit_contract, report["clauses"], report["backend"])
+    if probes != report["undeclared"]:
+        found.append(f"undeclared capabilities do not follow from the backend's capabilities and the verdicts: the "
+                     f"report says {report['undeclared']}, they give {probes}")
+    certified, profile, because = verdicts.certification({**report, "profiles": rows, "undeclared": probes})
     if certified != report["certified"] or profile != report["profile"]:
         found.append(f"certified is {report['certified']} (profile {report['profile']}) but the verdicts say "
                      f"{certified} (profile {profile})" + (f": {'; '.join(because[:5])}" if because else ""))

@@ -31,4 +31,5 @@ MUTANTS = (
     "raises_after_start",
     "timeout_word_in_error",
     "thread_local_state",
+    "misnamed_persistent",
 )

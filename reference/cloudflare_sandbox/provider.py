@@ -25,6 +25,7 @@ class CloudflareSandboxProvider(TerminalEnvironmentProvider):
     # Honest capabilities: files persist in snapshots; Hermes's files are not synced into the
     # container; stdin is carried whole (and bounded), not streamed.
     conformance_capabilities = frozenset({"persistence"})
+    conformance_disclaims = frozenset({"stdin-stream", "file-sync"})
 
     @property
     def display_name(self) -> str:

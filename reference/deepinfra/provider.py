@@ -26,6 +26,7 @@ class DeepInfraProvider(TerminalEnvironmentProvider):
     default_cwd = config.WORKSPACE
     # No stdin-stream: there is no stdin channel; stdin is carried in the command or staged as a file.
     conformance_capabilities = frozenset({"persistence", "file-sync"})
+    conformance_disclaims = frozenset({"stdin-stream"})
 
     @property
     def display_name(self) -> str:
