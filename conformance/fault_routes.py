@@ -1,0 +1,218 @@
+"""Which requests of a backend's own client play which fault role, told by a route table.
+
+The transport-fault checks arm faults by role (``create``, ``exec``, ``read``;
+fakes/fault_script.py).  A fake knows its own routes; a client-side injector
+(conformance/client_faults.py) sees only the requests a backend's client
+makes, so it needs a table saying which of them is which role.  Guessing
+from methods alone is wrong too often to certify on: GETs include file
+downloads that are not state reads, and a POST may create a sandbox, run a
+command, pause, or upload a file; arming "429, retry me" on a command call
+taken for a create would judge the backend by the wrong rule.  So roles come
+from a table written from the vendor's API: the kit ships one per vendor it
+knows (the same routes its fakes serve), and a vendor with another service
+writes its own in YAML::
+
+    vendor: acme
+    routes:
+      create: ["POST /v1/boxes"]
+      exec:   ["POST /v1/boxes/{id}/exec", "WS /v1/boxes/{id}/shell"]
+      read:   ["GET /v1/boxes/{id}", "GET /v1/boxes"]
+      ignore: ["GET /v1/boxes/catalog"]
+
+A route is ``METHOD /path``; each ``{name}`` matches one path segment and
+``{id}`` is the sandbox id (what ``arm(..., sandbox=...)`` matches).  The path
+must match whole (no prefix, query ignored).  Method ``WS`` is a WebSocket
+connection, seen by the fault proxy (conformance/fault_proxy.py): on plain
+ws:// its path is matched; over TLS (wss://) the proxy sees no path, and a
+connection matches the table's WebSocket routes only when they all have one
+role.  ``ignore`` lists routes that are no role although a less specific
+route would match them; when several routes match, the one with the most
+literal segments wins.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from conformance.config import BackendConfigError
+
+ROLES = ("create", "exec", "read")
+IGNORE = "ignore"
+METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "WS")
+
+# The vendors' routes, from their API references (the kit's fakes serve the same routes).
+VENDOR_ROUTES: dict[str, dict[str, tuple[str, ...]]] = {
+    "upstash": {
+        "create": ("POST /v2/box",),
+        "exec": ("WS /v2/box/{id}/exec-session", "POST /v2/box/{id}/exec", "POST /v2/box/{id}/exec-stream"),
+        "read": ("GET /v2/box/{id}", "GET /v2/box/{id}/status", "GET /v2/box"),
+    },
+    "deepinfra": {
+        "create": ("POST /v1/sandboxes",),
+        "exec": ("POST /v1/sandboxes/{id}/exec",),
+        "read": ("GET /v1/sandboxes/{id}", "GET /v1/sandboxes"),
+        IGNORE: ("GET /v1/sandboxes/catalog",),
+    },
+    "cloudflare": {
+        "create": ("POST /v1/sandboxes/{id}",),
+        "exec": ("POST /v1/sandboxes/{id}/exec",),
+        "read": ("GET /v1/sandboxes/{id}", "GET /health"),
+    },
+}
+
+_PLACEHOLDER = re.compile(r"^\{([A-Za-z_][A-Za-z0-9_]*)\}$")
+
+
+class RouteTableError(BackendConfigError):
+    """A route table (or --client-faults) is wrong; the message names the entry and the fix."""
+
+
+@dataclass(frozen=True)
+class Route:
+    text: str  # as written, e.g. "POST /v2/box/{id}/exec": the fault registry's route key
+    method: str
+    segments: tuple[str, ...]
+    role: str  # one of ROLES, or IGNORE
+
+    @classmethod
+    def parse(cls, text: str, role: str, where: str) -> Route:
+        parts = str(text).split()
+        if len(parts) != 2 or parts[0].upper() not in METHODS or not parts[1].startswith("/"):
+            raise RouteTableError(f"{where}: route {text!r} must be 'METHOD /path' with METHOD one of "
+                                  f"{', '.join(METHODS)}, e.g. 'POST /v1/sandboxes/{{id}}/exec'")
+        method, path = parts[0].upper(), parts[1]
+        segments = tuple(s for s in path.split("/") if s)
+        for segment in segments:
+            if ("{" in segment or "}" in segment) and not _PLACEHOLDER.match(segment):
+                raise RouteTableError(f"{where}: route {text!r}: a placeholder is a whole segment like "
+                                      f"{{id}}, not {segment!r}")
+        return cls(f"{method} {path}", method, segments, role)
+
+    @property
+    def literal(self) -> int:
+        return sum(1 for s in self.segments if not _PLACEHOLDER.match(s))
+
+    def match(self, method: str, path: str) -> dict[str, str] | None:
+        """The placeholders' values when ``method path`` is this route, else None."""
+        if method.upper() != self.method:
+            return None
+        segments = [s for s in path.split("?", 1)[0].split("/") if s]
+        if len(segments) != len(self.segments):
+            return None
+        values: dict[str, str] = {}
+        for want, got in zip(self.segments, segments, strict=True):
+            placeholder = _PLACEHOLDER.match(want)
+            if placeholder:
+                values[placeholder.group(1)] = got
+            elif want != got:
+                return None
+        return values
+
+
+@dataclass(frozen=True)
+class Match:
+    route: Route
+    sandbox: str | None
+
+
+@dataclass(frozen=True)
+class RouteTable:
+    name: str  # the vendor, or the file the table came from
+    routes: tuple[Route, ...]
+
+    def classify(self, method: str, path: str) -> Match | None:
+        """The most specific route ``method path`` matches (its role may be IGNORE), or None."""
+        best: tuple[Route, dict[str, str]] | None = None
+        for route in self.routes:
+            values = route.match(method, path)
+            if values is not None and (best is None or route.literal > best[0].literal):
+                best = (route, values)
+        if best is None:
+            return None
+        return Match(best[0], best[1].get("id"))
+
+    def opaque_websocket(self) -> tuple[Route, ...]:
+        """The WebSocket routes a connection whose path cannot be seen (TLS) counts as: all of them when
+        they share one role, else none (the role would be a guess)."""
+        ws = tuple(r for r in self.routes if r.method == "WS" and r.role != IGNORE)
+        return ws if len({r.role for r in ws}) == 1 else ()
+
+    def role_routes(self) -> dict[str, tuple[str, ...]]:
+        """Role -> route keys, the shape fakes/fault_script.FaultScript takes."""
+        return {role: tuple(r.text for r in self.routes if r.role == role) for role in ROLES}
+
+    def describe(self, role: str) -> str:
+        return ", ".join(r.text for r in self.routes if r.role == role) or "none"
+
+
+def build(name: str, routes: dict[str, object], where: str) -> RouteTable:
+    """A table from ``{role: [route, ...]}``; every problem is an error naming the entry."""
+    if not isinstance(routes, dict):
+        raise RouteTableError(f"{where}: 'routes' must map roles ({', '.join(ROLES)}, {IGNORE}) to lists of routes")
+    unknown = sorted(set(routes) - {*ROLES, IGNORE})
+    if unknown:
+        raise RouteTableError(f"{where}: unknown role(s) {', '.join(map(str, unknown))}; roles are "
+                              f"{', '.join(ROLES)} (and {IGNORE} for routes that are none)")
+    parsed: list[Route] = []
+    for role, entries in routes.items():
+        if isinstance(entries, str) or not isinstance(entries, list | tuple):
+            raise RouteTableError(f"{where}: routes.{role} must be a list of 'METHOD /path' strings")
+        parsed.extend(Route.parse(entry, role, f"{where}: routes.{role}") for entry in entries)
+    seen: dict[tuple[str, tuple[str, ...]], Route] = {}
+    for route in parsed:
+        shape = (route.method, tuple("{}" if _PLACEHOLDER.match(s) else s for s in route.segments))
+        if shape in seen and seen[shape].role != route.role:
+            raise RouteTableError(f"{where}: {route.text} ({route.role}) and {seen[shape].text} "
+                                  f"({seen[shape].role}) match the same requests; keep one")
+        seen[shape] = route
+    missing = [role for role in ROLES if not any(r.role == role for r in parsed)]
+    if missing:
+        raise RouteTableError(f"{where}: no route for role(s) {', '.join(missing)}; every role needs at least "
+                              "one (the checks arm each)")
+    return RouteTable(name, tuple(parsed))
+
+
+def vendor(name: str) -> RouteTable:
+    if name not in VENDOR_ROUTES:
+        raise RouteTableError(f"the kit has no route table for vendor {name!r}; known: "
+                              f"{', '.join(sorted(VENDOR_ROUTES))}, or give a YAML file (see conformance/fault_routes.py)")
+    return build(name, dict(VENDOR_ROUTES[name]), f"the kit's {name} table")
+
+
+def load(path: str | Path) -> RouteTable:
+    """A table from a YAML file with ``routes:`` (and optionally ``vendor:``)."""
+    p = Path(path)
+    try:
+        data = yaml.safe_load(p.read_text("utf-8"))
+    except OSError as exc:
+        raise RouteTableError(f"route table {p}: cannot read it ({exc.strerror})") from None
+    except yaml.YAMLError as exc:
+        raise RouteTableError(f"route table {p}: not valid YAML: {exc}") from None
+    if not isinstance(data, dict) or "routes" not in data:
+        raise RouteTableError(f"route table {p}: the top level must be a mapping with 'routes:' "
+                              f"({', '.join(ROLES)}: lists of 'METHOD /path')")
+    unknown = sorted(set(data) - {"vendor", "routes"})
+    if unknown:
+        raise RouteTableError(f"route table {p}: unknown key(s) {', '.join(map(str, unknown))}; allowed: routes, vendor")
+    return build(str(data.get("vendor") or p.name), data["routes"], f"route table {p}")
+
+
+def resolve(spec: str, *, vendor_hint: str | None) -> RouteTable:
+    """The table ``spec`` names: a vendor, a YAML file, or ``on`` (the run's vendor, ``vendor_hint``)."""
+    if spec == "on":
+        if vendor_hint in VENDOR_ROUTES:
+            return vendor(vendor_hint)
+        raise RouteTableError("--client-faults needs to know which requests create a sandbox, run a command or "
+                              "read its state: name a vendor the kit knows (--client-faults="
+                              f"{'|'.join(sorted(VENDOR_ROUTES))}) or give a route table file "
+                              "(--client-faults=routes.yaml; format in conformance/fault_routes.py)")
+    if spec in VENDOR_ROUTES:
+        return vendor(spec)
+    if spec.endswith((".yaml", ".yml")) or Path(spec).exists():
+        return load(spec)
+    raise RouteTableError(f"--client-faults={spec}: not a vendor the kit knows ({', '.join(sorted(VENDOR_ROUTES))}), "
+                          "not 'on' or 'off', and not a route table file")
