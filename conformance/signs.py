@@ -174,7 +174,7 @@ def _code_signs(module: str, path: Path) -> list[tuple[str, str, str]]:
             out.append(("file-sync", "calls sync_back()", where))
         if isinstance(node, ast.Constant) and node.value == "container_persistent" and id(node) not in docstrings:
             out.append(("persistence", "reads terminal.container_persistent", where))
-    return out
+    return sorted(out, key=lambda sign: int(sign[2].rsplit(":", 1)[1]))  # in the file's order
 
 
 def _assigned(node: ast.AST) -> list[ast.expr]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import importlib
 import json
 import subprocess
 import sys
@@ -160,17 +161,66 @@ def test_certify_writes_four_files_that_verify(backend, fake, tmp_path):
 
 
 @pytest.mark.suite
-@pytest.mark.parametrize("spec", ["fakes.tempdir_box:provider", "fakes.mutants.deletes_by_task:provider"])
-def test_a_backend_loaded_without_a_fake_gets_no_full_certificate(spec, tmp_path):
-    """module:attr runs no fake: the MUST clauses only a world can observe are unverified, never passed."""
-    run = run_suite("--backend", spec, cwd=tmp_path)
+def test_a_backend_loaded_without_a_fake_gets_no_full_certificate(tmp_path):
+    """module:attr runs no fake: the MUST clauses only a world can observe are unverified, never passed,
+    although their black-box checks ran and passed."""
+    run = run_suite("--backend", "fakes.tempdir_box:provider", cwd=tmp_path)
     report = run.report
     assert report is not None, run.output[-3000:]
     unverified = {c.id for c in CONTRACT if c.level == "MUST" and {"world", "world-states"} & set(c.capabilities)}
     assert set(report["profiles"]["full"]["unverified"]) == unverified
     assert {c["id"] for c in report["clauses"] if c["verdict"] == "unverified" and c["level"] == "MUST"} == unverified
     assert report["profile"] != "full" and report["profiles"]["full"]["met"] is False
-    # Until black-box checks observe what the world-based ones do, both get the black-box certificate.
     assert report["certified"] is True and report["profile"] == "black-box", report["not_certified_because"]
     assert f"{len(unverified)} MUST unverified, need the full profile" in run.output
+    black_box = [e for c in report["clauses"] for e in c["checks"] if e.get("black_box")]
+    assert black_box and {e["outcome"] for e in black_box} == {"passed"}
+    assert report["undeclared"] == []  # tempdir_box declares all it offers
+    assert verify.problems(report) == []
+
+
+@pytest.mark.suite
+@pytest.mark.parametrize("mutant, check", [
+    ("deletes_by_task", "test_black_box.py::test_cleanup_leaves_other_sessions_running_with_their_files"),
+    ("silent_recreate", "test_black_box.py::test_sandbox_deleted_elsewhere_is_reported_then_replaced"),
+])
+def test_certify_without_a_world_catches_what_the_world_based_checks_would(mutant, check, tmp_path):
+    """Loaded by module:attr (no fake, so no world): a black-box check fails the clause the mutant breaks."""
+    module = importlib.import_module(f"fakes.mutants.{mutant}")
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-W", "ignore::DeprecationWarning", "-m", "conformance.cli", "certify",
+                           "--backend", f"fakes.mutants.{mutant}:provider", "--out", str(out)],
+                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    report = json.loads((out / "report.json").read_text())
+    assert proc.returncode == 1 and report["certified"] is False, proc.stdout[-2000:]
+    assert report["fake"] is None and "world" not in report["backend"]["capabilities"]
+    failed = {c["id"]: c for c in report["clauses"] if c["verdict"] == "fail"}
+    assert set(failed) == set(module.BREAKS), f"{module.WHAT}: {sorted(failed)}"
+    (clause,) = failed.values()
+    assert [e["id"] for e in clause["checks"] if e["outcome"] == "failed"] == [check]
+    assert report["not_certified_because"] == [f"MUST clause {clause['id']} failed"]
+    assert "NOT CERTIFIED" in proc.stdout and json.loads((out / "badge.json").read_text())["color"] == "red"
+    assert verify.verify_file(out / "report.json") == []
+
+
+@pytest.mark.suite
+def test_an_undeclared_capability_with_signs_is_probed_and_its_failure_refuses_the_certificate(tmp_path):
+    """misnamed_persistent sets self.persistent, Hermes reads _persistent, and it declares no persistence."""
+    run = run_suite("--backend", "fakes.mutants.misnamed_persistent:provider", cwd=tmp_path)
+    report = run.report
+    assert report is not None, run.output[-3000:]
+    assert report["backend"]["declared_capabilities"] == ["file-sync", "stdin-stream"]
+    signs = report["backend"]["undeclared_capabilities"]["persistence"]
+    assert any(s.startswith("sets self.persistent (Hermes reads _persistent) (fakes.mutants.misnamed_persistent:")
+               for s in signs), signs
+    (entry,) = report["undeclared"]
+    assert entry["capability"] == "persistence" and entry["probe"] == "failed"
+    assert entry["must_failed"] == ["lifecycle.persistent-flag"]
+    assert "persist.state-survives" in entry["passed"]  # its own teardown keeps the box: only the flag is wrong
+    assert report["certified"] is False
+    assert report["not_certified_because"] == [
+        "MUST clause lifecycle.persistent-flag failed (probe of undeclared capability persistence: the backend "
+        "shows signs of it; declare persistence and fix this, or disclaim it)"]
+    assert "undeclared capability persistence (signs: sets self.persistent" in run.output
+    assert "probe failed 1 clause(s) (lifecycle.persistent-flag), 1 of them MUST" in run.output
     assert verify.problems(report) == []
