@@ -196,6 +196,9 @@ def cmd_certify(args: argparse.Namespace) -> int:
         cmd.append("--live")
     if args.call_deadline:
         cmd += ["--call-deadline", str(args.call_deadline)]
+    if args.client_faults:
+        routes = Path(args.client_faults)
+        cmd.append(f"--client-faults={routes.resolve() if routes.suffix in ('.yaml', '.yml') else args.client_faults}")
     # The child runs in the run root, so nothing lands in the caller's directory; a module:attr
     # backend next to the caller still imports.
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (os.getcwd(), os.environ.get("PYTHONPATH")) if p)}
@@ -410,6 +413,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds the kit waits for loading the plugin, create_environment() and cleanup() "
                         "before failing the check (default 60)")
     c.add_argument("--sign-key", metavar="KEY", help="sign report.json with this Ed25519 private key (report.json.sig)")
+    c.add_argument("--client-faults", nargs="?", const="on", metavar="on|off|VENDOR|ROUTES.yaml",
+                   help="inject transport faults in the backend's own clients instead of the fake's script "
+                        "(docs/transport-faults.md); automatic for a live run of a backend the kit knows")
     c.set_defaults(func=cmd_certify)
 
     d = sub.add_parser("doctor", help="a bounded health check of a backend, one row per step")
