@@ -88,6 +88,7 @@ def serve(name: str, root: Path, options: FakeOptions, *, on_ready: Callable[[Fa
         fake.stop()
         if closing is not None:
             closing.join(STOP_DEADLINE_S)
+        deadline.cancel()
     return 0
 
 
