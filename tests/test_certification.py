@@ -184,7 +184,7 @@ def test_a_backend_loaded_without_a_fake_gets_no_full_certificate(tmp_path):
     ("deletes_by_task", "test_black_box.py::test_cleanup_leaves_other_sessions_running_with_their_files"),
     ("silent_recreate", "test_black_box.py::test_sandbox_deleted_elsewhere_is_reported_then_replaced"),
 ])
-def test_certify_without_a_world_catches_what_the_world_based_checks_would(mutant, check, tmp_path):
+def test_certify_without_a_world_catches_what_the_world_based_checks_would(mutant, check, tmp_path, builtin_host):
     """Loaded by module:attr (no fake, so no world): a black-box check fails the clause the mutant breaks."""
     module = importlib.import_module(f"fakes.mutants.{mutant}")
     out = tmp_path / "out"
