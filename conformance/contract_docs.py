@@ -33,7 +33,10 @@ def render(kit_contract: contract.Contract, checks: dict[str, tuple[str, ...]]) 
     index += ["", "## Capabilities", "",
               "A clause needing a declared or provider capability the backend lacks is *not applicable*; one "
               "needing a harness capability the run lacks is *unverified* (the kit could not observe it) and "
-              "never counts toward certification.", "",
+              "never counts toward certification. A declared capability the backend neither declares nor "
+              "disclaims, but whose code shows signs of it, is *probed*: its clauses run, and a MUST failure "
+              "blocks certification. A black-box check observes part of a harness clause through the backend "
+              "alone: its failure fails the clause, its pass alone leaves the clause unverified.", "",
               "| capability | known from | meaning |", "| --- | --- | --- |"]
     for name, cap in kit_contract.capabilities.items():
         only = f" Only for `{cap['only_for']}` backends: for others its clauses are not applicable." \
