@@ -12,9 +12,12 @@ measured rather than guessed.
 
 from __future__ import annotations
 
+import contextlib
 import gc
+import logging
 import sys
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -62,6 +65,45 @@ def _no_raise(outcome: TerminalOutcome, fault: str) -> None:
     assert not outcome.raised, (
         f"{fault} and {describe(outcome)}; once a command may have started, execute() must return a non-zero "
         "result: Hermes runs the command again after an exception, or reports exit 124 when its text says timeout"
+    )
+
+
+class _Abandoned(logging.Handler):
+    """Records the host's deadline giving up on a wait the backend never ended."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = record.getMessage()
+        if "abandoned" in text:
+            self.messages.append(text)
+
+
+@contextlib.contextmanager
+def _host_backstop() -> Iterator[_Abandoned]:
+    """Watch the host's own deadline (``agent.deadline``) while a command runs.
+
+    Current hosts wait for a command on a worker thread bounded a little past
+    its timeout; when that bound passes they return 124 and abandon the
+    worker, still blocked in the backend with its connection open.  A result
+    that came from there is the host's, not the backend's: the backend held
+    the command past its timeout.
+    """
+    watcher, log = _Abandoned(), logging.getLogger("agent.deadline")
+    log.addHandler(watcher)
+    try:
+        yield watcher
+    finally:
+        log.removeHandler(watcher)
+
+
+def _ended_by_backend(watcher: _Abandoned, fault: str) -> None:
+    assert not watcher.messages, (
+        f"{fault} and execute() returned only because the host's deadline gave up on it "
+        f"({watcher.messages[0]}): the backend itself held the command past its timeout, leaving a blocked "
+        "worker and an open connection behind; bound every wait on the service by the command's timeout"
     )
 
 
@@ -174,9 +216,11 @@ def test_silent_server_cannot_outlast_the_timeout(kit, env, faults):
     _warm(env)
     command, record = counting("silent", f"echo never; exit {EXIT}")
     faults.arm("silence", "exec")
-    outcome = drive(env, command, timeout=2)
+    with _host_backstop() as watcher:
+        outcome = drive(env, command, timeout=2)
     faults.clear()
     fault = "the service accepted the command call and never answered (it ran nothing)"
+    _ended_by_backend(watcher, fault)
     _once(kit, env, record, outcome, fault, expect=0)
     _no_raise(outcome, fault)
     assert outcome.exit_code != 0, f"{fault} and {describe(outcome)}"
@@ -187,9 +231,11 @@ def test_half_closed_connection_cannot_outlast_the_timeout(kit, env, faults):
     _warm(env)
     command, record = counting("half", f"echo half; sleep 30; exit {EXIT}")
     faults.arm("half-close", "exec")
-    outcome = drive(env, command, timeout=2)
+    with _host_backstop() as watcher:
+        outcome = drive(env, command, timeout=2)
     faults.clear()
     fault = "the service stopped sending on the command's connection and kept it open"
+    _ended_by_backend(watcher, fault)
     _once(kit, env, record, outcome, fault)
     _no_raise(outcome, fault)
     assert outcome.exit_code != 0, f"{fault} and {describe(outcome)}"

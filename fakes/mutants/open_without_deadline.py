@@ -14,4 +14,6 @@ def _open_and_wait(box, argv, cwd, handle, within_s):
 
 session._open = _open_and_wait
 provider = UpstashBoxProvider()
-BREAKS = frozenset({"faults.silent-server"})
+# A half-closed connection is the same silence once the session is open: both hold execute()
+# until the host's own deadline abandons the wait.
+BREAKS = frozenset({"faults.silent-server", "faults.half-closed"})
