@@ -443,6 +443,10 @@ class FaultWorld:
     def locate(self, relpath: str, content: str) -> str | None:
         return None if self._world is None else self._world.locate(relpath, content)
 
+    def sandboxes(self) -> dict[str, str]:
+        """The fake's sandboxes; none without a fake (as a run without any world view sees)."""
+        return {} if self._world is None else self._world.sandboxes()
+
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_") or self._world is None:
             raise AttributeError(f"this run has no world view ({name}); only client-side transport faults")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import threading
 import time
 from collections import Counter
@@ -21,7 +22,7 @@ import httpx
 import pytest
 
 from conformance import fault_routes
-from conformance.client_faults import ClientFaults, InjectorError, table_for_run
+from conformance.client_faults import ClientFaults, FaultWorld, InjectorError, table_for_run
 from conformance.damage import lines
 from conformance.fault_routes import RouteTableError
 from conformance.verdicts import UNVERIFIED_PREFIX
@@ -386,3 +387,50 @@ def test_client_faults_setting_picks_the_table_or_says_what_is_missing(tmp_path)
     routes = tmp_path / "acme.yaml"
     routes.write_text(ROUTES)
     assert table_for_run(str(routes), vendor=None, world=None).name == "loopback"
+
+
+# ------------------------------------------------------------------ the run's view
+def test_without_a_fake_the_world_view_has_faults_and_nothing_else(table):
+    view = FaultWorld(None, ClientFaults(table))
+    assert view.capabilities == {"transport-faults"} and isinstance(view.faults, ClientFaults)
+    assert view.locate(".kit-x", "x") is None and view.sandboxes() == {}
+    with pytest.raises(AttributeError, match="no world view"):
+        view.pause("b1")
+
+
+def test_with_a_fake_the_world_view_keeps_the_fakes_world_but_not_its_faults(table):
+    class World:
+        capabilities = frozenset({"world", "world-states", "transport-faults"})
+        faults = "the fake's script"
+
+        def sandboxes(self) -> dict[str, str]:
+            return {"b1": "running"}
+
+        def pause(self, sandbox: str) -> str:
+            return f"paused {sandbox}"
+
+    view = FaultWorld(World(), ClientFaults(table))
+    assert view.capabilities == World.capabilities and isinstance(view.faults, ClientFaults)
+    assert view.sandboxes() == {"b1": "running"} and view.pause("b1") == "paused b1"
+
+
+@pytest.mark.parametrize("backend, proxied", [("upstash_box", True), ("deepinfra", False)])
+def test_a_live_run_of_a_known_backend_injects_client_side(tmp_path, monkeypatch, backend, proxied):
+    """No service is reached: starting a run loads the plugin and sets the harness up, nothing more."""
+    from conformance.run import KitRun, RunOptions
+
+    monkeypatch.delenv("CI", raising=False)
+    for name in ("ws_proxy", "wss_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    kit = KitRun.start(RunOptions(backend=backend, live=True, host="builtin"), tmp_path)
+    try:
+        assert kit.fake is None and isinstance(kit.world, FaultWorld) and kit.has("transport-faults")
+        assert kit.context()["backend"]["transport_faults"] == f"client-side ({backend.split('_')[0]} routes)"
+        proxy = kit.world.faults.proxy
+        assert (proxy is not None) is proxied
+        if proxied:
+            # lower case on purpose: urllib (and so websockets) prefers it over WS_PROXY
+            assert os.environ["ws_proxy"] == os.environ["wss_proxy"] == proxy.address  # noqa: SIM112
+    finally:
+        kit.close()
+    assert "ws_proxy" not in os.environ and "wss_proxy" not in os.environ
