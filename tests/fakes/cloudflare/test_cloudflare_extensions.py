@@ -8,6 +8,7 @@ command down instead of growing the server's queue.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -166,11 +167,18 @@ def test_a_v1_exec_keeps_concurrent_ones_out(server: BridgeServer, sid: str) -> 
 def test_cancel_stops_only_its_own_concurrent_exec(server: BridgeServer, sid: str) -> None:
     one, two, three = Client(server), Client(server), Client(server)
     ids = rid(), rid()
-    doomed = in_background(lambda: one.exec(sid, "sleep 5", rid=ids[0], concurrent=True))
+    running = threading.Event()  # cancelled before it starts, an exec ends as command_cancelled instead
+
+    def seen(event: dict[str, Any]) -> None:
+        if event["type"] == "started":
+            running.set()
+
+    doomed = in_background(lambda: one.exec(sid, "sleep 5", rid=ids[0], concurrent=True, on_event=seen))
     kept = in_background(lambda: two.exec(sid, "sleep 0.5; echo kept", rid=ids[1], concurrent=True))
     ws = server.bridge.find(sid)
     assert ws is not None
     wait_for(lambda: len(ws.shared) == 2, what="two shared execs")
+    assert running.wait(10), "the exec to cancel never started"
     assert three.cancel(sid, ids[0]).json() == {"ok": True}
     assert doomed.result(10).exit_code == 143
     run = kept.result(10)
