@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import logging
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -68,42 +68,48 @@ def _no_raise(outcome: TerminalOutcome, fault: str) -> None:
     )
 
 
-class _Abandoned(logging.Handler):
-    """Records the host's deadline giving up on a wait the backend never ended."""
+LATE_S = 10.0  # how long a wait the host abandoned may take to end on its own
+
+
+class _Workers:
+    """The host's deadline workers (``deadline-*`` threads) started while a command ran."""
 
     def __init__(self) -> None:
-        super().__init__(logging.WARNING)
-        self.messages: list[str] = []
+        self.before = set(threading.enumerate())
+        self.started: list[threading.Thread] = []
 
-    def emit(self, record: logging.LogRecord) -> None:
-        text = record.getMessage()
-        if "abandoned" in text:
-            self.messages.append(text)
+    def stuck(self, within_s: float) -> list[threading.Thread]:
+        """The workers still blocked in the backend after waiting up to ``within_s`` for them."""
+        ends = time.monotonic() + within_s
+        for worker in self.started:
+            worker.join(max(0.0, ends - time.monotonic()))
+        return [w for w in self.started if w.is_alive()]
 
 
 @contextlib.contextmanager
-def _host_backstop() -> Iterator[_Abandoned]:
-    """Watch the host's own deadline (``agent.deadline``) while a command runs.
+def _host_backstop() -> Iterator[_Workers]:
+    """Watch the host's own deadline while a command runs.
 
     Current hosts wait for a command on a worker thread bounded a little past
     its timeout; when that bound passes they return 124 and abandon the
-    worker, still blocked in the backend with its connection open.  A result
-    that came from there is the host's, not the backend's: the backend held
-    the command past its timeout.
+    worker, still blocked in the backend with its connection open.  A backend
+    that ends its own wait, even late, frees the worker; one that never does
+    leaks a blocked thread and a connection per command.
     """
-    watcher, log = _Abandoned(), logging.getLogger("agent.deadline")
-    log.addHandler(watcher)
+    workers = _Workers()
     try:
-        yield watcher
+        yield workers
     finally:
-        log.removeHandler(watcher)
+        workers.started = [t for t in threading.enumerate()
+                           if t not in workers.before and t.name.startswith("deadline-")]
 
 
-def _ended_by_backend(watcher: _Abandoned, fault: str) -> None:
-    assert not watcher.messages, (
-        f"{fault} and execute() returned only because the host's deadline gave up on it "
-        f"({watcher.messages[0]}): the backend itself held the command past its timeout, leaving a blocked "
-        "worker and an open connection behind; bound every wait on the service by the command's timeout"
+def _ended_by_backend(workers: _Workers, fault: str) -> None:
+    stuck = workers.stuck(LATE_S)
+    assert not stuck, (
+        f"{fault} and the backend never ended its wait: {LATE_S:.0f}s after the host's deadline gave up on "
+        f"execute() ({stuck[0].name}), the call is still blocked in the backend, holding a worker and a "
+        "connection; bound every wait on the service by the command's timeout"
     )
 
 
@@ -216,11 +222,13 @@ def test_silent_server_cannot_outlast_the_timeout(kit, env, faults):
     _warm(env)
     command, record = counting("silent", f"echo never; exit {EXIT}")
     faults.arm("silence", "exec")
-    with _host_backstop() as watcher:
+    with _host_backstop() as workers:
         outcome = drive(env, command, timeout=2)
-    faults.clear()
     fault = "the service accepted the command call and never answered (it ran nothing)"
-    _ended_by_backend(watcher, fault)
+    try:
+        _ended_by_backend(workers, fault)  # before clearing: clearing may release the held call
+    finally:
+        faults.clear()
     _once(kit, env, record, outcome, fault, expect=0)
     _no_raise(outcome, fault)
     assert outcome.exit_code != 0, f"{fault} and {describe(outcome)}"
@@ -231,11 +239,13 @@ def test_half_closed_connection_cannot_outlast_the_timeout(kit, env, faults):
     _warm(env)
     command, record = counting("half", f"echo half; sleep 30; exit {EXIT}")
     faults.arm("half-close", "exec")
-    with _host_backstop() as watcher:
+    with _host_backstop() as workers:
         outcome = drive(env, command, timeout=2)
-    faults.clear()
     fault = "the service stopped sending on the command's connection and kept it open"
-    _ended_by_backend(watcher, fault)
+    try:
+        _ended_by_backend(workers, fault)  # before clearing: clearing may release the held call
+    finally:
+        faults.clear()
     _once(kit, env, record, outcome, fault)
     _no_raise(outcome, fault)
     assert outcome.exit_code != 0, f"{fault} and {describe(outcome)}"

@@ -10,6 +10,7 @@ as ``ApiError`` and the routes render them.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import posixpath
 import secrets
@@ -237,13 +238,24 @@ class Service(VendorService):
             proc.signal(signal.SIGKILL)
 
     def _reset_outside_workspace(self, box: Box) -> None:
-        """Back to the base image: an empty home and /tmp (the box's own again); /workspace is kept."""
+        """Back to the base image: an empty home and /tmp (the box's own again); /workspace is kept.
+
+        The directories are emptied in place, never replaced: an isolated box
+        has them bind-mounted, and a new directory would leave the box holding
+        the deleted one.
+        """
         uid, gid = boxfs.box_owner(self.world)
         for path, mode in ((box.home_dir, 0o755), (box.tmp_dir, 0o1777)):
             if path.is_symlink():
                 path.unlink()
-            shutil.rmtree(path, ignore_errors=True)  # never follows the box's symlinks
-            path.mkdir(mode)
+            path.mkdir(mode, exist_ok=True)
+            with os.scandir(path) as entries:
+                for entry in list(entries):
+                    if entry.is_dir(follow_symlinks=False):
+                        shutil.rmtree(entry.path, ignore_errors=True)  # never follows the box's symlinks
+                    else:
+                        with contextlib.suppress(FileNotFoundError):
+                            os.unlink(entry.path)
             os.chmod(path, mode, follow_symlinks=False)
             os.chown(path, uid, gid, follow_symlinks=False)
 

@@ -14,6 +14,4 @@ def _open_and_wait(box, argv, cwd, handle, within_s):
 
 session._open = _open_and_wait
 provider = UpstashBoxProvider()
-# A half-closed connection is the same silence once the session is open: both hold execute()
-# until the host's own deadline abandons the wait.
-BREAKS = frozenset({"faults.silent-server", "faults.half-closed"})
+BREAKS = frozenset({"faults.silent-server"})
