@@ -137,7 +137,15 @@ def test_a_fake_that_cannot_start_says_why(tmp_path):
             process.spawn("deepinfra", tmp_path / "fake", FakeOptions(port=port))
     with pytest.raises(FakeError, match="no sandbox cap"):
         process.spawn("cloudflare", tmp_path / "cf", FakeOptions(max_sandboxes=3))
-    assert not process._descendants(os.getpid()), "a fake that failed to start left a process"
+    left = [pid for pid in process._descendants(os.getpid()) if str(tmp_path) in _cmdline(pid)]
+    assert not left, "a fake that failed to start left a process"
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace")
+    except OSError:
+        return ""
 
 
 @pytest.fixture
