@@ -24,6 +24,7 @@ import pytest
 
 from conformance.checks._run_count import count_runs, counting, drive
 from conformance.checks._support import out, rc, run
+from conformance.client_faults import FaultWorld
 from conformance.run import KitRun, RunOptions
 
 BACKENDS = ("deepinfra", "upstash_box")
@@ -82,7 +83,7 @@ def _outcomes(backend: str, way: str, workdir: Path, notes: dict[str, str]) -> d
     kit = KitRun.start(RunOptions(backend=backend, host="builtin", client_faults="on" if way == "client" else "off"),
                        workdir)
     try:
-        assert type(kit.world).__name__ == ("FaultWorld" if way == "client" else "RemoteObject"), kit.world
+        assert isinstance(kit.world, FaultWorld) is (way == "client"), kit.world
         found = {kind: _exec_outcome(kit, kind, notes) for kind in EXEC_FAULTS}
         found["status-on-create"] = _create_outcome(kit)
         found["status-on-read"] = _read_outcome(kit)
