@@ -66,7 +66,7 @@ def measured(call: Callable[[], T]) -> Sample:
     """Time ``call`` and record how far this process's peak RSS rose above where it started.
 
     VmHWM is reset through /proc/self/clear_refs (5), so the peak is this call's;
-    the fakes serve from threads of this same process, so their buffers count too.
+    the fakes serve from their own process, so the figure is the backend's and the host's memory alone.
     """
     _settle()
     try:

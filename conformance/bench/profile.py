@@ -1,13 +1,14 @@
 """Profile one benchmark path of one backend, and summarise a py-spy profile of it.
 
-    py-spy record --format raw --rate 200 -o prof.txt -- \\
+    py-spy record --subprocesses --format raw --rate 200 -o prof.txt -- \\
         python -m conformance.bench.profile run --backend deepinfra --path output --size 100M
     python -m conformance.bench.profile summary prof.txt
 
-py-spy samples every thread, which matters here: the backend's readers, the
-host's drain thread and the fake's event loop all run in their own threads
-of this one process (pyinstrument follows only the calling thread, so it
-sees nothing but the host's wait loop).  The summary is self time per
+py-spy samples every thread, which matters here: the backend's readers and
+the host's drain thread run in their own threads of this process, and the
+fake's event loop in the fake's own process, which ``--subprocesses`` adds
+(pyinstrument follows only the calling thread, so it sees nothing but the
+host's wait loop).  The summary is self time per
 function and inclusive time per source area (reference/, fakes/, host, SDK).
 """
 
