@@ -41,6 +41,10 @@ class Clause:
     capabilities: tuple[str, ...] = ()
     host_feature: str | None = None
     fix: str | None = None
+    # The contract version that made the clause required, and, for a clause whose
+    # level rests on the kit's own judgement rather than Hermes code, why.
+    since: str = "1.0"
+    policy: str | None = None
 
     @property
     def group(self) -> str:
@@ -48,7 +52,7 @@ class Clause:
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
-            "id": self.id, "level": self.level, "provided_by": self.provided_by,
+            "id": self.id, "level": self.level, "since": self.since, "provided_by": self.provided_by,
             "title": self.title, "statement": self.statement, "source": self.source,
         }
         if self.capabilities:
@@ -57,12 +61,14 @@ class Clause:
             out["host_feature"] = self.host_feature
         if self.fix:
             out["fix"] = self.fix
+        if self.policy:
+            out["policy"] = self.policy
         return out
 
 
 @dataclass(frozen=True)
 class Contract:
-    version: int
+    version: str
     title: str
     clauses: tuple[Clause, ...]
     capabilities: dict[str, dict[str, str]]
@@ -94,6 +100,11 @@ class Contract:
         for clause in self.clauses:
             out.setdefault(clause.group, []).append(clause)
         return out
+
+
+def version_key(version: str | int) -> tuple[int, ...]:
+    """Sortable form of a contract version ("2.0" -> (2, 0); v1 reports recorded the integer 1)."""
+    return tuple(int(part) for part in str(version).split("."))
 
 
 def _schema() -> dict[str, Any]:
@@ -144,6 +155,9 @@ def _semantic_problems(data: dict[str, Any]) -> list[str]:
                                 f"(known: {', '.join(sorted(harness))})")
     for i, clause in enumerate(data["clauses"]):
         cid = clause["id"]
+        if version_key(clause["since"]) > version_key(data["version"]):
+            problems.append(f"clauses[{i}].since: {clause['since']!r} is later than the contract's version "
+                            f"{data['version']!r}")
         if cid in seen:
             problems.append(f"clauses[{i}].id: {cid!r} repeats clauses[{seen[cid]}].id")
         seen.setdefault(cid, i)
@@ -179,6 +193,7 @@ def parse(text: str | bytes, *, origin: str = "contract.yaml") -> Contract:
                 title=item["title"], statement=" ".join(item["statement"].split()),
                 source=item["source"], capabilities=(cap,) if isinstance(cap, str) else tuple(cap),
                 host_feature=item.get("host_feature"), fix=item.get("fix"),
+                since=item["since"], policy=item.get("policy"),
             )
         )
     contract = Contract(

@@ -60,7 +60,7 @@ def render(kit_contract: contract.Contract, checks: dict[str, tuple[str, ...]]) 
     for group, clauses in groups.items():
         lines = [HEADER, f"# {group}\n"]
         for c in clauses:
-            lines.append(f"## `{c.id}` — {c.level}\n")
+            lines.append(f"## `{c.id}` — {c.level} since {c.since}\n")
             lines.append(f"**{c.title}.** {c.statement}\n")
             facts = [f"- provided by: the {c.provided_by}"]
             if c.capabilities:
@@ -68,6 +68,8 @@ def render(kit_contract: contract.Contract, checks: dict[str, tuple[str, ...]]) 
             if c.host_feature:
                 facts.append(f"- host feature: `{c.host_feature}`")
             facts.append(f"- source: {c.source}")
+            if c.policy:
+                facts.append(f"- kit policy: {c.policy}")
             if c.fix:
                 facts.append(f"- how to fix: {c.fix}")
             checked = dict.fromkeys(_short(n) for n in cov.by_clause.get(c.id, []))

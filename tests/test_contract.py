@@ -18,8 +18,9 @@ def _data() -> dict:
     return yaml.safe_load(resources.files("conformance").joinpath("contract.yaml").read_text("utf-8"))
 
 
-def test_bundled_contract_is_version_1_with_at_least_80_clauses():
-    assert BUNDLED.version == 1
+def test_bundled_contract_is_version_2_and_every_clause_says_since_when():
+    assert BUNDLED.version == "2.0"
+    assert {c.since for c in BUNDLED} <= {"1.0", "2.0"}
     assert len(BUNDLED) >= 80
     groups = {c.group for c in BUNDLED}
     assert {"exec", "stdin", "timeout", "lifecycle", "persist", "identity", "faults"} <= groups
@@ -48,7 +49,9 @@ def test_host_provided_clauses_name_their_host_feature():
         (lambda d: d["clauses"].append(dict(d["clauses"][0])), "repeats clauses[0].id"),
         (lambda d: d["clauses"][0].update(provided_by="host"), "'host_feature' is a required property"),
         (lambda d: d["clauses"][0].update(host_feature="warp-drive"), "clauses[0].host_feature: 'warp-drive'"),
-        (lambda d: d.update(version="one"), "version: 'one' is not of type 'integer'"),
+        (lambda d: d.update(version="one"), "version: 'one' does not match"),
+        (lambda d: d["clauses"][0].pop("since"), "clauses[0]: 'since' is a required property"),
+        (lambda d: d["clauses"][0].update(since="9.0"), "clauses[0].since: '9.0' is later than the contract's version"),
         (lambda d: d.pop("profiles"), "'profiles' is a required property"),
         (lambda d: d["profiles"]["full"]["harness"].append("persistence"),
          "profiles.full.harness: 'persistence' is not a harness capability"),
