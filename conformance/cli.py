@@ -21,7 +21,8 @@ def _print_json(data: Any) -> None:
 def cmd_contract_list(args: argparse.Namespace) -> int:
     kit_contract = contract.load(args.contract)
     clauses = [c for c in kit_contract
-               if (not args.group or c.group == args.group) and (not args.level or c.level == args.level.upper())]
+               if (not args.group or c.group == args.group) and (not args.level or c.level == args.level.upper())
+               and (not args.since or c.since == args.since)]
     if args.json:
         _print_json([c.to_dict() for c in clauses])
         return 0
@@ -43,10 +44,12 @@ def cmd_contract_show(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(clause.to_dict())
         return 0
-    print(f"{clause.id}  ({clause.level}, provided by the {clause.provided_by})")
+    print(f"{clause.id}  ({clause.level} since contract {clause.since}, provided by the {clause.provided_by})")
     print(f"  {clause.title}\n")
     print(textwrap.fill(clause.statement, 88, initial_indent="  ", subsequent_indent="  "))
     print(f"\n  source:     {clause.source}")
+    if clause.policy:
+        print(f"  kit policy: {clause.policy}")
     if clause.capabilities:
         print(f"  capability: {', '.join(clause.capabilities)}")
     if clause.host_feature:
@@ -102,8 +105,13 @@ def cmd_contract_validate(args: argparse.Namespace) -> int:
 def cmd_report_compare(args: argparse.Namespace) -> int:
     from conformance.report import compare
 
-    differences = compare.compare_files(args.first, args.second)
-    for line in compare.describe(differences):
+    try:
+        first, second = (compare.load(path) for path in (args.first, args.second))
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    differences = compare.compare(first, second)
+    for line in compare.describe(differences, versions=compare.versions_of(first, second)):
         print(line)
     return 1 if any(d.kind == "mismatch" for d in differences) else 0
 
@@ -367,6 +375,7 @@ def build_parser() -> argparse.ArgumentParser:
     lst = csub.add_parser("list", help="list clauses")
     lst.add_argument("--group")
     lst.add_argument("--level", choices=["MUST", "SHOULD", "MAY", "must", "should", "may"])
+    lst.add_argument("--since", metavar="VERSION", help="only the clauses this contract version made required, e.g. 2.0")
     lst.add_argument("--json", action="store_true")
     lst.set_defaults(func=cmd_contract_list)
     show = csub.add_parser("show", help="show one clause")
