@@ -26,6 +26,7 @@ never counts toward certification.  conformance.verdicts decides which.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -136,6 +137,14 @@ def _overrides_config_schema(provider: Any) -> bool:
     return getattr(mine, "__func__", mine) is not base
 
 
+def _takes_workspace_binding(provider: Any) -> bool:
+    """create_environment names workspace_binding (as the host's documented provider does)."""
+    try:
+        return "workspace_binding" in inspect.signature(provider.create_environment).parameters
+    except (TypeError, ValueError, AttributeError):
+        return False
+
+
 def resolve(contract: Contract, *, provider: Any, loaded: Any, config_caps: list[str] | None,
             world: Any, config_disclaims: list[str] | None = None) -> Capabilities:
     declared, disclaimed, source = _declared(contract, provider, getattr(loaded, "manifest", None),
@@ -149,6 +158,8 @@ def resolve(contract: Contract, *, provider: Any, loaded: Any, config_caps: list
         present.add("session-isolation")
     if _overrides_config_schema(provider):
         present.add("config-schema")
+    if _takes_workspace_binding(provider):
+        present.add("workspace-binding")
     if getattr(loaded, "is_package", False):
         present.add("plugin-package")
     if getattr(loaded, "entry_point", None):

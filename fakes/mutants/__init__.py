@@ -32,4 +32,6 @@ MUTANTS = (
     "timeout_word_in_error",
     "thread_local_state",
     "misnamed_persistent",
+    "binding_unchecked",
+    "binding_mounts",
 )

@@ -8,6 +8,7 @@ from typing import Any
 from agent.terminal_env_provider import TerminalEnvironmentProvider
 
 from reference.cloudflare_sandbox import settings as config
+from reference.common import workspace_binding as workspace
 from reference.common.redact import guard_loggers
 
 logger = logging.getLogger("reference.cloudflare_sandbox")
@@ -108,7 +109,9 @@ class CloudflareSandboxProvider(TerminalEnvironmentProvider):
         ]
 
     def create_environment(self, *, cwd: str, timeout: int, task_id: str = "default", image: str | None = None,
-                           container_config: dict[str, Any] | None = None, **kwargs: Any) -> Any:
+                           container_config: dict[str, Any] | None = None, workspace_binding: Any = None,
+                           **kwargs: Any) -> Any:
+        workspace.check(workspace_binding, self.name)  # context only: nothing of it is mounted or synced
         from reference.cloudflare_sandbox import identity
         from reference.cloudflare_sandbox.environment import CloudflareSandboxEnvironment
         from reference.cloudflare_sandbox.errors import connection_error

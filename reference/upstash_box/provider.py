@@ -8,6 +8,7 @@ from typing import Any
 
 from agent.terminal_env_provider import TerminalEnvironmentProvider
 
+from reference.common import workspace_binding as workspace
 from reference.common.plugin import PromptProbeStub, sdk_version
 from reference.common.redact import guard_loggers
 from reference.upstash_box import settings as config
@@ -102,7 +103,9 @@ class UpstashBoxProvider(TerminalEnvironmentProvider):
         ]
 
     def create_environment(self, *, cwd: str, timeout: int, task_id: str = "default", image: str | None = None,
-                           container_config: dict[str, Any] | None = None, **kwargs: Any) -> Any:
+                           container_config: dict[str, Any] | None = None, workspace_binding: Any = None,
+                           **kwargs: Any) -> Any:
+        workspace.check(workspace_binding, self.name)  # context only: nothing of it is mounted or synced
         if task_id == PROBE_TASK:
             return PromptProbeStub(cwd, timeout, says="upstash_box: the prompt-time probe does not create a Box")
         try:

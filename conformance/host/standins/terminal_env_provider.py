@@ -1,17 +1,20 @@
 """Stand-in for ``agent.terminal_env_provider``: the terminal backend provider ABC.
 
 Members and defaults follow research/hermes-host.md section 2.2, including the
-provider-configuration extension (get_config_schema and friends), so plugins
-written against either can subclass it unchanged.
+provider-configuration extension (get_config_schema and friends) and the
+WorkspaceBinding a container provider may receive, so plugins written against
+either can subclass it or import it unchanged.
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import posixpath
 import re
 from abc import abstractmethod
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from conformance.host.standins.provider_base import ProviderBase
@@ -20,6 +23,31 @@ _KEY_SEGMENT = re.compile(r"^[A-Za-z0-9_-]+$")
 _FORBIDDEN_SEGMENTS = frozenset({"__proto__", "constructor", "prototype"})
 _FIELD_TYPES = frozenset({"boolean", "list", "number", "secret", "select", "string", "text"})
 _SECRET_FORBIDDEN = ("const", "default", "example", "examples", "options", "value")
+
+# Where a host found the workspace it binds: the session's, an explicit task's, the
+# non-isolated CLI process's, or a legacy caller of the factory.
+WORKSPACE_BINDING_SOURCES = frozenset({"session", "task", "process", "factory"})
+
+
+@dataclass(frozen=True)
+class WorkspaceBinding:
+    """The host workspace a task or session is assigned, with where that assignment came from.
+
+    Context for the provider, never an authorisation: a provider validates it and
+    mounts or syncs nothing because of it unless its own policy says so.
+    """
+
+    host_path: str
+    source: str
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.host_path, str) or not self.host_path.startswith("/") or "\x00" in self.host_path:
+            raise ValueError(f"WorkspaceBinding.host_path must be an absolute path, not {self.host_path!r}")
+        if posixpath.normpath(self.host_path) != self.host_path.rstrip("/") and self.host_path != "/":
+            raise ValueError(f"WorkspaceBinding.host_path must be normalised, not {self.host_path!r}")
+        if self.source not in WORKSPACE_BINDING_SOURCES:
+            raise ValueError(f"WorkspaceBinding.source must be one of {sorted(WORKSPACE_BINDING_SOURCES)}, "
+                             f"not {self.source!r}")
 
 
 class TerminalEnvironmentProvider(ProviderBase):
