@@ -41,6 +41,7 @@ import pytest
 from conformance import backends, contract, redact, verdicts
 from conformance.host.abi import HOST_MODES
 from conformance.report import build, junit, table
+from conformance.report.markdown import fake_world_line
 from conformance.verdicts import CheckOutcome, gate_reason
 
 _STATE = pytest.StashKey["_KitState"]()
@@ -475,6 +476,8 @@ class _Recorder:
         terminalreporter.section("hermes-backend-kit: verdicts per group")
         for line in table.render(report):
             terminalreporter.write_line(line)
+        if report.get("fake_world"):
+            terminalreporter.write_line(f"  fake boxes: {fake_world_line(report['fake_world'])}")
         for reason in report["incomplete_reasons"]:
             terminalreporter.write_line(f"  incomplete: {reason}")
         for error in report["errors"]:

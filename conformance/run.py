@@ -282,8 +282,17 @@ class KitRun:
             },
             "host": {**self.host.to_dict(), "features": self.host_features},
             "fake": getattr(self.fake, "name", None),
+            "fake_world": self._fake_world(),
             "live": self.options.live,
         }
+
+    def _fake_world(self) -> dict[str, Any] | None:
+        """Whether the fake's boxes were isolated from this machine (own namespaces), and where their paths are."""
+        world = getattr(self.fake, "world", None)
+        if world is None:
+            return None
+        return {"isolated": "isolation" in set(getattr(world, "capabilities", ()) or ()),
+                "paths_note": str(getattr(self.fake, "paths_note", "") or "")}
 
     def close(self) -> None:
         """Clean up leftovers (within CLOSE_BUDGET_S in all), stop the fake, end the run's local

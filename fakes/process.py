@@ -41,6 +41,7 @@ from typing import Any
 from fakes import services
 from fakes.control import ControlClient, ControlError, ControlServer
 from fakes.services import FakeError, FakeOptions, FakeService
+from fakes.world import NAMESPACES_ENV
 
 logger = logging.getLogger("fakes.process")
 
@@ -48,9 +49,9 @@ READY_TIMEOUT_S = 60.0  # a loaded 2-core machine imports uvicorn and starlette 
 STOP_GRACE_S = 20.0  # stopping ends streams and kills box processes; a stuck fake is killed after this
 STOP_DEADLINE_S = 15.0  # inside the fake's process: exit even if its stop hangs
 CONTROL_VAR = "HERMES_KIT_FAKE_CONTROL"
-# The fake's process gets this machine's basics, never the kit's credentials.
+# The fake's process gets this machine's basics and the box world's switch, never the kit's credentials.
 _PASS_ENV = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "PYTHONPATH",
-             "PYTHONHASHSEED", "PYTHONDONTWRITEBYTECODE", "PYTHONUTF8", "VIRTUAL_ENV")
+             "PYTHONHASHSEED", "PYTHONDONTWRITEBYTECODE", "PYTHONUTF8", "VIRTUAL_ENV", NAMESPACES_ENV)
 _PASS_PREFIXES = ("LC_", "COVERAGE_")
 
 

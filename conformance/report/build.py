@@ -68,6 +68,7 @@ def build(contract: Contract, outcomes: Iterable[CheckOutcome], context: dict[st
         "backend": backend,
         "host": host,
         "fake": context.get("fake"),
+        **({"fake_world": context["fake_world"]} if context.get("fake_world") else {}),
         "live": context.get("live", False),
         "waivers": [w.to_dict() for w in waivers],
         "errors": errors,

@@ -9,6 +9,15 @@ from conformance.report.headline import certificate, undeclared_lines
 from conformance.report.table import render as table_lines
 
 
+def fake_world_line(world: dict[str, Any]) -> str:
+    """How the fake's boxes ran: isolated (own namespaces) or, on a machine without them, as host processes."""
+    if world["isolated"]:
+        return f"isolated from this machine; {world['paths_note']}"
+    return ("NOT isolated (this machine offers no user/mount/PID namespaces): box commands ran as local processes "
+            f"and could read this machine's processes and files, so checks of what a sandbox can see may fail "
+            f"for the machine's sake; {world['paths_note']}")
+
+
 def render(report: dict[str, Any], contract: Contract) -> str:
     b, h = report["backend"], report["host"]
     word, detail = certificate(report)
@@ -26,6 +35,8 @@ def render(report: dict[str, Any], contract: Contract) -> str:
         f"- host: {h.get('mode')}{hermes}; service: {'live' if report['live'] else 'fake ' + str(report['fake'])}",
         f"- run: {report['started_at']}, {report['duration_s']} s, complete: {'yes' if report['complete'] else 'no'}",
     ]
+    if report.get("fake_world"):
+        lines.append(f"- fake boxes: {fake_world_line(report['fake_world'])}")
     if not report["certified"]:
         lines += ["", "Why not certified:", ""] + [f"- {r}" for r in report["not_certified_because"]]
     if report.get("undeclared"):
