@@ -103,7 +103,7 @@ def test_execute_takes_the_callers_keywords(env):
 
 
 TOOLS = ("bash", "base64", "sha256sum", "mktemp", "stat", "sed", "cut", "wc", "head", "tail",
-         "readlink", "nohup", "kill", "mv", "cat", "python3")
+         "readlink", "nohup", "kill", "pkill", "mv", "cat", "chmod", "touch", "awk", "grep", "python3")
 
 
 @pytest.mark.clause("exec.tools")

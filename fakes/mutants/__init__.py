@@ -32,6 +32,12 @@ MUTANTS = (
     "timeout_word_in_error",
     "thread_local_state",
     "misnamed_persistent",
+    "kernel_runner_killed",
     "binding_unchecked",
     "binding_mounts",
+    "config_probe_raises",
+    "config_resolve_not_mapping",
+    "config_rejects_backend_config",
+    "ignores_passthrough",
+    "guards_off_on_host",
 )
