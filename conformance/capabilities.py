@@ -126,15 +126,23 @@ def _flag(provider: Any, attr: str) -> bool:
         return False
 
 
+# The provider-configuration extension: a provider taking part overrides one of these.
+CONFIG_METHODS = ("get_config_schema", "resolve_config", "probe_with_config")
+
+
 def _overrides_config_schema(provider: Any) -> bool:
     from conformance.host.registry import provider_base_class
 
-    try:
-        mine = provider.get_config_schema
-    except Exception:
-        return False
-    base = provider_base_class().get_config_schema
-    return getattr(mine, "__func__", mine) is not base
+    base_class = provider_base_class()
+    for name in CONFIG_METHODS:
+        try:
+            mine = getattr(provider, name)
+        except Exception:
+            continue
+        base = getattr(base_class, name, None)
+        if base is not None and getattr(mine, "__func__", mine) is not base:
+            return True
+    return False
 
 
 def _takes_workspace_binding(provider: Any) -> bool:

@@ -8,6 +8,7 @@ from typing import Any
 
 from agent.terminal_env_provider import TerminalEnvironmentProvider
 
+from . import provider_config
 from .boxes import Box, box_id_for, default_root, owner_digest
 
 logger = logging.getLogger("fakes.tempdir_box")
@@ -63,6 +64,9 @@ class TempdirBoxProvider(TerminalEnvironmentProvider):
         return shutil.which("bash") is not None
 
     def check_requirements(self, config: dict[str, Any]) -> bool:
+        for problem in provider_config.problems(config.get("backend_config")):
+            logger.warning("%s; fix it in config.yaml", problem)
+            return False
         if self.is_available():
             return True
         logger.warning("tempdir_box needs bash on PATH; install bash")
@@ -72,6 +76,17 @@ class TempdirBoxProvider(TerminalEnvironmentProvider):
         if not self.is_available():
             return ("unavailable", "bash is not installed")
         return ("ready", f"boxes under {default_root()}")
+
+    # The host's provider-configuration extension: settings under terminal.backends.tempdir_box.
+    def get_config_schema(self) -> dict[str, dict[str, Any]]:
+        return {key: dict(spec) for key, spec in provider_config.SCHEMA.items()}
+
+    def resolve_config(self, config: Any) -> dict[str, Any]:
+        return provider_config.resolve(config)
+
+    def probe_with_config(self, config: Any) -> tuple[str, str]:
+        found = provider_config.problems(config)
+        return ("needs_setup", found[0]) if found else self.probe()
 
     def setup_instructions(self) -> list[str]:
         return ["No setup needed: boxes are temp directories under $TEMPDIR_BOX_ROOT (or the system temp dir)."]
@@ -87,7 +102,8 @@ class TempdirBoxProvider(TerminalEnvironmentProvider):
         from .environment import TempdirBoxEnvironment
 
         cc = container_config or {}
-        persistent = _as_bool(cc.get("container_persistent"), default=True)
+        persistent = _as_bool(cc.get("container_persistent"),
+                              default=provider_config.persistent_default(kwargs.get("backend_config")))
         if task_id == "prompt-backend-probe":
             persistent = False  # the prompt probe must never keep or reuse a box
         root = default_root()
