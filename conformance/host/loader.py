@@ -262,6 +262,10 @@ def _from_package(spec: str, source: str, module: types.ModuleType, manifest: di
     register(ctx)
     if not ctx.accepted:
         why = "; ".join(reason for _, reason in ctx.rejected) or "it never called ctx.register_terminal_environment_provider"
+        if ctx.unknown_names:
+            from conformance.host.registry import unknown_register_name
+
+            why = "; ".join(unknown_register_name(n) for n in dict.fromkeys(ctx.unknown_names))
         raise LoadError(f"{spec}: register(ctx) registered no terminal provider ({why})")
     return LoadedPlugin(spec=spec, source=source, provider=ctx.accepted[0], module=module,
                         manifest=manifest, register=register, context=ctx,

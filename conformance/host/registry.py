@@ -10,6 +10,7 @@ context never lets a rejection raise into the plugin: it logs and returns None.
 from __future__ import annotations
 
 import copy
+import difflib
 import importlib
 import logging
 import threading
@@ -18,6 +19,28 @@ from dataclasses import dataclass, field
 from typing import Any
 
 logger = logging.getLogger("hermes_cli.plugins")
+
+# Every register_* method of Hermes's PluginContext (hermes_cli/plugins.py): a plugin may call any
+# of them; any other register_* name is a typo the plugin would never notice, since the context
+# used to accept it silently.
+HERMES_REGISTER_NAMES = frozenset({
+    "register_approval_transport", "register_auxiliary_task", "register_browser_provider",
+    "register_cli_command", "register_command", "register_context_engine", "register_context_reference",
+    "register_dashboard_auth_provider", "register_hook", "register_image_gen_provider",
+    "register_memory_provider", "register_middleware", "register_platform", "register_platform_handler",
+    "register_redaction_patterns", "register_secret_source", "register_skill", "register_slack_action_handler",
+    "register_system_prompt_section", "register_telegram_handler", "register_terminal_environment_provider",
+    "register_tool", "register_transcription_provider", "register_tts_provider", "register_video_gen_provider",
+    "register_web_search_provider",
+})
+
+
+def unknown_register_name(name: str) -> str:
+    """The message for a register_* name Hermes's PluginContext does not have, with the closest valid one."""
+    close = difflib.get_close_matches(name, sorted(HERMES_REGISTER_NAMES), n=1, cutoff=0.0)
+    return (f"Hermes's plugin context has no {name}(); the closest valid name is {close[0]}" if close
+            else f"Hermes's plugin context has no {name}()")
+
 
 # Every name a host reserves or dispatches before plugins (union over versions).
 RESERVED_NAMES = frozenset({
@@ -114,6 +137,7 @@ class PluginContext:
     accepted: list[Any] = field(default_factory=list)
     rejected: list[tuple[Any, str]] = field(default_factory=list)
     other_calls: list[str] = field(default_factory=list)
+    unknown_names: list[str] = field(default_factory=list)  # register_* names Hermes does not have
 
     def register_terminal_environment_provider(self, provider: Any) -> Registration | None:
         try:
@@ -129,11 +153,15 @@ class PluginContext:
         return copy.deepcopy(self.config)
 
     def __getattr__(self, name: str) -> Callable[..., None]:
-        # Other register_* hooks (tools, commands, hooks) are accepted and ignored.
-        if name.startswith("register_"):
+        # Hermes's other register_* hooks (tools, commands, hooks) are accepted and ignored; a name
+        # Hermes does not have is an AttributeError naming the closest valid one, as on Hermes.
+        if name in HERMES_REGISTER_NAMES:
             def ignore(*_args: Any, **_kwargs: Any) -> None:
                 self.other_calls.append(name)
             return ignore
+        if name.startswith("register_"):
+            self.unknown_names.append(name)
+            raise AttributeError(unknown_register_name(name))
         raise AttributeError(name)
 
 
