@@ -405,17 +405,36 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("backends", help="list the backends the kit knows by name")
     b.set_defaults(func=cmd_backends)
 
+    from conformance.scaffold.command import add_parser as add_init_plugin
+
+    add_init_plugin(sub)
+
     c = sub.add_parser("certify", help="run the suite and write report.json, report.md, junit.xml, badge.json")
-    c.add_argument("--backend", required=True)
-    c.add_argument("--backend-config")
+    c.add_argument("--backend", required=True, metavar="SPEC",
+                   help="the backend to certify: a plugin directory (plugin.yaml and __init__.py), ep:NAME (an "
+                        "installed hermes_agent.plugins entry point), package.module[:attr], or a name from "
+                        "`hermes-backend-kit backends`")
+    c.add_argument("--backend-config", metavar="FILE",
+                   help="YAML for the backend: terminal (merged into Hermes's terminal config), env (variables "
+                        "for the run, ${NAME} taken from yours), capabilities and disclaims (for a plugin you "
+                        "cannot edit)")
     mode = c.add_mutually_exclusive_group()
-    mode.add_argument("--fake")
-    mode.add_argument("--live", action="store_true")
+    mode.add_argument("--fake", metavar="VENDOR",
+                      help="start the kit's fake of VENDOR (upstash, cloudflare, deepinfra) on loopback and export "
+                           "its variables; implied for the kit's reference backends")
+    mode.add_argument("--live", action="store_true",
+                      help="use the real service with the credentials in your environment (no fake: clauses "
+                           "that need one are unverified)")
     c.add_argument("--fake-control", metavar="ADDRESS",
                    help="certify against the fake started by hand with `fake serve` at this control address "
                         "(default: $HERMES_KIT_FAKE_CONTROL); runs one worker")
-    c.add_argument("--waivers")
-    c.add_argument("--host", default="auto", choices=["auto", "builtin", "hermes"])
+    c.add_argument("--waivers", metavar="FILE",
+                   help="YAML list of waived MUST clauses (clause, reason, issue, expires); the file must exist "
+                        "when given, so leave the option out when you have none")
+    c.add_argument("--host", default="auto", choices=["auto", "builtin", "hermes"],
+                   help="the Hermes modules the plugin runs against: hermes (the installed hermes-agent, "
+                        "stand-ins for what it lacks), builtin (the kit's stand-ins), auto (hermes where "
+                        "importable; default)")
     c.add_argument("--out", required=True, help="directory for the four files")
     c.add_argument("--workers", type=int, default=2, help="pytest-xdist workers (0: none; default 2)")
     c.add_argument("--call-deadline", type=float, metavar="SECONDS",
