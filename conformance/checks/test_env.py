@@ -41,11 +41,24 @@ def test_host_only_variable_stays_on_the_host(kit, make_env, monkeypatch):
     assert not leaked, f"host variable {name} leaked into the sandbox (env or /proc/*/environ): {leaked}"
 
 
+# Per-session names the host never keeps from one command to the next (base_session_env.py).
+SESSION_VARS = ("HERMES_SESSION_KIT", "HERMES_RPC_KIT", "HERMES_KERNEL_DIR", "HERMES_CRON_SESSION",
+                "HERMES_CRON_AUTO_DELIVER_KIT", "HERMES_BROWSER_CONTROL_KIT", "HERMES_DELEGATED_CHILD_CONTEXT",
+                "HERMES_UI_SESSION_ID")
+# Re-exported by every command with the host's default when unset; a command's own value must not stick.
+AGENT_MARKERS = {"AI_AGENT": "hermes-agent", "HERMES_AGENT": "true"}
+
+
 @pytest.mark.clause("env.session-vars")
 def test_session_variables_do_not_persist(env):
-    run(env, "export HERMES_SESSION_KIT=1 HERMES_RPC_KIT=2 KIT_ORDINARY=3")
-    seen = out(run(env, "echo ${HERMES_SESSION_KIT-unset} ${HERMES_RPC_KIT-unset} ${KIT_ORDINARY-unset}")).split()
-    assert seen[:2] == ["unset", "unset"], f"per-session variables persisted: {seen}"
+    names = [*SESSION_VARS, *AGENT_MARKERS]
+    run(env, "export " + " ".join(f"{n}=kit-{i}" for i, n in enumerate(names)) + " KIT_ORDINARY=kept")
+    text = out(run(env, "; ".join(f"echo {n}=${{{n}-unset}}" for n in [*names, "KIT_ORDINARY"])))
+    seen = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+    kept = [n for n in SESSION_VARS if seen.get(n) != "unset"]
+    assert not kept, f"per-session variables persisted into the next command: {[f'{n}={seen.get(n)}' for n in kept]}"
+    stuck = [n for n, default in AGENT_MARKERS.items() if seen.get(n) not in (default, "unset")]
+    assert not stuck, f"a command's own {stuck} persisted instead of the host's default: {seen}"
 
 
 class _Capture(logging.Handler):

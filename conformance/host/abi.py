@@ -32,6 +32,8 @@ STANDINS: dict[str, str] = {
     "tools.environments.base_output": "conformance.host.standins.base_output",
     "tools.environments.base": "conformance.host.standins.base",
     "tools.environments.file_sync": "conformance.host.standins.file_sync",
+    "tools.env_passthrough": "conformance.host.standins.env_passthrough",
+    "tools.environments.remote_common": "conformance.host.standins.remote_common",
 }
 _PACKAGES = ("agent", "tools", "tools.environments")
 # Names a current host exports that older ones lack; supplied into the real module.

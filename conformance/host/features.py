@@ -78,10 +78,16 @@ def _snapshot(env: Any) -> bool:
     return env.execute("echo ${KIT_PROBE_VAR-unset}").get("output", "").strip() == "kept"
 
 
+# Every per-session name the current host's snapshot leaves out (base_session_env.py).
+_SESSION_VARS = ("HERMES_SESSION_KIT_PROBE", "HERMES_RPC_KIT_PROBE", "HERMES_KERNEL_DIR", "HERMES_CRON_SESSION",
+                 "HERMES_CRON_AUTO_DELIVER_KIT_PROBE", "HERMES_BROWSER_CONTROL_KIT_PROBE",
+                 "HERMES_DELEGATED_CHILD_CONTEXT", "HERMES_UI_SESSION_ID")
+
+
 def _excludes_session_vars(env: Any) -> bool:
-    env.execute("export HERMES_SESSION_KIT_PROBE=1 HERMES_RPC_KIT_PROBE=1")
-    out = env.execute("echo ${HERMES_SESSION_KIT_PROBE-unset} ${HERMES_RPC_KIT_PROBE-unset}")
-    return out.get("output", "").split() == ["unset", "unset"]
+    env.execute("export " + " ".join(f"{n}=1" for n in _SESSION_VARS) + " AI_AGENT=kit-probe HERMES_AGENT=kit-probe")
+    out = env.execute("echo " + " ".join(f"${{{n}-unset}}" for n in _SESSION_VARS) + " ${AI_AGENT} ${HERMES_AGENT}")
+    return out.get("output", "").split() == ["unset"] * len(_SESSION_VARS) + ["hermes-agent", "true"]
 
 
 def _recreated(env: Any) -> bool:

@@ -40,4 +40,6 @@ MUTANTS = (
     "config_rejects_backend_config",
     "ignores_passthrough",
     "guards_off_on_host",
+    "unconfigured_probe_raises",
+    "environ_fallback",
 )

@@ -60,6 +60,10 @@ class TempdirBoxProvider(TerminalEnvironmentProvider):
     def cache_path_base(self) -> str:
         return "~/.hermes"
 
+    @property
+    def skip_container_guards(self) -> bool:
+        return False  # boxes are directories on this machine: every host path stays reachable
+
     def is_available(self) -> bool:
         return shutil.which("bash") is not None
 

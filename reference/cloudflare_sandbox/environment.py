@@ -20,18 +20,20 @@ from typing import Any
 from tools.environments.base import BaseEnvironment
 
 from reference.common.finalize import CleanupOffThread
+from reference.common.passthrough import PassthroughEnvironment
 from reference.common.stream_handle import StreamProcessHandle
 
 from .command import RemoteCommand
 from .errors import PREFIX
-from .settings import Settings
+from .settings import STRIP_KEYS, Settings
 from .workspace import Workspace
 
 logger = logging.getLogger("reference.cloudflare_sandbox")
 CLEANUP_DEADLINE_S = 12.0  # inside Hermes's 15 s atexit wait
 
 
-class CloudflareSandboxEnvironment(CleanupOffThread, BaseEnvironment):
+class CloudflareSandboxEnvironment(PassthroughEnvironment, CleanupOffThread, BaseEnvironment):
+    passthrough_blocked = STRIP_KEYS
     _stdin_mode = "pipe"
     _snapshot_timeout = 120  # the bootstrap carries the container's cold start or restore
 

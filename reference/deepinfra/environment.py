@@ -29,10 +29,12 @@ from tools.environments.base import BaseEnvironment
 from tools.environments.base_output import _ThreadedProcessHandle
 
 from reference.common.finalize import CleanupOffThread
+from reference.common.passthrough import PassthroughEnvironment
 from reference.deepinfra import launcher
 from reference.deepinfra.files import SandboxFiles
 from reference.deepinfra.sandboxes import Account, SandboxBroken, SandboxGone, disown, own
 from reference.deepinfra.settings import HERMES_DIR, MAX_COMMAND_S, TEMP_DIR, WORKSPACE, Settings
+from reference.deepinfra.settings import KEY_VAR as _KEY_VAR
 from reference.deepinfra.streaming import CommandRun
 
 logger = logging.getLogger("reference.deepinfra")
@@ -40,7 +42,8 @@ logger = logging.getLogger("reference.deepinfra")
 _NO_PREFERENCE = ("", "/root", "~")
 
 
-class DeepInfraEnvironment(CleanupOffThread, BaseEnvironment):
+class DeepInfraEnvironment(PassthroughEnvironment, CleanupOffThread, BaseEnvironment):
+    passthrough_blocked = frozenset({_KEY_VAR})
     # stdin comes as bytes to _run_bash; the launcher delivers it exactly (see launcher.py).
     _stdin_mode = "pipe"
 

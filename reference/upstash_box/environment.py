@@ -23,15 +23,18 @@ from tools.environments.base_output import _ThreadedProcessHandle
 from reference.common import tar_transfer
 from reference.common.finalize import CleanupOffThread
 from reference.common.naming import sandbox_name
+from reference.common.passthrough import PassthroughEnvironment
 from reference.common.redact import redact
 from reference.upstash_box import session
 from reference.upstash_box.boxes import USABLE, Account, BoxGone, connection_error
-from reference.upstash_box.settings import Settings
+from reference.upstash_box.settings import KEY_VAR, Settings
 
 logger = logging.getLogger("reference.upstash_box")
 
 
-class UpstashBoxEnvironment(CleanupOffThread, BaseEnvironment):
+class UpstashBoxEnvironment(PassthroughEnvironment, CleanupOffThread, BaseEnvironment):
+    passthrough_blocked = frozenset({KEY_VAR})
+
     def __init__(self, *, account: Account, settings: Settings, task_id: str, cwd: str, timeout: int):
         self._account = account
         self._settings = settings
