@@ -10,7 +10,8 @@
   answers its RPC request files with execute() calls of its own;
 - background processes: a detached nohup job whose pid is echoed, then
   polled and killed by later calls;
-- the prompt-time probe: its own environment, one printf with timeout=4.
+- the prompt-time probe: its own environment, one printf with timeout=4, then
+  cleanup(force_remove=True) when cleanup() declares the keyword.
 
 Every call goes through ``bounded`` so a hung backend fails instead of hanging.
 """
@@ -314,25 +315,49 @@ class ProbeOutcome:
     fields: dict[str, str]
     error: BaseException | None
     seconds: float
+    cleanup_error: BaseException | None = None  # what the probe's own teardown raised
+
+
+def _probe_teardown(env: Any) -> BaseException | None:
+    """The probe's finally: _cleanup_env(env, force_remove=True), bounded; what it raised, if anything."""
+    from conformance.host.lifecycle import cleanup_env
+
+    try:
+        bounded(cleanup_env, env, force_remove=True, deadline=30,
+                what="cleanup(force_remove=True) of the probe environment")
+    except AssertionError:
+        raise
+    except Exception as exc:
+        return exc
+    return None
 
 
 def prompt_probe(create: Callable[[str], Any]) -> ProbeOutcome:
-    """Create the probe environment, run the probe once, report what came back."""
+    """Create the probe environment, run the probe once, tear it down as the host does."""
     started = time.monotonic()
     env = None
     try:
         env = bounded(create, "prompt-backend-probe", deadline=60, what="create_environment(prompt-backend-probe)")
-        result = run(env, PROMPT_PROBE_COMMAND, timeout=4)
     except AssertionError:
         raise
     except Exception as exc:
         return ProbeOutcome(env, None, {}, exc, time.monotonic() - started)
+    try:
+        result = run(env, PROMPT_PROBE_COMMAND, timeout=4)
+    except AssertionError:
+        _probe_teardown(env)
+        raise
+    except Exception as exc:
+        seconds = time.monotonic() - started
+        return ProbeOutcome(env, None, {}, exc, seconds, _probe_teardown(env))
+    seconds = time.monotonic() - started
+    cleanup_error = _probe_teardown(env)
     fields = {}
     for line in result.get("output", "").splitlines():
         key, sep, value = line.partition("=")
         if sep and key in ("os", "kernel", "home", "cwd", "user"):
             fields[key] = value
-    return ProbeOutcome(env, result, fields, None, time.monotonic() - started)
+    return ProbeOutcome(env, result, fields, None, seconds, cleanup_error)
 
 
 # --------------------------------------------------------------------- interrupts

@@ -5,8 +5,13 @@
 - Per-turn teardown: cleanup_vm(task_id) after every turn unless the
   environment is persistent (_persistent or _session_scoped truthy).
 - An idle reaper thread tears down environments idle longer than the lifetime.
-- At exit: kill in-flight foreground commands, then wait_for_cleanup(15) (or
-  cleanup()) on every environment, swallowing errors.
+- At exit: kill in-flight foreground commands, then cleanup_vm (cleanup with
+  force_remove=False) on every environment, and only then wait_for_cleanup(15)
+  on each environment that has it, swallowing errors.
+
+cleanup() gets force_remove only when its signature declares the keyword (the
+host inspects it): False from cleanup_vm (turn and session teardown, atexit),
+True from the prompt probe and a user's teardown, nothing from the idle reaper.
 """
 
 from __future__ import annotations
@@ -122,21 +127,26 @@ class EnvCache:
             self._reaper.join(5)
 
     def shutdown(self, timeout: float = 15.0, kill_foreground: Callable[[], None] | None = None) -> None:
-        """The atexit path: stop foreground work, then wait for every cleanup."""
+        """The atexit path: stop the reaper and foreground work, cleanup_vm every environment,
+        then wait_for_cleanup(timeout) on each of them (the environments were listed first)."""
         self.stop_reaper()
+        with self._table_lock:
+            envs = list(self._envs.values())
         if kill_foreground is not None:
             try:
                 kill_foreground()
             except Exception as exc:
                 self.errors.append(exc)
-        with self._table_lock:
-            envs = list(self._envs.items())
-            self._envs.clear()
-        for _task_id, env in envs:
+        for task_id in list(self._envs):
             try:
-                waiter = getattr(env, "wait_for_cleanup", None)
-                cleanup_env(env)
-                if callable(waiter):
-                    waiter(timeout=timeout)
+                self.cleanup_vm(task_id)
+            except Exception as exc:
+                self.errors.append(exc)
+        for env in envs:
+            waiter = getattr(env, "wait_for_cleanup", None)
+            if waiter is None:
+                continue
+            try:
+                waiter(timeout=timeout)
             except Exception as exc:
                 self.errors.append(exc)

@@ -33,6 +33,7 @@ MUTANTS = (
     "thread_local_state",
     "misnamed_persistent",
     "kernel_runner_killed",
+    "force_remove_ignored",
     "binding_unchecked",
     "binding_mounts",
     "config_probe_raises",

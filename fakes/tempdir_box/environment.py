@@ -199,7 +199,9 @@ class TempdirBoxEnvironment(BaseEnvironment):
                 tar.add(base, arcname=str(base).lstrip("/"))
 
     # -- teardown ------------------------------------------------------------------
-    def cleanup(self) -> None:
+    def cleanup(self, force_remove: bool = False) -> None:
+        """Persistent: pause the box.  Otherwise, or with ``force_remove`` (the prompt probe,
+        a user's teardown): delete it."""
         with self._lock:
             if self._closed:
                 return
@@ -211,7 +213,7 @@ class TempdirBoxEnvironment(BaseEnvironment):
             self._sync.sync_back()
         if not self._box.exists():
             return  # already gone: counts as deleted
-        if self._persistent:
+        if self._persistent and not force_remove:
             if self._box.state() == "running":
                 self._box.write_meta(state="paused")
                 logger.info("paused tempdir box %s", self._box.id)

@@ -48,5 +48,5 @@ class PromptProbeStub:
     def execute(self, command: str, cwd: str = "", **kwargs: Any) -> dict[str, Any]:
         return {"output": self._says, "returncode": 1}
 
-    def cleanup(self) -> None:
+    def cleanup(self, force_remove: bool = False) -> None:
         return None

@@ -207,7 +207,9 @@ class UpstashBoxEnvironment(PassthroughEnvironment, CleanupOffThread, BaseEnviro
                 "started; it was not sent again. Check its effects before running it again.")
 
     # -- teardown ----------------------------------------------------------------------
-    def cleanup(self) -> None:
+    def cleanup(self, force_remove: bool = False) -> None:
+        """Persistent: pause the Box (or leave a keep-alive Box running).  Otherwise, or with
+        ``force_remove`` (the prompt probe, a user's teardown): delete it."""
         with self._lock:
             if self._closed or not hasattr(self, "_box"):
                 return
@@ -222,7 +224,7 @@ class UpstashBoxEnvironment(PassthroughEnvironment, CleanupOffThread, BaseEnviro
             return  # already gone: counts as deleted
         if self._sync is not None and state in USABLE:
             self._sync.sync_back()
-        if self._settings.persistent:
+        if self._settings.persistent and not force_remove:
             if self._settings.keep_alive:
                 logger.info("leaving keep-alive Box %s running", box.id)
             elif state in USABLE:
