@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from conformance.host.drivers import interrupted, returncode, run
-from conformance.verdicts import NA_PREFIX
+from conformance.verdicts import NA_PREFIX, UNVERIFIED_PREFIX
 
-__all__ = ["locate", "nonce", "not_applicable", "out", "plant", "rc", "run", "sha256_hex", "stop_by"]
+__all__ = ["locate", "nonce", "not_applicable", "out", "plant", "rc", "run", "sha256_hex", "stop_by", "unverified"]
 
 
 def out(result: dict[str, Any]) -> str:
@@ -35,6 +35,11 @@ def sha256_hex(data: bytes) -> str:
 def not_applicable(reason: str) -> None:
     """The clause does not apply to this backend for a reason only the check can see."""
     pytest.skip(f"{NA_PREFIX} ({reason})")
+
+
+def unverified(reason: str) -> None:
+    """The harness could not make the clause's situation happen (a fault that never fired): no verdict."""
+    pytest.skip(f"{UNVERIFIED_PREFIX} (harness: {reason})")
 
 
 def plant(env: Any, label: str = "id") -> tuple[str, str]:
