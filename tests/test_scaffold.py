@@ -1,0 +1,162 @@
+"""init-plugin: the generated plugin is complete, marks what a vendor changes, refuses bad names,
+and (suite tests) installs with pip and certifies as written, for both templates."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conformance.cli import main
+from conformance.scaffold import generate
+
+COMMON = {"pyproject.toml", "README.md", "waivers.example.yaml", ".github/workflows/certify.yml",
+          "acme/__init__.py", "acme/plugin.yaml", "acme/provider.py", "acme/environment.py"}
+
+
+def _files(root: Path) -> set[str]:
+    return {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()}
+
+
+@pytest.mark.parametrize("template, extra", [("local", set()), ("http", {"acme/client.py", "loopback_service.py"})])
+def test_the_plugin_is_complete_and_marks_what_to_change(tmp_path, template, extra):
+    root = tmp_path / "acme"
+    generate("acme", root, template)
+    assert _files(root) == COMMON | extra
+    for path in root.rglob("*.py"):
+        ast.parse(path.read_text(), str(path))  # every generated module is valid Python
+    text = {rel: (root / rel).read_text() for rel in _files(root)}
+    assert not [rel for rel, body in text.items() if "{{" in body], "a placeholder was left unfilled"
+    manifest = yaml.safe_load(text["acme/plugin.yaml"])
+    assert manifest["name"] == "acme" and manifest["kind"] == "backend" and manifest["description"].strip()
+    assert manifest["requires_env"], "a credential variable is declared even when the backend needs none"
+    pyproject = text["pyproject.toml"]
+    assert '[project.entry-points."hermes_agent.plugins"]\nacme = "acme"' in pyproject
+    assert 'acme = ["plugin.yaml"]' in pyproject  # the manifest ships in the wheel
+    init = ast.parse(text["acme/__init__.py"])
+    top_imports = [n for n in init.body if isinstance(n, ast.ImportFrom | ast.Import)]
+    assert all("provider" not in ast.unparse(n) and "agent" not in ast.unparse(n) for n in top_imports), \
+        "the plugin API must be imported inside register(), not at module top"
+    marked = {rel for rel, body in text.items() if "VENDOR:" in body}
+    assert {"pyproject.toml", "acme/plugin.yaml", "acme/provider.py"} <= marked
+    assert "VENDOR:" in text["README.md"]  # the README explains the marks
+    workflow = text[".github/workflows/certify.yml"]
+    assert "if [ -f waivers.yaml ]" in workflow and "--backend ep:acme" in workflow
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["9lives"], "error: '9lives' is not a valid Python package name — use lowercase"),
+    (["class"], "error: 'class' is not a valid Python package name"),
+    (["Acme"], "error: 'Acme' is not lowercase — use 'acme'"),
+    (["docker"], "error: 'docker' is a built-in Hermes backend name — pick a name of your own"),
+    (["my_ssh"], "error: 'my_ssh' contains 'ssh', which Hermes reads in an environment's class name"),
+    (["acme", "--template", "grpc"], None),
+])
+def test_a_bad_name_is_one_line_and_exit_2(tmp_path, capsys, args, expected):
+    with pytest.raises(SystemExit) if expected is None else _nothing():
+        code = main(["init-plugin", *args, "--dir", str(tmp_path / "out")])
+        assert code == 2
+    err = capsys.readouterr().err
+    if expected is not None:
+        assert err.startswith(expected) and err.count("\n") == 1, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_existing_non_empty_directory_is_refused(tmp_path, capsys):
+    target = tmp_path / "busy"
+    target.mkdir()
+    (target / "keep.txt").write_text("mine")
+    assert main(["init-plugin", "acme", "--dir", str(target)]) == 2
+    assert capsys.readouterr().err == f"error: {target} is not empty — pass --dir with a new or empty directory\n"
+    assert _files(target) == {"keep.txt"}
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["init-plugin", "acme", "--dir", str(empty)]) == 0
+    assert "acme/provider.py" in _files(empty)
+
+
+class _nothing:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> bool:
+        return False
+
+
+# ------------------------------------------------------------------ installed and certified as written
+def _install(project: Path, target: Path) -> None:
+    """pip-install the generated project into ``target`` only (PYTHONPATH reaches it; nothing else changes)."""
+    proc = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target),
+                           str(project)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, f"pip install of the generated plugin failed:\n{proc.stdout}\n{proc.stderr}"
+    assert (target / "acme" / "plugin.yaml").is_file(), "plugin.yaml is not in the installed package"
+
+
+def _certify(tmp_path: Path, site: Path, env: dict[str, str]) -> dict:
+    out = tmp_path / "certification"
+    run_env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("PYTEST_", "TEMPDIR_BOX_", "HERMES_")) and k != "CI"}
+    run_env.update(env, PYTHONPATH=os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")])))
+    proc = subprocess.run([sys.executable, "-m", "conformance.cli", "certify", "--backend", "ep:acme",
+                           "--out", str(out)], capture_output=True, text=True, timeout=900, env=run_env,
+                          cwd=tmp_path)
+    report_path = out / "report.json"
+    assert report_path.is_file(), f"certify wrote no report:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    report = json.loads(report_path.read_text())
+    failing = [c["id"] for c in report["clauses"] if c["verdict"] == "fail"]
+    assert not failing, f"the generated plugin fails {failing}:\n{proc.stdout[-3000:]}"
+    assert report["backend"]["source"] == "entry-point" and report["backend"]["version"] == "0.1.0"
+    assert report["backend"]["undeclared_capabilities"] == {}, "every capability is claimed or disclaimed"
+    assert report["profiles"]["black-box"]["met"], report["profiles"]["black-box"]
+    if not report["certified"]:
+        # The kit's own tree may carry check files edited after the manifest (work in progress):
+        # the run is then incomplete whatever the backend does; anything else is a real failure.
+        reasons = report.get("incomplete_reasons") or []
+        assert report["not_certified_because"] == ["the run is not complete"] and reasons and all(
+            r.startswith("check files differ from this kit version") for r in reasons), \
+            f"not certified: {report['not_certified_because']} {reasons}\n{proc.stdout[-3000:]}"
+        pytest.xfail(f"certified but for this tree's edited check files: {reasons}")
+    assert proc.returncode == 0 and "CERTIFIED" in proc.stdout
+    return report
+
+
+@pytest.mark.suite
+def test_the_local_template_installs_and_certifies(tmp_path):
+    project = tmp_path / "acme"
+    assert main(["init-plugin", "acme", "--dir", str(project), "--template", "local"]) == 0
+    _install(project, tmp_path / "site")
+    roots = tmp_path / "task-dirs"
+    _certify(tmp_path, tmp_path / "site", {"ACME_ROOT": str(roots)})
+
+
+@pytest.mark.suite
+def test_the_http_template_installs_and_certifies_against_its_loopback_service(tmp_path):
+    project = tmp_path / "acme"
+    assert main(["init-plugin", "acme", "--dir", str(project), "--template", "http"]) == 0
+    _install(project, tmp_path / "site")
+    service = subprocess.Popen([sys.executable, str(project / "loopback_service.py")], stdout=subprocess.PIPE,
+                               text=True, cwd=tmp_path)
+    try:
+        env = {}
+        for _ in range(2):
+            line = service.stdout.readline()  # type: ignore[union-attr]
+            match = re.match(r"export (ACME_\w+)=(\S+)$", line.strip())
+            assert match, f"the loopback service did not print its variables: {line!r}"
+            env[match.group(1)] = match.group(2)
+        _certify(tmp_path, tmp_path / "site", env)
+    finally:
+        service.send_signal(signal.SIGTERM)
+        try:
+            service.wait(30)
+        except subprocess.TimeoutExpired:
+            service.kill()
+            service.wait()
+        service.stdout.close()  # type: ignore[union-attr]
