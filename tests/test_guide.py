@@ -156,3 +156,23 @@ def test_every_block_of_the_guide_runs(tmp_path):
     assert (work / "certification" / "report.json.sig").is_file()
     leftovers = list((work / "task-dirs").iterdir()) if (work / "task-dirs").is_dir() else []
     assert not leftovers, f"the scaffold left task directories behind: {leftovers}"
+
+
+def test_the_ci_example_passes_waivers_only_when_the_file_exists(tmp_path):
+    workflow = yaml.safe_load((ROOT / "docs" / "examples" / "certify-plugin.yml").read_text())
+    steps = {s.get("name"): s for s in workflow["jobs"]["certify"]["steps"]}
+    script = steps["Certify"]["run"]
+    assert "if [ -f waivers.yaml ]" in script
+    # Run the step's shell with a stand-in for the kit: it must not name a waivers file that is not there.
+    fake_bin = tmp_path / "bin"
+    fake_bin.mkdir()
+    (fake_bin / "hermes-backend-kit").write_text('#!/bin/sh\necho "$@" > "$ARGS_OUT"\n')
+    (fake_bin / "hermes-backend-kit").chmod(0o755)
+    env = {**os.environ, "PATH": f"{fake_bin}{os.pathsep}{os.environ['PATH']}", "ARGS_OUT": str(tmp_path / "args")}
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    subprocess.run(["bash", "-e", "-c", script], cwd=repo, env=env, check=True)
+    assert "--waivers" not in (tmp_path / "args").read_text()
+    (repo / "waivers.yaml").write_text("[]\n")
+    subprocess.run(["bash", "-e", "-c", script], cwd=repo, env=env, check=True)
+    assert "--waivers waivers.yaml" in (tmp_path / "args").read_text()
