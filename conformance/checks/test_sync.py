@@ -14,11 +14,16 @@ sandbox; the first candidate that holds the kit's skill file is the root.
 
 from __future__ import annotations
 
+import fcntl
+import gc
 import importlib
 import inspect
 import shlex
 import shutil
+import sys
 import tarfile
+import threading
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -320,3 +325,111 @@ def _tar_layout_by_behaviour(kit, env, root: str, rel: str, target: Path) -> Non
         f"{target} on cleanup(): the sync-back archive layout does not map to the remote paths"
     )
 
+
+
+# ------------------------------------------------------------------ protected directories
+@pytest.mark.clause("sync.protected-dirs")
+def test_skills_plugins_and_symlink_escapes_are_never_written_back(kit, host_dirs, tmp_path):
+    home = Path(kit.hermes_home)
+    skill_dir = host_dirs("skills", "guard")
+    skill = skill_dir / "SKILL.md"
+    skill.write_text("# pushed skill\n")
+    cache_dir = host_dirs("cache/images", "escape")
+    (cache_dir / "data.txt").write_text("pushed\n")
+    outside = tmp_path / "outside.txt"
+    outside.write_text("outside the Hermes home\n")
+    (cache_dir / "link.txt").symlink_to(outside)
+    plugin = f"plugins/{nonce('plugin')}"
+    value = nonce("guard")
+
+    env = kit.create()
+    try:
+        root = _sync_root(kit, env)
+        skill_rel, cache_rel = skill_dir.relative_to(home).as_posix(), cache_dir.relative_to(home).as_posix()
+        assert _sandbox_sha(env, f"{root}/{skill_rel}/SKILL.md") == sha256_hex(b"# pushed skill\n"), (
+            f"{skill_rel}/SKILL.md was never pushed, so its protection cannot be observed"
+        )
+        _put(env, f"{root}/{skill_rel}/SKILL.md", f"# changed in the sandbox {value}\n")
+        _put(env, f"{root}/{skill_rel}/added.md", value)
+        _put(env, f"{root}/{plugin}/plugin.py", value)
+        _put(env, f"{root}/{cache_rel}/link.txt", value)  # a new sandbox file where the host has a symlink
+    finally:
+        kit.release(env)
+    wrong = []
+    if skill.read_text() != "# pushed skill\n":
+        wrong.append(f"{skill_rel}/SKILL.md was overwritten in skills/")
+    if (skill_dir / "added.md").exists():
+        wrong.append(f"{skill_rel}/added.md was created in skills/")
+    if (home / plugin).exists():
+        wrong.append(f"{plugin}/ was created in plugins/")
+        shutil.rmtree(home / plugin, ignore_errors=True)
+    if outside.read_text() != "outside the Hermes home\n":
+        wrong.append(f"{outside}, the target of the host symlink {cache_rel}/link.txt, was written through it")
+    assert not wrong, "cleanup() synced back where it must not: " + "; ".join(wrong)
+
+
+# ------------------------------------------------------------------ new subdirectories
+@pytest.mark.clause("sync.back-new-subdir")
+def test_files_in_new_subdirectories_come_back(kit, host_dirs):
+    folder = host_dirs("cache/images", "subdir")
+    (folder / "data.txt").write_text("pushed\n")
+    rel = folder.relative_to(kit.hermes_home).as_posix()
+    value = f"made in a new subdirectory {nonce('subdir')}\n"
+
+    env = kit.create()
+    try:
+        root = _sync_root(kit, env)
+        assert _sandbox_sha(env, f"{root}/{rel}/data.txt") == sha256_hex(b"pushed\n"), f"{rel} was never pushed"
+        _put(env, f"{root}/{rel}/new-sub/deeper/made.txt", value)
+    finally:
+        kit.release(env)
+    target = folder / "new-sub" / "deeper" / "made.txt"
+    assert target.is_file(), (
+        f"a file the sandbox made in the new subdirectories {rel}/new-sub/deeper/ did not come back to the host "
+        "on cleanup()"
+    )
+    got = target.read_text(errors="replace")
+    assert got == value, f"{rel}/new-sub/deeper/made.txt came back with other content: {got!r}"
+
+
+# ------------------------------------------------------------------ finaliser during a sync-back
+LOCK_RELEASE_S = 10.0  # the watchdog frees the lock after this; a finaliser that waited for it blocked
+
+
+@pytest.mark.clause("lifecycle.gc-finalizer-during-sync")
+def test_finalizer_during_a_sync_back_does_not_wait_for_the_lock(kit):
+    """Decision: hold the host's sync lock on this thread, as a sync_back would, and collect an
+    environment here.  A finaliser that syncs back on this thread would wait for the lock
+    forever; a watchdog thread frees it after LOCK_RELEASE_S so the check can end and say so."""
+    env = kit.create(track=False)
+    run(env, "true", timeout=15)
+    gone = weakref.ref(env)
+    caught: list[str] = []
+    freed = threading.Event()
+    lock_path = Path(kit.hermes_home) / ".sync.lock"
+    previous = sys.unraisablehook
+    with open(lock_path, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+
+        def free() -> None:
+            freed.set()
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+        watchdog = threading.Timer(LOCK_RELEASE_S, free)
+        watchdog.daemon = True
+        sys.unraisablehook = lambda u: caught.append(f"{u.exc_type.__name__}: {u.exc_value}")
+        watchdog.start()
+        try:
+            del env
+            gc.collect()
+        finally:
+            watchdog.cancel()
+            sys.unraisablehook = previous
+            fcntl.flock(lock, fcntl.LOCK_UN)
+    assert gone() is None, "the environment was not collected after its last reference was dropped"
+    assert not freed.is_set(), (
+        "garbage collection of an environment waited for the host's sync lock held on the same thread "
+        f"(a sync_back in progress) until a watchdog freed it after {LOCK_RELEASE_S:g}s: in Hermes this "
+        "deadlocks the thread"
+    )
+    assert not caught, f"finalizing an environment during a sync-back raised: {caught}"

@@ -12,6 +12,7 @@ functions and aliases too, and fetch with a keyword-only ``max_bytes``.
 from __future__ import annotations
 
 import importlib
+import logging
 import os
 import shutil
 import subprocess
@@ -158,6 +159,43 @@ def _wait_loop(env: Any) -> bool:
     return callable(getattr(env, "_wait_for_process", None))
 
 
+def _sync_back_guard(env: Any) -> bool:
+    """The host's FileSyncManager refuses to sync a changed skill back into HERMES_HOME/skills/."""
+    import tarfile
+    from pathlib import Path
+
+    file_sync = importlib.import_module("tools.environments.file_sync")
+    home = Path(env._dir, "kit-guard-home")
+    skill = home / "skills" / "kit-probe" / "SKILL.md"
+    skill.parent.mkdir(parents=True)
+    skill.write_text("pushed\n")
+    remote = "/kit-remote/.hermes/skills/kit-probe/SKILL.md"
+    changed = Path(env._dir, "kit-guard-changed")
+    changed.write_text("changed in the sandbox\n")
+
+    def download(dest: Path) -> None:
+        with tarfile.open(dest, "w") as tar:
+            tar.add(changed, arcname=remote.lstrip("/"))
+
+    manager = file_sync.FileSyncManager(get_files_fn=lambda: [(str(skill), remote)],
+                                        upload_fn=lambda host, rem: None, delete_fn=lambda paths: None,
+                                        bulk_download_fn=download)
+    saved = os.environ.get("HERMES_HOME")
+    os.environ["HERMES_HOME"] = str(home)  # current hosts judge the target against get_hermes_home()
+    log = logging.getLogger("tools.environments.file_sync")
+    was_disabled, log.disabled = log.disabled, True  # a refusal is the expected outcome, not news
+    try:
+        manager.sync(force=True)
+        manager.sync_back(hermes_home=home)
+    finally:
+        log.disabled = was_disabled
+        if saved is None:
+            os.environ.pop("HERMES_HOME", None)
+        else:
+            os.environ["HERMES_HOME"] = saved
+    return skill.read_text() == "pushed\n"
+
+
 PROBES: dict[str, ProbeFn] = {
     "wait-loop": _wait_loop,
     "session-snapshot": _snapshot,
@@ -171,6 +209,7 @@ PROBES: dict[str, ProbeFn] = {
     "bounded-capture": _bounded,
     "heredoc-stdin": _heredoc,
     "sudo-rewrite": _sudo,
+    "sync-back-guard": _sync_back_guard,
 }
 
 

@@ -6,7 +6,11 @@ retried in full next time and does not advance the rate-limit clock), SHA-256
 of what was pushed, and a sync-back that maps tar members "/<name>" to host
 paths (a new file below a synced file's directory maps below that file's
 host directory, as hermes-agent 0.19.0 does), never writes credential files
-back, and never raises.
+back, and never raises.  Like current hosts (0.21), it refuses to write into
+HERMES_HOME's skills/ and plugins/, onto config.yaml or .env, through a path
+with ".." parts, or through a host symlink that leads out of the file's
+directory; hermes-agent 0.19.0 writes all of those (the sync-back-guard host
+feature tells the two apart).
 """
 
 from __future__ import annotations
@@ -209,6 +213,10 @@ class FileSyncManager:
                 host = mapping.get(remote) or self._infer(remote, mapping, credentials)
                 if host is None or _resolved(host) in credentials:
                     continue  # unknown place, or an upload-only credential file
+                refused = _unsafe_target(host, home)
+                if refused:
+                    logger.warning("sync back: not writing %s (from %s): %s", host, remote, refused)
+                    continue
                 if pushed_hash is not None and os.path.exists(host) and _sha256(host) != pushed_hash:
                     logger.warning("sync back: %s changed on both sides; keeping the sandbox copy", remote)
                 os.makedirs(os.path.dirname(host), exist_ok=True)
@@ -225,6 +233,30 @@ class FileSyncManager:
             if remote.startswith(remote_dir + "/"):
                 return str(Path(known_host).parent) + remote[len(remote_dir):]
         return None
+
+
+def _unsafe_target(host: str, home: Path) -> str | None:
+    """Why sync-back must not write ``host``, or None when it may."""
+    if ".." in Path(host).parts:
+        return "the path has '..' parts"
+    try:
+        target = Path(host).resolve()
+        parent = Path(host).parent.resolve()
+    except (OSError, RuntimeError):
+        return "the path cannot be resolved"
+    for base in {home, get_hermes_home()}:
+        try:
+            root = base.resolve()
+        except (OSError, RuntimeError):
+            root = base.absolute()
+        for protected in ("skills", "plugins"):
+            if target == root / protected or (root / protected) in target.parents:
+                return f"it is inside {protected}/ of the Hermes home"
+        if target in (root / "config.yaml", root / ".env"):
+            return f"it is the Hermes home's {target.name}"
+    if target.parent != parent and parent not in target.parents:
+        return "a symlink leads it out of its directory"
+    return None
 
 
 def _resolved(path: str | Path) -> str:
