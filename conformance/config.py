@@ -11,6 +11,8 @@
       - stdin-stream
     disclaims:           # optional capabilities the backend does not offer, although
       - file-sync        # its code may look as if it did (no probe is run for them)
+    persistent_path: /workspace   # the directory a persistent sandbox keeps across cleanup
+                                  # (conformance.persistent_path; default: the environment's cwd)
 
 Values of ``env`` may be written ``${NAME}`` to take them from the caller's
 environment, so secrets never need to be written into the file.
@@ -26,7 +28,7 @@ from typing import Any
 
 import yaml
 
-_ALLOWED = {"terminal", "env", "capabilities", "disclaims"}
+_ALLOWED = {"terminal", "env", "capabilities", "disclaims", "persistent_path"}
 _REF = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$")
 
 
@@ -41,6 +43,7 @@ class BackendConfig:
     capabilities: list[str] | None = None
     disclaims: list[str] | None = None
     path: str | None = None
+    persistent_path: str | None = None
 
 
 def load(path: str | None, known_capabilities: set[str]) -> BackendConfig:
@@ -84,7 +87,12 @@ def load(path: str | None, known_capabilities: set[str]) -> BackendConfig:
     if both:
         raise BackendConfigError(f"--backend-config {p}: {', '.join(both)} both declared (capabilities) and "
                                  "disclaimed (disclaims); keep each capability in one list")
-    return BackendConfig(terminal=terminal, env=env, capabilities=caps, disclaims=disclaims, path=str(p))
+    persistent = data.get("persistent_path")
+    if persistent is not None and (not isinstance(persistent, str) or not persistent.strip()):
+        raise BackendConfigError(f"--backend-config {p}: persistent_path must be a path string (an absolute path "
+                                 "inside the sandbox, or ~ / ~/sub for its $HOME)")
+    return BackendConfig(terminal=terminal, env=env, capabilities=caps, disclaims=disclaims, path=str(p),
+                         persistent_path=persistent)
 
 
 def _capability_list(p: Path, data: dict[str, Any], key: str, known: set[str]) -> list[str] | None:

@@ -10,10 +10,12 @@ from typing import Any
 
 import pytest
 
+from conformance import persistent_path
 from conformance.host.drivers import interrupted, returncode, run
+from conformance.persistent_path import PersistentPath
 from conformance.verdicts import NA_PREFIX, UNVERIFIED_PREFIX
 
-__all__ = ["locate", "nonce", "not_applicable", "out", "plant", "rc", "run", "sha256_hex", "stop_by", "unverified"]
+__all__ = ["keep", "kept", "locate", "nonce", "not_applicable", "out", "plant", "rc", "run", "sha256_hex", "stop_by", "unverified"]
 
 
 def out(result: dict[str, Any]) -> str:
@@ -49,6 +51,23 @@ def plant(env: Any, label: str = "id") -> tuple[str, str]:
     result = run(env, f"printf '%s' {shlex.quote(value)} > \"$HOME\"/{shlex.quote(relpath)}")
     assert rc(result) == 0, f"could not write a file under $HOME: {out(result)!r}"
     return relpath, value
+
+
+def keep(kit: Any, env: Any, name: str, value: str) -> PersistentPath:
+    """Write ``value`` to ``name`` in the directory the backend keeps across cleanup (conformance.persistent_path)."""
+    where = persistent_path.of(kit, env)
+    result = run(env, f"mkdir -p {where.shell()} && printf '%s' {shlex.quote(value)} > {where.file(name)}")
+    assert rc(result) == 0, (
+        f"could not write a file in the persistent directory {where.describe()}: returncode {rc(result)}, "
+        f"{out(result)[-200:]!r}"
+    )
+    return where
+
+
+def kept(env: Any, where: PersistentPath, name: str) -> tuple[int, str]:
+    """(returncode, content) of ``name`` in the persistent directory ``where``; "kit-absent" when it is missing."""
+    result = run(env, f"cat {where.file(name)} 2>/dev/null || echo kit-absent")
+    return rc(result), out(result).strip()
 
 
 def locate(kit: Any, env: Any, label: str = "id") -> str:

@@ -8,7 +8,7 @@ import tempfile
 
 import pytest
 
-from conformance.checks._support import nonce, out, plant, rc, run
+from conformance.checks._support import keep, kept, nonce, out, plant, rc, run
 from conformance.host.calls import bounded
 
 
@@ -36,13 +36,19 @@ def test_remote_commands_do_not_run_here(env):
 @pytest.mark.clause("identity.persistent-own-state")
 def test_persistent_task_finds_its_own_state(kit):
     ids = [kit.new_task_id("own-a"), kit.new_task_id("own-b")]
-    marks = {}
+    name = f".{nonce('own')}"  # the same file name for both tasks: each must read back its own content
+    marks, places = {}, {}
     for task_id in ids:
         env = kit.create(task_id, persistent=True, track=False)
         marks[task_id] = nonce("own")
-        assert rc(run(env, f"echo {marks[task_id]} > \"$HOME/kit-own.txt\"")) == 0
+        places[task_id] = keep(kit, env, name, marks[task_id])
         bounded(env.cleanup, deadline=30, what="cleanup()")
     for task_id in ids:
         env = kit.create(task_id, persistent=True)
-        seen = out(run(env, "cat \"$HOME/kit-own.txt\"")).strip()
-        assert seen == marks[task_id], f"task {task_id} found {seen!r} after recreation, expected its own {marks[task_id]!r}"
+        code, seen = kept(env, places[task_id], name)
+        other = next(m for t, m in marks.items() if t != task_id)
+        whose = "the other task's" if seen == other else "not its own"
+        assert seen == marks[task_id], (
+            f"after cleanup and recreation, task {task_id} reads {seen!r} (rc={code}) from the persistent directory "
+            f"{places[task_id].describe()}, {whose}: expected {marks[task_id]!r}"
+        )

@@ -1,10 +1,15 @@
-"""persist: what survives cleanup, and how sandbox state changes are handled."""
+"""persist: what survives cleanup, and how sandbox state changes are handled.
+
+What must survive is written in the directory the backend declares it keeps
+(conformance.persistent_path: a declared path, else the environment's cwd),
+never in $HOME or /tmp, which a vendor may empty on a stop.
+"""
 
 from __future__ import annotations
 
 import pytest
 
-from conformance.checks._support import locate, nonce, out, plant, rc, run
+from conformance.checks._support import keep, kept, locate, nonce, out, plant, rc, run
 from conformance.host.calls import bounded
 
 
@@ -22,24 +27,35 @@ def _outcome(env, command: str) -> tuple[int | None, str, dict]:
 @pytest.mark.clause("persist.state-survives")
 def test_files_survive_cleanup_for_the_same_task(kit):
     task_id = kit.new_task_id("keep")
-    value = nonce("persist")
+    name, value = f".{nonce('persist')}", nonce("persist")
     first = kit.create(task_id, persistent=True, track=False)
-    assert rc(run(first, f"echo {value} > \"$HOME/kit-persist.txt\"")) == 0
+    where = keep(kit, first, name, value)
     bounded(first.cleanup, deadline=30, what="cleanup()")
     second = kit.create(task_id, persistent=True)
-    seen = out(run(second, "cat \"$HOME/kit-persist.txt\"")).strip()
-    assert seen == value, f"after cleanup and recreation the file holds {seen!r}, expected {value!r}"
+    code, seen = kept(second, where, name)
+    assert seen == value, (
+        f"after cleanup and recreation for the same task id, the file written in the persistent directory "
+        f"{where.describe()} reads {seen!r} (rc={code}), expected {value!r}"
+    )
 
 
 @pytest.mark.clause("persist.paused-resumed")
 def test_paused_sandbox_is_resumed(kit):
     env = kit.create(persistent=True)
-    relpath, value = plant(env, "pause")
-    sandbox = kit.world.locate(relpath, value)
+    sandbox = locate(kit, env, "pause")
+    name, value = f".{nonce('pause')}", nonce("pause")
+    where = keep(kit, env, name, value)
     kit.world.pause(sandbox)
-    code, text, _ = _outcome(env, f"cat \"$HOME\"/{relpath}")
-    assert code == 0 and text.strip() == value, f"command after a pause: rc={code} output={text!r}"
-    assert kit.world.sandboxes().get(sandbox) not in ("paused", "deleted", None), "the sandbox was not resumed"
+    code, text, _ = _outcome(env, f"cat {where.file(name)}")
+    assert code == 0 and text.strip() == value, (
+        f"the first command after the sandbox was paused behind the backend's back (reading a file in the "
+        f"persistent directory {where.describe()}) gave rc={code}, output {text[-300:]!r}; expected {value!r}"
+    )
+    state = kit.world.sandboxes().get(sandbox)
+    assert state not in ("paused", "deleted", None), (
+        f"the command succeeded but the paused sandbox is now {state or 'gone'}: it was not resumed (the command "
+        "ran somewhere else)"
+    )
 
 
 @pytest.mark.clause("persist.deleted-replaced")

@@ -27,6 +27,8 @@ class CloudflareSandboxProvider(TerminalEnvironmentProvider):
     # container; stdin is carried whole (and bounded), not streamed.
     conformance_capabilities = frozenset({"persistence"})
     conformance_disclaims = frozenset({"stdin-stream", "file-sync"})
+    # What a snapshot keeps: the workspace, whatever terminal.cwd says ($HOME starts empty after a restore).
+    conformance_persistent_path = config.DEFAULT_CWD
 
     @property
     def display_name(self) -> str:

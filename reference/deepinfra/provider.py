@@ -28,6 +28,8 @@ class DeepInfraProvider(TerminalEnvironmentProvider):
     # No stdin-stream: there is no stdin channel; stdin is carried in the command or staged as a file.
     conformance_capabilities = frozenset({"persistence", "file-sync"})
     conformance_disclaims = frozenset({"stdin-stream"})
+    # The only directory a stop keeps, whatever terminal.cwd says.
+    conformance_persistent_path = config.WORKSPACE
 
     @property
     def display_name(self) -> str:
