@@ -420,6 +420,7 @@ class _Recorder:
     @pytest.hookimpl(tryfirst=True)  # before the terminal, junitxml and xdist see the report
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         redact_report(self.config, report)
+        junit.name_by_module(self.config, report)
         props = dict(report.user_properties)
         ids = props.get("clauses")
         if not ids:
