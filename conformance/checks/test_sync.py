@@ -18,6 +18,7 @@ import fcntl
 import gc
 import importlib
 import inspect
+import logging
 import shlex
 import shutil
 import sys
@@ -433,3 +434,32 @@ def test_finalizer_during_a_sync_back_does_not_wait_for_the_lock(kit):
         "deadlocks the thread"
     )
     assert not caught, f"finalizing an environment during a sync-back raised: {caught}"
+
+
+# ------------------------------------------------------------------ failed sync-back
+@pytest.mark.clause("sync.failure-reported")
+def test_a_failed_sync_back_is_logged(kit, host_dirs, caplog):
+    """Decision: make the host side refuse the write (a regular file where the sandbox made a
+    directory), so the failure is the same for every backend and transport."""
+    folder = host_dirs("cache/images", "fail")
+    (folder / "data.txt").write_text("pushed\n")
+    (folder / "blocked").write_text("a file where the sandbox makes a directory\n")
+    rel = folder.relative_to(kit.hermes_home).as_posix()
+
+    env = kit.create()
+    try:
+        root = _sync_root(kit, env)
+        assert _sandbox_sha(env, f"{root}/{rel}/data.txt") == sha256_hex(b"pushed\n"), f"{rel} was never pushed"
+        run(env, f"rm -f {shlex.quote(f'{root}/{rel}/blocked')}", timeout=10)
+        _put(env, f"{root}/{rel}/blocked/inside.txt", nonce("fail"))
+        with caplog.at_level(logging.WARNING):
+            kit.release(env)
+    except BaseException:
+        kit.release(env)
+        raise
+    assert not (folder / "blocked").is_dir(), "the host file in the way was replaced by a directory"
+    warned = [r for r in caplog.records if r.levelno >= logging.WARNING and "sync" in r.getMessage().lower()]
+    assert warned, (
+        f"copying {rel}/blocked/inside.txt back could not succeed (the host has a file named blocked), "
+        "but cleanup() logged no warning about the failed sync-back: the failure was swallowed"
+    )

@@ -42,6 +42,7 @@ MUTANTS = (
     "sync_in_finalizer",
     "sync_drops_new_dirs",
     "skills_synced_back",
+    "quiet_sync_back",
     "ignores_passthrough",
     "guards_off_on_host",
     "unconfigured_probe_raises",
