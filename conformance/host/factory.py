@@ -13,6 +13,7 @@ check with a message naming the call and the deadline instead of hanging.
 from __future__ import annotations
 
 import contextvars
+import copy
 from typing import Any
 
 from conformance.host.calls import bounded
@@ -28,16 +29,27 @@ TASK_ID_SHAPES = (
     "rollout/batch 3:item/7",
 )
 
-# Hermes's defaults for container backends (tools/terminal_tool_config.py).
+# Every key (and default) of the container_config the host sends a container backend
+# (tools/terminal_tool_backends.py _CONTAINER_KEYS, shaped by _container_config_from_config).
 CONTAINER_DEFAULTS: dict[str, Any] = {
-    "container_cpu": 1.0,
+    "container_cpu": 1,
     "container_memory": 5120,
     "container_disk": 51200,
     "container_persistent": True,
     "modal_mode": "auto",
+    "vercel_runtime": "",
     "docker_volumes": [],
-    "docker_forward_env": [],
     "docker_mount_cwd_to_workspace": False,
+    "docker_forward_env": [],
+    "docker_env": {},
+    "docker_run_as_host_user": False,
+    "docker_extra_args": [],
+    "docker_shm_size": "1g",
+    "docker_network": True,
+    "docker_persist_across_processes": True,
+    "docker_shared_container_key": "",
+    "docker_orphan_reaper": True,
+    "docker_snap_compat": False,
 }
 DEFAULT_TIMEOUT = 180
 HERMES_DEFAULT_CWD = "/root"
@@ -47,7 +59,7 @@ CREATE_DEADLINE_S = 60.0  # as long as doctor waits for a create; a slower creat
 def container_config_for(provider: Any, terminal_config: dict[str, Any]) -> dict[str, Any]:
     if not getattr(provider, "is_container", True):
         return {}
-    config = dict(CONTAINER_DEFAULTS)
+    config = copy.deepcopy(CONTAINER_DEFAULTS)  # a provider that edits a list must not change the defaults
     for key in CONTAINER_DEFAULTS:
         if key in terminal_config:
             config[key] = terminal_config[key]
