@@ -7,7 +7,8 @@ import time
 
 import pytest
 
-from conformance.checks._support import nonce, out, rc, run, stop_by
+from conformance import persistent_path
+from conformance.checks._support import nonce, out, plant, rc, run, stop_by
 from conformance.host.calls import Call, bounded
 from conformance.host.drivers import Background, interrupted
 
@@ -91,34 +92,106 @@ def _end_tree(env, d: str) -> None:
         pass  # the environment is broken; the run's end sweeps what is left
 
 
-@pytest.mark.clause("timeout.kills-tree")
-def test_killed_command_leaves_no_process(make_env):
-    def scenario(env, how):
-        made = run(env, 'mktemp -d "${TMPDIR:-/tmp}/kit-tree.XXXXXX"', cwd="/")
-        assert rc(made) == 0 and out(made).strip(), f"mktemp -d failed: {out(made)!r}"
-        d = shlex.quote(out(made).strip())
+class _Life:
+    """What shows that the sandbox itself kept running across a kill: none of these may change.
+
+    A file in /tmp (a stopped sandbox starts with an empty one), the start time
+    of the sandbox's pid 1 (a restarted sandbox has a new one), the world's
+    state of the sandbox when the run has a world, and the next command itself
+    (it must neither fail nor report environment_recreated).
+    """
+
+    _INIT_START = "sed 's/^.*) //' /proc/1/stat 2>/dev/null | cut -d' ' -f20"
+    _PROBE = "{ cat {marker} 2>/dev/null || printf kit-absent; }; echo; " + _INIT_START
+
+    def __init__(self, kit, env) -> None:
+        self.kit, self.env = kit, env
+        self.value = nonce("life")
+        self.marker = f"/tmp/.{self.value}"
+        self.sandbox = self.state = None
+        world = kit.world
+        if world is not None:
+            relpath, value = plant(env, "life")
+            self.sandbox = world.locate(relpath, value)
+            self.state = world.sandboxes().get(self.sandbox) if self.sandbox else None
+        made = run(env, f"printf '%s' {self.value} > {self.marker} && echo ok || echo no; {self._INIT_START}",
+                   cwd="/", timeout=10)
+        lines = out(made).split()
+        self.marked = rc(made) == 0 and lines[:1] == ["ok"]
+        self.init_start = lines[1] if len(lines) >= 2 and lines[1].isdigit() else None
+
+    def stopped(self) -> str | None:
+        """How the sandbox shows it was stopped (or replaced) since it was noted; None when it kept running."""
         try:
-            _killed_tree_is_gone(env, how, d)
+            result = run(self.env, self._PROBE.replace("{marker}", self.marker), cwd="/", timeout=15)
+        except AssertionError:
+            raise
+        except Exception as exc:
+            return f"the next command raised {type(exc).__name__}: {str(exc)[:200]}"
+        if rc(result) != 0:
+            return f"the next command failed with returncode {rc(result)}: {out(result)[-200:]!r}"
+        if result.get("environment_recreated") is True:
+            return "the next command reported environment_recreated: the sandbox was replaced"
+        lines = out(result).split()
+        if self.marked and lines[:1] != [self.value]:
+            return f"a file written to {self.marker} just before is gone"
+        if self.init_start and lines[-1:] != [self.init_start]:
+            return "the sandbox's pid 1 is a new process: the sandbox was restarted"
+        if self.sandbox is not None:
+            state = self.kit.world.sandboxes().get(self.sandbox)
+            if state != self.state:
+                return f"the harness sees the sandbox {state or 'gone'} (it was {self.state})"
+        return None
+
+    def remove(self) -> None:
+        if self.marked:
+            try:
+                run(self.env, f"rm -f {self.marker}", cwd="/", timeout=10)
+            except Exception:
+                pass  # the environment is broken; the run's end sweeps what is left
+
+
+@pytest.mark.clause("timeout.kills-tree")
+def test_killed_command_leaves_no_process(kit, make_env):
+    def scenario(env, how):
+        # The check's files live in the workspace (the directory the backend keeps), not in /tmp: a
+        # backend that stops the sandbox is then seen to do so, not mistaken for a child that never ran.
+        place = persistent_path.of(kit, env).shell()
+        made = run(env, f"mkdir -p {place} && mktemp -d {place}/.kit-tree.XXXXXX", cwd="/")
+        assert rc(made) == 0 and out(made).strip(), f"mktemp -d in the workspace {place} failed: {out(made)!r}"
+        d = shlex.quote(out(made).strip().splitlines()[-1])
+        life = _Life(kit, env)
+        try:
+            _killed_tree_is_gone(env, how, d, life)
         finally:
             _end_tree(env, d)
+            life.remove()
 
     _each_kill(make_env, scenario)
 
 
-def _killed_tree_is_gone(env, how: str, d: str) -> None:
+def _killed_tree_is_gone(env, how: str, d: str, life: _Life) -> None:
     """Start a heartbeat tree in ``d``, stop its command by ``how``, and assert the whole tree stopped."""
     # A foreground child (sh) that keeps starting grandchildren (sleep) and writes a heartbeat.
     command = ("sh -c 'echo $$ > \"$1/pid\"; while :; do echo beat >> \"$1/hb\"; sleep 0.05; done' "
                f"kit-tree {d}; echo late > {d}/late")
     stop_by(env, how, command)
 
+    stopped = life.stopped()
+    assert stopped is None, (
+        f"the {how} stopped the whole sandbox, not only the command's processes: {stopped}; kill the command's "
+        "process group (or its remote session) and leave the sandbox running"
+    )
     deadline = time.monotonic() + 2
     while True:
         state = out(run(env, _STATE.format(d=d), cwd="/", timeout=10)).strip()
         if state == "gone" or time.monotonic() > deadline:
             break
         time.sleep(0.1)
-    assert state != "nopid", f"setup: the child never started before the {how}"
+    assert state != "nopid", (
+        f"setup: the command's child never wrote its pid file ({d}/pid) before the {how}, in a sandbox that kept "
+        "running"
+    )
     assert state == "gone", f"the foreground child of a command stopped by {how} is still running ({state})"
 
     probe = f"wc -c < {d}/hb; [ -e {d}/late ] && echo LATE"
