@@ -7,6 +7,7 @@ import ast
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -50,6 +51,17 @@ def test_the_plugin_is_complete_and_marks_what_to_change(tmp_path, template, ext
     assert "VENDOR:" in text["README.md"]  # the README explains the marks
     workflow = text[".github/workflows/certify.yml"]
     assert "if [ -f waivers.yaml ]" in workflow and "--backend ep:acme" in workflow
+
+
+@pytest.mark.parametrize("template", ["local", "http"])
+def test_the_generated_code_is_lint_clean(tmp_path, template):
+    ruff = shutil.which("ruff")
+    if ruff is None:
+        pytest.skip("ruff is not installed (pip install -e '.[dev]')")
+    root = tmp_path / "acme_cloud"
+    generate("acme_cloud", root, template)
+    proc = subprocess.run([ruff, "check", "--no-cache", str(root)], cwd=root, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr  # with the generated pyproject's own settings
 
 
 @pytest.mark.parametrize("args, expected", [
