@@ -27,6 +27,7 @@ from typing import Any
 
 import pytest
 
+from conformance.checks._support import not_applicable
 from conformance.checks.test_provider import PROBE_STATUSES, _RecordingEnviron
 from conformance.host.calls import bounded
 
@@ -170,7 +171,7 @@ def test_unconfigured_backend_says_what_to_set(kit, monkeypatch):
 def test_backend_without_its_sdk_says_what_to_install(kit):
     sdks = _sdk_modules(kit)
     if not sdks:
-        return  # the plugin imports no third-party SDK: nothing to take away
+        not_applicable("the plugin imports no third-party SDK to take away")
     with _unimportable(sorted(sdks)):
         said = _calls(kit, f"with {', '.join(sorted(sdks))} not importable")
     hints = sorted({*sdks, *(d for ds in sdks.values() for d in ds), "pip install", "install"})
