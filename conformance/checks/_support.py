@@ -15,7 +15,7 @@ from conformance.host.drivers import interrupted, returncode, run
 from conformance.persistent_path import PersistentPath
 from conformance.verdicts import NA_PREFIX, UNVERIFIED_PREFIX
 
-__all__ = ["keep", "kept", "locate", "nonce", "not_applicable", "out", "plant", "rc", "run", "sha256_hex", "stop_by", "unverified"]
+__all__ = ["attempt", "keep", "kept", "locate", "nonce", "not_applicable", "out", "plant", "rc", "run", "sha256_hex", "stop_by", "unverified"]
 
 
 def out(result: dict[str, Any]) -> str:
@@ -24,6 +24,20 @@ def out(result: dict[str, Any]) -> str:
 
 def rc(result: dict[str, Any]) -> int:
     return returncode(result)
+
+
+def attempt(env: Any, command: str, *, timeout: int = 30) -> tuple[int | None, str, dict[str, Any]]:
+    """(returncode, or None when execute() raised; its output or the exception; the result) of one call.
+
+    For checks where raising is one of the outcomes they judge; a hang still fails the check.
+    """
+    try:
+        result = run(env, command, timeout=timeout)
+    except AssertionError:
+        raise
+    except Exception as exc:
+        return None, f"{type(exc).__name__}: {exc}", {}
+    return rc(result), out(result), result
 
 
 def nonce(label: str = "n") -> str:
@@ -64,10 +78,14 @@ def keep(kit: Any, env: Any, name: str, value: str) -> PersistentPath:
     return where
 
 
-def kept(env: Any, where: PersistentPath, name: str) -> tuple[int, str]:
-    """(returncode, content) of ``name`` in the persistent directory ``where``; "kit-absent" when it is missing."""
+def kept(kit: Any, env: Any, name: str) -> tuple[int, str, PersistentPath]:
+    """(returncode, content, directory) of ``name`` in ``env``'s persistent directory; "kit-absent" when missing.
+
+    Each environment's own directory: a default one is the environment's cwd, which may name its sandbox.
+    """
+    where = persistent_path.of(kit, env)
     result = run(env, f"cat {where.file(name)} 2>/dev/null || echo kit-absent")
-    return rc(result), out(result).strip()
+    return rc(result), out(result).strip(), where
 
 
 def locate(kit: Any, env: Any, label: str = "id") -> str:

@@ -22,22 +22,11 @@ from typing import Any
 import pytest
 
 from conformance.capabilities import DELETE_HOOK
-from conformance.checks._support import locate, out, plant, rc, run
-
-
-def _outcome(env: Any, command: str) -> tuple[int | None, str, dict]:
-    """(returncode or None if it raised, text, result) of one call."""
-    try:
-        result = run(env, command, timeout=30)
-    except AssertionError:
-        raise
-    except Exception as exc:
-        return None, f"{type(exc).__name__}: {exc}", {}
-    return rc(result), out(result), result
+from conformance.checks._support import attempt, keep, kept, locate, nonce, plant, rc, run
 
 
 def _read(env: Any, relpath: str) -> tuple[int | None, str]:
-    code, text, _ = _outcome(env, f"cat \"$HOME\"/{shlex.quote(relpath)} 2>/dev/null || echo kit-absent")
+    code, text, _ = attempt(env, f"cat \"$HOME\"/{shlex.quote(relpath)} 2>/dev/null || echo kit-absent")
     return code, text.strip()
 
 
@@ -78,13 +67,15 @@ def test_cleanup_leaves_other_sessions_running_with_their_files(kit, make_env):
 def test_a_cleaned_up_nonpersistent_sandbox_is_not_found_again(kit, make_env):
     task_id = kit.new_task_id("gone-bb")
     first = kit.create(task_id, persistent=False, track=False)
-    rel, value = plant(first, "gone-bb")
+    # In the workspace, which a kept sandbox keeps even where a stop empties $HOME.
+    name, value = f".{nonce('gone-bb')}", nonce("gone-bb")
+    keep(kit, first, name, value)
     kit.cleanup(first)
     second = make_env(task_id, persistent=False)
-    _, seen = _read(second, rel)
+    _, seen, where = kept(kit, second, name)
     assert seen != value, (
-        "after cleanup() of a non-persistent environment, a new environment for the same task id found its "
-        "file: the sandbox was kept (and reattached), not deleted"
+        f"after cleanup() of a non-persistent environment, a new environment for the same task id found its "
+        f"file in {where.describe()}: the sandbox was kept (and reattached), not deleted"
     )
 
 
@@ -108,7 +99,7 @@ def test_cleanup_after_the_sandbox_was_deleted_elsewhere(kit):
 def test_sandbox_deleted_elsewhere_is_reported_then_replaced(kit, env):
     relpath, value = plant(env, "gone-bb")
     channel = delete_sandbox(kit, env)
-    outcomes = [_outcome(env, "echo alive") for _ in range(3)]
+    outcomes = [attempt(env, "echo alive") for _ in range(3)]
     codes = [c for c, _, _ in outcomes]
     assert 0 in codes[:2], (f"no command succeeded within two calls after the sandbox was deleted through "
                             f"{channel}: {[(c, t[:200]) for c, t, _ in outcomes[:2]]}")

@@ -37,18 +37,18 @@ def test_remote_commands_do_not_run_here(env):
 def test_persistent_task_finds_its_own_state(kit):
     ids = [kit.new_task_id("own-a"), kit.new_task_id("own-b")]
     name = f".{nonce('own')}"  # the same file name for both tasks: each must read back its own content
-    marks, places = {}, {}
+    marks = {}
     for task_id in ids:
         env = kit.create(task_id, persistent=True, track=False)
         marks[task_id] = nonce("own")
-        places[task_id] = keep(kit, env, name, marks[task_id])
+        keep(kit, env, name, marks[task_id])
         bounded(env.cleanup, deadline=30, what="cleanup()")
     for task_id in ids:
         env = kit.create(task_id, persistent=True)
-        code, seen = kept(env, places[task_id], name)
+        code, seen, where = kept(kit, env, name)
         other = next(m for t, m in marks.items() if t != task_id)
         whose = "the other task's" if seen == other else "not its own"
         assert seen == marks[task_id], (
             f"after cleanup and recreation, task {task_id} reads {seen!r} (rc={code}) from the persistent directory "
-            f"{places[task_id].describe()}, {whose}: expected {marks[task_id]!r}"
+            f"{where.describe()}, {whose}: expected {marks[task_id]!r}"
         )

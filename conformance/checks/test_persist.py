@@ -9,19 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.checks._support import keep, kept, locate, nonce, out, plant, rc, run
+from conformance.checks._support import attempt, keep, kept, locate, nonce, out, plant, run
 from conformance.host.calls import bounded
-
-
-def _outcome(env, command: str) -> tuple[int | None, str, dict]:
-    """(returncode or None if it raised, text, result) of one call."""
-    try:
-        result = run(env, command, timeout=30)
-    except AssertionError:
-        raise
-    except Exception as exc:
-        return None, f"{type(exc).__name__}: {exc}", {}
-    return rc(result), out(result), result
 
 
 @pytest.mark.clause("persist.state-survives")
@@ -29,10 +18,10 @@ def test_files_survive_cleanup_for_the_same_task(kit):
     task_id = kit.new_task_id("keep")
     name, value = f".{nonce('persist')}", nonce("persist")
     first = kit.create(task_id, persistent=True, track=False)
-    where = keep(kit, first, name, value)
+    keep(kit, first, name, value)
     bounded(first.cleanup, deadline=30, what="cleanup()")
     second = kit.create(task_id, persistent=True)
-    code, seen = kept(second, where, name)
+    code, seen, where = kept(kit, second, name)
     assert seen == value, (
         f"after cleanup and recreation for the same task id, the file written in the persistent directory "
         f"{where.describe()} reads {seen!r} (rc={code}), expected {value!r}"
@@ -46,7 +35,7 @@ def test_paused_sandbox_is_resumed(kit):
     name, value = f".{nonce('pause')}", nonce("pause")
     where = keep(kit, env, name, value)
     kit.world.pause(sandbox)
-    code, text, _ = _outcome(env, f"cat {where.file(name)}")
+    code, text, _ = attempt(env, f"cat {where.file(name)}")
     assert code == 0 and text.strip() == value, (
         f"the first command after the sandbox was paused behind the backend's back (reading a file in the "
         f"persistent directory {where.describe()}) gave rc={code}, output {text[-300:]!r}; expected {value!r}"
@@ -64,7 +53,7 @@ def test_deleted_sandbox_is_reported_then_replaced(kit):
     relpath, value = plant(env, "gone")
     sandbox = kit.world.locate(relpath, value)
     kit.world.delete(sandbox)
-    outcomes = [_outcome(env, "echo alive") for _ in range(3)]
+    outcomes = [attempt(env, "echo alive") for _ in range(3)]
     codes = [c for c, _, _ in outcomes]
     assert 0 in codes[:2], f"no command succeeded within two calls after the deletion: {outcomes[:2]}"
     flags = sum(1 for _, _, r in outcomes if r.get("environment_recreated") is True)
@@ -81,7 +70,7 @@ def test_error_state_is_reported_not_replaced(kit):
     sandbox = locate(kit, env)
     before = set(kit.world.sandboxes())
     kit.world.fail(sandbox)
-    code, text, _ = _outcome(env, "echo should-not-run")
+    code, text, _ = attempt(env, "echo should-not-run")
     assert code != 0, f"a command ran in a sandbox in the error state (rc={code}, output={text!r})"
     assert "error" in text.lower(), f"the failure does not name the error state: {text!r}"
     created = sorted(set(kit.world.sandboxes()) - before)
@@ -105,8 +94,13 @@ def test_session_isolated_sandboxes_do_not_share(kit):
 def test_nonpersistent_recreation_starts_fresh(kit):
     task_id = kit.new_task_id("fresh")
     first = kit.create(task_id, persistent=False, track=False)
-    rel, _ = plant(first, "fresh")
+    # In the workspace, which a kept sandbox keeps even where a stop empties $HOME.
+    name, value = f".{nonce('fresh')}", nonce("fresh")
+    keep(kit, first, name, value)
     bounded(first.cleanup, deadline=30, what="cleanup()")
     second = kit.create(task_id, persistent=False)
-    seen = out(run(second, f"test -e \"$HOME\"/{rel} && echo stale || echo fresh")).strip()
-    assert seen == "fresh", "a non-persistent environment saw the previous one's files"
+    _, seen, where = kept(kit, second, name)
+    assert seen != value, (
+        f"a non-persistent environment found the previous one's file in {where.describe()}: the sandbox was kept "
+        "and attached again"
+    )
