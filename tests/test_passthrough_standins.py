@@ -99,3 +99,29 @@ def test_the_prelude_unsets_and_exports_in_bash(hosts, monkeypatch):
               'echo "held=$KIT_T_HELD missing=${KIT_T_MISSING-unset} own=${KIT_T_OWN_KEY-unset}"')
     shown = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True).stdout
     assert shown.strip() == "held=it's $quoted missing=unset own=unset"
+
+
+def test_profile_scoped_names_stay_out_of_the_snapshot_under_multiplexing(hosts):
+    scope, passthrough, _, _ = hosts
+    from conformance.host import features
+
+    base = importlib.import_module("tools.environments.base").BaseEnvironment
+    passthrough.register_env_passthrough(["KIT_T_SCOPED"])
+    seen = {}
+    for multiplexed in (False, True):
+        env = features._probe_class(base)()
+        env._profile_scoped_passthrough = True
+        scope.set_multiplex_active(multiplexed)
+        token = scope.set_secret_scope({})
+        try:
+            env.execute("export KIT_T_SCOPED=from-a-command KIT_T_PLAIN=kept")
+            shown = env.execute("echo ${KIT_T_SCOPED-unset} ${KIT_T_PLAIN-unset}")["output"].split()
+            with open(env._snapshot_path) as fh:
+                snapshot = fh.read()
+        finally:
+            scope.reset_secret_scope(token)
+            scope.set_multiplex_active(False)
+            env.cleanup()
+        seen[multiplexed] = (shown, "KIT_T_SCOPED" in snapshot)
+    assert seen[False] == (["from-a-command", "kept"], True)  # one profile: ordinary shell state
+    assert seen[True] == (["unset", "kept"], False)  # multiplexed: never carried to the next command

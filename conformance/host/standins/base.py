@@ -23,6 +23,7 @@ import base64
 import binascii
 import logging
 import os
+import re
 import shlex
 import signal
 import threading
@@ -61,6 +62,7 @@ _SESSION_VAR_PREFIXES = ("HERMES_SESSION_", "HERMES_RPC_", "HERMES_CRON_AUTO_DEL
                          "HERMES_BROWSER_CONTROL_")
 _SESSION_VAR_NAMES = ("AI_AGENT", "HERMES_AGENT", "HERMES_DELEGATED_CHILD_CONTEXT",
                       "HERMES_CRON_SESSION", "HERMES_KERNEL_DIR", "HERMES_UI_SESSION_ID")
+_SHELL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _FETCH_TIMEOUT = 300
 # The worker's deadline is the command's timeout plus this: the wait loop's own 124
 # (with the output so far) comes first; the deadline only catches a wait that never returns.
@@ -85,7 +87,7 @@ def sanitize_task_id_for_path(task_id: str) -> str:
     return cleaned.strip("._") or "default"
 
 
-def _snapshot_dump(snapshot_path: str, *, bootstrap: bool) -> str:
+def _snapshot_dump(snapshot_path: str, *, bootstrap: bool, excluded: tuple[str, ...] = ()) -> str:
     """Shell that rewrites the snapshot atomically: exports, functions, aliases, options.
 
     The same dump runs at session start and after every command, so a
@@ -101,7 +103,8 @@ def _snapshot_dump(snapshot_path: str, *, bootstrap: bool) -> str:
     snap = shlex.quote(snapshot_path)
     tmp = '"$__hermes_snap_tmp"'
     allocate = f"__hermes_snap_tmp=$(mktemp {shlex.quote(snapshot_path + '.tmp.XXXXXXXXXX')})"
-    unset = " ".join([*(f"${{!{prefix}*}}" for prefix in _SESSION_VAR_PREFIXES), *_SESSION_VAR_NAMES])
+    unset = " ".join([*(f"${{!{prefix}*}}" for prefix in _SESSION_VAR_PREFIXES), *_SESSION_VAR_NAMES,
+                      *(shlex.quote(name) for name in excluded)])
     body = "\n".join([
         f"  {{ ( unset {unset} 2>/dev/null; export -p ) || true; }} > {tmp}",
         "  __hermes_fns=$(declare -F | awk '{print $3}' | grep -vE '^_[^_]') || true",
@@ -136,6 +139,7 @@ class BaseEnvironment(ABC):
         self._snapshot_ready = False
         self._prefer_nonlogin = False
         self._recreated_pending = False
+        self._snapshot_passthrough_names: set[str] = set()
 
     # -- what a backend writes ---------------------------------------------
     def _run_bash(self, cmd_string: str, *, login: bool = False, timeout: int = 120,
@@ -168,12 +172,39 @@ class BaseEnvironment(ABC):
     def _mark_recreated(self) -> None:
         self._recreated_pending = True
 
+    # -- profile-scoped passthrough names ------------------------------------
+    # A backend that forwards passthrough values itself on every command sets this: under profile
+    # multiplexing those names then never enter the snapshot, so a sandbox shared by profiles does
+    # not re-export one profile's value for the next.
+    _profile_scoped_passthrough: bool = False
+
+    def _additional_profile_scoped_passthrough_names(self) -> tuple[str, ...]:
+        return ()
+
+    def _snapshot_excluded_passthrough_names(self) -> tuple[str, ...]:
+        """Names kept out of the snapshot; once excluded, a name stays excluded for this environment."""
+        if not self._profile_scoped_passthrough:
+            return ()
+        try:
+            from agent.secret_scope import is_multiplex_active
+
+            if is_multiplex_active():
+                from tools.env_passthrough import get_all_passthrough
+
+                names = (*get_all_passthrough(), *self._additional_profile_scoped_passthrough_names())
+                self._snapshot_passthrough_names.update(
+                    n for n in names if isinstance(n, str) and _SHELL_NAME.fullmatch(n))
+        except Exception:
+            logger.debug("profile-scoped snapshot exclusions not refreshed", exc_info=True)
+        return tuple(sorted(self._snapshot_passthrough_names))
+
     # -- session snapshot ---------------------------------------------------
     def init_session(self) -> None:
         marker = self._cwd_marker
         bootstrap = "\n".join([
             "umask 077",
-            _snapshot_dump(self._snapshot_path, bootstrap=True),
+            _snapshot_dump(self._snapshot_path, bootstrap=True,
+                           excluded=self._snapshot_excluded_passthrough_names()),
             f"builtin cd -- {self._quote_cwd_for_cd(self.cwd)} 2>/dev/null || true",
             f"printf '\\n{marker}%s{marker}\\n' \"$(pwd -P)\"",
         ])
@@ -205,9 +236,16 @@ class BaseEnvironment(ABC):
 
     def _wrap_command(self, command: str, cwd: str) -> str:
         marker = self._cwd_marker
-        lines = []
+        excluded = self._snapshot_excluded_passthrough_names()
+        # The command's own environment decides an excluded name, never an older snapshot:
+        # remember it before sourcing, then put it back (or unset it) afterwards.
+        keep = [f"__hermes_pt_{i}_set=${{{n}+x}} __hermes_pt_{i}_val=${{{n}-}}" for i, n in enumerate(excluded)]
+        put_back = [f'if [ "$__hermes_pt_{i}_set" = x ]; then export {n}="$__hermes_pt_{i}_val"; else unset {n}; fi; '
+                    f"unset __hermes_pt_{i}_set __hermes_pt_{i}_val" for i, n in enumerate(excluded)]
+        lines = list(keep)
         if self._snapshot_ready:
             lines.append(f"source {shlex.quote(self._snapshot_path)} >/dev/null 2>&1 || true")
+        lines += put_back
         lines += [
             'export AI_AGENT="${AI_AGENT:-hermes-agent}" HERMES_AGENT="${HERMES_AGENT:-true}"',
             'export GIT_PAGER="${GIT_PAGER:-cat}" PAGER="${PAGER:-cat}"',
@@ -217,7 +255,7 @@ class BaseEnvironment(ABC):
             "umask 077",
         ]
         if self._snapshot_ready:
-            lines.append(_snapshot_dump(self._snapshot_path, bootstrap=False))
+            lines.append(_snapshot_dump(self._snapshot_path, bootstrap=False, excluded=excluded))
         lines += [f"printf '\\n{marker}%s{marker}\\n' \"$(pwd -P)\"", "exit $__hermes_ec"]
         return "\n".join(lines)
 
