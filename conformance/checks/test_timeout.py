@@ -8,7 +8,7 @@ import time
 import pytest
 
 from conformance import persistent_path
-from conformance.checks._support import nonce, out, plant, rc, run, stop_by
+from conformance.checks._support import attempt, nonce, out, plant, rc, run, stop_by
 from conformance.host.calls import Call, bounded
 from conformance.host.drivers import Background, interrupted
 
@@ -60,9 +60,10 @@ def test_environment_works_after_a_kill(make_env):
     def scenario(env, how):
         stop_by(env, how, "echo started; sleep 30")
         mark = nonce("after")
-        result = run(env, f"echo {mark}", timeout=15)
-        assert rc(result) == 0 and out(result).strip() == mark, (
-            f"the first execute() after a {how} failed: rc {rc(result)}, output {out(result)!r}")
+        code, text, _ = attempt(env, f"echo {mark}", timeout=15)
+        assert code == 0 and text.strip() == mark, (
+            f"the first execute() after a {how} failed: "
+            f"{'it raised ' + text[:300] if code is None else f'rc {code}, output {text[-300:]!r}'}")
 
     _each_kill(make_env, scenario)
 
@@ -235,9 +236,10 @@ def test_a_kill_leaves_the_sandbox_alone(make_env):
         assert job is not None, "the background job did not start"
         try:
             stop_by(env, how, "echo started; sleep 30")
+            code, seen, _ = attempt(env, f"cat \"$HOME\"/{mark}")
+            assert code is not None, f"after the {how} the sandbox no longer runs commands: execute() raised {seen[:300]}"
+            assert seen.strip() == mark, f"after the {how} a file written earlier is gone (rc {code}, {seen[-200:]!r})"
             assert bg.alive(job), f"the {how} stopped a background job of the same sandbox"
-            seen = out(run(env, f"cat \"$HOME\"/{mark}")).strip()
-            assert seen == mark, f"after the {how} a file written earlier is gone ({seen!r})"
         finally:
             bg.kill(job)
 

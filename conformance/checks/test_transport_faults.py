@@ -168,12 +168,12 @@ def test_rate_limited_create_is_retried_with_backoff_then_reported(kit, make_env
     armed = faults.arm("status", "create", status=429, times=2, message="Too many requests: rate limit exceeded")
     first = Call(lambda: run(make_env(), "echo up"))
     result = _outcome(first, 60, "creating an environment through two 429 answers")
+    if armed.fired == 0:
+        not_applicable("the backend made no call on the service's create route")
     assert isinstance(result, dict) and rc(result) == 0 and "up" in out(result), (
-        f"create was answered 429 twice (then accepted) and the first command {_describe(result)}; "
+        f"create was answered 429 {armed.fired} time(s) (then accepted) and the first command {_describe(result)}; "
         "a rate limit must be retried"
     )
-    if armed.fired == 0:
-        not_applicable("the backend made no call on the fake's create route")
     tries = faults.attempts("create", since=since)
     assert len(tries) >= 2 and tries[1] - tries[0] >= 0.05, (
         f"the backend came back {tries[1] - tries[0]:.3f}s after a 429; a retry needs a backoff"
@@ -185,6 +185,8 @@ def test_rate_limited_create_is_retried_with_backoff_then_reported(kit, make_env
     started = time.monotonic()
     outcome = _outcome(Call(lambda: run(make_env(), "echo up")), 60, "creating against a permanent 429")
     faults.clear()
+    if armed.fired == 0:
+        unverified("the permanent 429 on create never fired, although the backend's creates met the first one")
     assert isinstance(outcome, BaseException) or rc(outcome) != 0, (
         f"every create was answered 429 and the first command {_describe(outcome)}"
     )
