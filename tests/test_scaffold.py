@@ -172,3 +172,16 @@ def test_the_http_template_installs_and_certifies_against_its_loopback_service(t
             service.kill()
             service.wait()
         service.stdout.close()  # type: ignore[union-attr]
+
+
+def test_every_template_ships_as_package_data():
+    import glob
+    import tomllib
+
+    from tests.conftest import ROOT
+
+    patterns = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["conformance"]
+    base = ROOT / "conformance"
+    shipped = {p for pattern in patterns for p in glob.glob(pattern, root_dir=base, recursive=True)}
+    templates = {str(p.relative_to(base)) for p in (base / "scaffold" / "templates").rglob("*.tmpl")}
+    assert templates and not templates - shipped, f"templates a wheel would leave out: {sorted(templates - shipped)}"
