@@ -155,7 +155,7 @@ def test_the_http_template_installs_and_certifies_against_its_loopback_service(t
     assert main(["init-plugin", "acme", "--dir", str(project), "--template", "http"]) == 0
     _install(project, tmp_path / "site")
     service = subprocess.Popen([sys.executable, str(project / "loopback_service.py")], stdout=subprocess.PIPE,
-                               text=True, cwd=tmp_path)
+                               text=True, cwd=tmp_path, env={**os.environ, "TMPDIR": str(tmp_path)})
     try:
         env = {}
         for _ in range(2):
@@ -185,3 +185,30 @@ def test_every_template_ships_as_package_data():
     shipped = {p for pattern in patterns for p in glob.glob(pattern, root_dir=base, recursive=True)}
     templates = {str(p.relative_to(base)) for p in (base / "scaffold" / "templates").rglob("*.tmpl")}
     assert templates and not templates - shipped, f"templates a wheel would leave out: {sorted(templates - shipped)}"
+
+
+@pytest.mark.parametrize("template", ["local", "http"])
+def test_the_workflow_certifies_with_waivers_only_when_present(tmp_path, template):
+    """The generated workflow's certify step, run with a stand-in for the kit's command: it names the
+    entry point, passes --waivers only when waivers.yaml exists, and (http) starts the loopback
+    service and exports its variables first."""
+    root = tmp_path / "acme"
+    generate("acme", root, template)
+    workflow = yaml.safe_load((root / ".github" / "workflows" / "certify.yml").read_text())
+    script = next(s["run"] for s in workflow["jobs"]["certify"]["steps"] if "certify --backend" in s.get("run", ""))
+    fake_bin = tmp_path / "bin"
+    fake_bin.mkdir()
+    (fake_bin / "hermes-backend-kit").write_text(
+        '#!/bin/sh\necho "$@ url=${ACME_BASE_URL:-unset}" > "$ARGS_OUT"\n')
+    (fake_bin / "hermes-backend-kit").chmod(0o755)
+    env = {**os.environ, "PATH": f"{fake_bin}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+           "ARGS_OUT": str(tmp_path / "args"), "TMPDIR": str(tmp_path)}  # the service's sandboxes stay in tmp_path
+    for waivers in (False, True):
+        if waivers:
+            (root / "waivers.yaml").write_text("[]\n")
+        subprocess.run(["bash", "-e", "-c", script], cwd=root, env=env, check=True, timeout=120)
+        args = (tmp_path / "args").read_text()
+        assert args.startswith("certify --backend ep:acme ") and "--out certification" in args
+        assert ("--waivers waivers.yaml" in args) is waivers
+        if template == "http":
+            assert "url=http://127.0.0.1:" in args, args
