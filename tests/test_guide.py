@@ -86,8 +86,9 @@ def test_every_clause_the_guide_names_exists():
     assert not clauses - ids, f"the guide names clauses the contract does not have: {sorted(clauses - ids)}"
 
 
-def test_the_guide_ends_with_the_contract_changes_heading():
-    assert GUIDE.read_text().rstrip().endswith("## What changed in contract 2.0\n\nSee docs/contract/CHANGELOG.md.")
+def test_the_guide_ends_with_the_contract_changes_section():
+    headings = [line for line in GUIDE.read_text().splitlines() if line.startswith("## ")]
+    assert headings[-1] == "## What changed in contract 2.0"
 
 
 def _env(work: Path) -> dict[str, str]:
