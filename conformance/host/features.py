@@ -54,7 +54,10 @@ def _probe_class(base_cls: type) -> type:
             )
             if stdin_data is not None:
                 assert proc.stdin is not None
-                proc.stdin.write(stdin_data)
+                try:
+                    proc.stdin.write(stdin_data)
+                except UnicodeEncodeError as exc:  # left where the host's wait loop looks for it
+                    proc._hermes_stdin_errors = [exc]  # type: ignore[attr-defined]
                 proc.stdin.close()
             return proc
 
@@ -155,6 +158,12 @@ def _sudo(env: Any) -> bool:
     return out.get("output", "").strip() == "-S|-p||true|kit-probe"
 
 
+def _stdin_error(env: Any) -> bool:
+    """A stdin error left on the process handle comes back as stdin_error and an output note."""
+    result = env.execute("cat > /dev/null; echo after", stdin_data="kit\ud800probe")
+    return bool(result.get("stdin_error")) and "[stdin write failed:" in result.get("output", "")
+
+
 def _wait_loop(env: Any) -> bool:
     return callable(getattr(env, "_wait_for_process", None))
 
@@ -209,6 +218,7 @@ PROBES: dict[str, ProbeFn] = {
     "bounded-capture": _bounded,
     "heredoc-stdin": _heredoc,
     "sudo-rewrite": _sudo,
+    "stdin-error": _stdin_error,
     "sync-back-guard": _sync_back_guard,
 }
 

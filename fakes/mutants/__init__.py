@@ -34,6 +34,7 @@ MUTANTS = (
     "misnamed_persistent",
     "kernel_runner_killed",
     "force_remove_ignored",
+    "stdin_error_swallowed",
     "binding_unchecked",
     "binding_mounts",
     "config_probe_raises",

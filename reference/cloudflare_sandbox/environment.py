@@ -21,6 +21,7 @@ from tools.environments.base import BaseEnvironment
 
 from reference.common.finalize import CleanupOffThread
 from reference.common.passthrough import PassthroughEnvironment
+from reference.common.stdin import encode_stdin, report_stdin_error
 from reference.common.stream_handle import StreamProcessHandle
 
 from .command import RemoteCommand
@@ -69,6 +70,10 @@ class CloudflareSandboxEnvironment(PassthroughEnvironment, CleanupOffThread, Bas
     def _run_bash(self, cmd_string: str, *, login: bool = False, timeout: int = 120,
                   stdin_data: str | None = None) -> Any:
         handle = StreamProcessHandle()
+        _, stdin_failed = encode_stdin(stdin_data)
+        if stdin_failed is not None:  # no byte form: send none and report it, as Hermes's own writer does
+            report_stdin_error(handle, stdin_failed)
+            stdin_data = ""
         with self._lock:
             closed = self._closed
             if not closed:

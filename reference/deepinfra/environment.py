@@ -30,6 +30,7 @@ from tools.environments.base_output import _ThreadedProcessHandle
 
 from reference.common.finalize import CleanupOffThread
 from reference.common.passthrough import PassthroughEnvironment
+from reference.common.stdin import encode_stdin, report_stdin_error
 from reference.deepinfra import launcher
 from reference.deepinfra.files import SandboxFiles
 from reference.deepinfra.sandboxes import Account, SandboxBroken, SandboxGone, disown, own
@@ -152,9 +153,9 @@ class DeepInfraEnvironment(PassthroughEnvironment, CleanupOffThread, BaseEnviron
             return _ThreadedProcessHandle(lambda: (refusal, 1))
         if timeout > MAX_COMMAND_S:
             logger.warning("DeepInfra stops every command after 30 minutes; this one asks for %ss", timeout)
-        stdin = stdin_data.encode("utf-8", "surrogateescape") if stdin_data is not None else None
+        stdin, stdin_failed = encode_stdin(stdin_data)
         launch = launcher.launch(cmd_string, login=login, stdin=stdin)
-        return CommandRun(self._account, self._sandbox, launch, timeout).start()
+        return report_stdin_error(CommandRun(self._account, self._sandbox, launch, timeout).start(), stdin_failed)
 
     # -- teardown ----------------------------------------------------------------------------
     def cleanup(self, force_remove: bool = False) -> None:

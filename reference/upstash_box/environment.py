@@ -25,6 +25,7 @@ from reference.common.finalize import CleanupOffThread
 from reference.common.naming import sandbox_name
 from reference.common.passthrough import PassthroughEnvironment
 from reference.common.redact import redact
+from reference.common.stdin import encode_stdin, report_stdin_error
 from reference.upstash_box import session
 from reference.upstash_box.boxes import USABLE, Account, BoxGone, connection_error
 from reference.upstash_box.settings import KEY_VAR, Settings
@@ -157,11 +158,11 @@ class UpstashBoxEnvironment(PassthroughEnvironment, CleanupOffThread, BaseEnviro
     def _run_bash(self, cmd_string: str, *, login: bool = False, timeout: int = 120,
                   stdin_data: str | None = None) -> Any:
         argv = ["bash", "-l", "-c", cmd_string] if login else ["bash", "-c", cmd_string]
-        payload = stdin_data.encode("utf-8", "surrogateescape") if stdin_data is not None else None
+        payload, stdin_failed = encode_stdin(stdin_data)
         for attempt in (1, 2):
             try:
-                return session.start(self._box, argv, cwd=self._home, stdin_data=payload,
-                                     open_timeout_s=max(1.0, float(timeout)))
+                return report_stdin_error(session.start(self._box, argv, cwd=self._home, stdin_data=payload,
+                                                        open_timeout_s=max(1.0, float(timeout))), stdin_failed)
             except session.OpenTimeout as exc:
                 return _ThreadedProcessHandle(lambda text=f"upstash_box: {exc}\n": (text, 124))
             except Exception as exc:
