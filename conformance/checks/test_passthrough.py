@@ -100,18 +100,18 @@ def test_passthrough_variables_reach_the_sandbox(kit, monkeypatch):
 @pytest.mark.clause("env.passthrough-unset")
 def test_names_the_active_scope_lacks_are_unset(kit, monkeypatch):
     name = _name("SCOPED")
-    other_profile = "other-profile-" + secrets.token_hex(8)
+    in_environ, left_behind = "environ-" + secrets.token_hex(8), "left-" + secrets.token_hex(8)
     scope = importlib.import_module("agent.secret_scope")
     # The profile's own configuration (endpoint, key ...) is everything the run configured; it lacks ``name``.
     profile = dict(os.environ)
-    monkeypatch.setenv(name, other_profile)  # the process environment holds another profile's value
+    monkeypatch.setenv(name, in_environ)  # the process environment holds another profile's value
     with passthrough(kit, skill=[name], config=[]):
         token = scope.set_secret_scope(profile)
         scope.set_multiplex_active(True)
         env = None
         try:
             env = kit.create(track=False)
-            _execute(kit, env, f"export {name}={other_profile}")  # left in the shared sandbox
+            _execute(kit, env, f"export {name}={left_behind}")  # left in the shared sandbox by another profile
             result = _execute(kit, env, f"echo {name}=${{{name}-unset}}")
         finally:
             scope.set_multiplex_active(False)
@@ -120,7 +120,8 @@ def test_names_the_active_scope_lacks_are_unset(kit, monkeypatch):
                 kit.cleanup(env)
     text = out(result)
     assert rc(result) == 0, f"the command under the profile's scope failed: {text[-300:]!r}"
+    where = ("the host process environment's value" if in_environ in text else
+             "the value an earlier command left" if left_behind in text else "a value")
     assert f"{name}=unset" in text, (
-        f"{name} is a passthrough name the active profile's secret scope lacks, but the sandbox still has it "
-        f"({'the process environment' if other_profile in text else 'another'} value); it must be unset there: "
-        f"{text[-200:]!r}")
+        f"{name} is a passthrough name the active profile's secret scope lacks, but the sandbox still has "
+        f"{where}; it must be unset there: {text[-200:]!r}")
