@@ -16,12 +16,14 @@ import logging
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import threading
 from collections.abc import Callable
 from typing import Any
 
 ProbeFn = Callable[[Any], bool]
+_MISSING = object()
 
 
 def _probe_class(base_cls: type) -> type:
@@ -193,6 +195,8 @@ def _sync_back_guard(env: Any) -> bool:
     os.environ["HERMES_HOME"] = str(home)  # current hosts judge the target against get_hermes_home()
     log = logging.getLogger("tools.environments.file_sync")
     was_disabled, log.disabled = log.disabled, True  # a refusal is the expected outcome, not news
+    loaded = {name: (module, dict(vars(module))) for name, module in list(sys.modules.items())
+              if name.startswith("tools.") and module is not None}
     try:
         manager.sync(force=True)
         manager.sync_back(hermes_home=home)
@@ -202,7 +206,20 @@ def _sync_back_guard(env: Any) -> bool:
             os.environ.pop("HERMES_HOME", None)
         else:
             os.environ["HERMES_HOME"] = saved
+        _forget_probe_home(loaded, keep=file_sync.__name__)
     return skill.read_text() == "pushed\n"
+
+
+def _forget_probe_home(loaded: dict[str, tuple[Any, dict[str, Any]]], keep: str) -> None:
+    """Undo what the sync probe left in the host's modules: hermes-agent 0.19.0 caches the
+    credential files it read from config.yaml, which was then the probe's empty home.  Modules
+    the probe imported are dropped (the next import starts clean); the others get their globals back."""
+    for name in [n for n in list(sys.modules) if n.startswith("tools.") and n not in loaded and n != keep]:
+        sys.modules.pop(name, None)
+    for module, before in loaded.values():
+        for key, value in before.items():
+            if module.__dict__.get(key, _MISSING) is not value:
+                module.__dict__[key] = value
 
 
 PROBES: dict[str, ProbeFn] = {
