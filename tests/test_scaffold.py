@@ -212,3 +212,70 @@ def test_the_workflow_certifies_with_waivers_only_when_present(tmp_path, templat
         assert ("--waivers waivers.yaml" in args) is waivers
         if template == "http":
             assert "url=http://127.0.0.1:" in args, args
+
+
+def test_the_http_client_retries_what_is_safe_to_retry(tmp_path):
+    """The http template's client against a loopback server that answers from a script: reads and
+    deletes are retried on 5xx, a create only on 429, a command never; errors name the route and
+    status, never the key."""
+    import importlib.util
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    root = tmp_path / "acme"
+    generate("acme", root, "http")
+    spec = importlib.util.spec_from_file_location("acme_client_under_test", root / "acme" / "client.py")
+    client_mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(client_mod)  # type: ignore[union-attr]
+    client_mod._backoff = lambda attempt, retry_after=None: 0.0  # no waiting in a test
+
+    script: list[int] = []
+    seen: list[str] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            return None
+
+        def _answer(self) -> None:
+            seen.append(f"{self.command} {self.path}")
+            length = int(self.headers.get("Content-Length") or 0)
+            self.rfile.read(length)
+            status = script.pop(0) if script else 200
+            body = b'{"id": "sb1", "error": "scripted"}'
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_GET = do_POST = do_DELETE = _answer
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        client = client_mod.Client(f"http://127.0.0.1:{server.server_address[1]}", "secret-key-123")
+        script[:] = [503, 502]
+        assert client.call("GET", "/v1/sandboxes/sb1", retry=client_mod.IDEMPOTENT)[0] == 200
+        assert len(seen) == 3
+        seen.clear()
+        script[:] = [429, 200]
+        assert client.call("POST", "/v1/sandboxes", {"task_id": "t"}, retry=client_mod.CREATE)[0] == 200
+        assert len(seen) == 2
+        seen.clear()
+        script[:] = [503]
+        with pytest.raises(client_mod.ApiError) as caught:
+            client.call("POST", "/v1/sandboxes", {"task_id": "t"}, retry=client_mod.CREATE)
+        assert len(seen) == 1, "a create that got a 5xx may have made a sandbox: it is not repeated"
+        assert "POST /v1/sandboxes failed (503)" in str(caught.value) and "secret-key-123" not in str(caught.value)
+        seen.clear()
+        script[:] = [500]
+        with pytest.raises(client_mod.ApiError):
+            client.start_command("sb1", "true", login=False, stdin=None, deadline=5.0)
+        assert seen == ["POST /v1/sandboxes/sb1/exec"], "a command call is never retried"
+        seen.clear()
+        script[:] = [429, 429, 429, 429]
+        with pytest.raises(client_mod.ApiError, match=r"\(429\).*rate limited"):
+            client.call("GET", "/v1/sandboxes/sb1", retry=client_mod.IDEMPOTENT)
+        assert len(seen) == 4
+    finally:
+        server.shutdown()
+        server.server_close()
