@@ -7,7 +7,8 @@ through Hermes's terminal tool (conformance/host/drivers.py::terminal), which
 runs a command again after execute() raises: a backend that raises once the
 command may have started makes it run twice.  Commands count their own runs
 in a file under $HOME (checks/_run_count.py), so "runs exactly once" is
-measured rather than guessed.
+measured rather than guessed.  A fault that never met the backend leaves its
+clause unverified: the check would otherwise judge a call nothing disturbed.
 """
 
 from __future__ import annotations
