@@ -14,6 +14,8 @@ SCOPE = "test_passthrough"
 
 
 class DropsPassthrough(UpstashBoxEnvironment):
+    _profile_scoped_passthrough = False  # nor does it ask the host to keep the names out of the snapshot
+
     def _wrap_command(self, command: str, cwd: str) -> str:
         return BaseEnvironment._wrap_command(self, command, cwd)
 
