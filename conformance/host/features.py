@@ -160,6 +160,11 @@ def _sudo(env: Any) -> bool:
     return out.get("output", "").strip() == "-S|-p||true|kit-probe"
 
 
+def _yield_handler(env: Any) -> bool:
+    """BaseEnvironment.execute takes yield_handler (None runs the command as usual)."""
+    return env.execute("echo yielded", yield_handler=None).get("output", "").strip() == "yielded"
+
+
 def _stdin_error(env: Any) -> bool:
     """A stdin error left on the process handle comes back as stdin_error and an output note."""
     result = env.execute("cat > /dev/null; echo after", stdin_data="kit\ud800probe")
@@ -236,6 +241,7 @@ PROBES: dict[str, ProbeFn] = {
     "heredoc-stdin": _heredoc,
     "sudo-rewrite": _sudo,
     "stdin-error": _stdin_error,
+    "yield-handler": _yield_handler,
     "sync-back-guard": _sync_back_guard,
 }
 
