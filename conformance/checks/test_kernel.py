@@ -41,12 +41,11 @@ def _wait_gone(env, pid: str, seconds: float = 5.0) -> bool:
 
 @pytest.mark.clause("exec.remote-kernel")
 def test_detached_kernel_keeps_its_state_across_calls(env):
-    started = time.monotonic()
+    # A launch call held open by the detached runner runs into its 20 s timeout, which stops the
+    # runner: the spawn then fails on kill -0 with the runner's log in the message.
     kernel, why = RemoteKernel.spawn(env)
-    elapsed = time.monotonic() - started
     assert kernel is not None, f"the remote kernel could not be started: {why}"
     try:
-        assert elapsed < 20, f"starting the kernel took {elapsed:.1f}s; the nohup launch held execute() open"
         first = kernel.cell(FIRST_CELL)
         assert first.status == "ok", f"the first cell did not run in the kernel: {first.status} {first.payload}"
         words = first.payload.get("stdout", "").split()
