@@ -50,7 +50,9 @@ CANNOT = ("that the run happened: a self-consistent report can be written withou
           "(`hermes-backend-kit certify`) or a signature by a key you trust (`verify --signature SIG "
           "--public-key PUB`) shows that")
 
-_GATE_PREFIXES = (f"{verdicts.NA_PREFIX} (capability:", f"{verdicts.UNVERIFIED_PREFIX} (")
+# What a gate (verdicts.gate_reason) says; a check may also find itself unverified while it runs (a
+# scripted fault that never fired), which needs no missing capability.
+_GATE_PREFIXES = (f"{verdicts.NA_PREFIX} (capability:", f"{verdicts.UNVERIFIED_PREFIX} (harness: the run has no ")
 _HOST_PREFIX = f"{verdicts.NA_PREFIX} (host: "
 
 
