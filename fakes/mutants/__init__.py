@@ -45,6 +45,8 @@ MUTANTS = (
     "skills_synced_back",
     "quiet_sync_back",
     "ignores_passthrough",
+    "passthrough_never_unsets",
+    "passthrough_values_dropped",
     "guards_off_on_host",
     "unconfigured_probe_raises",
     "environ_fallback",
