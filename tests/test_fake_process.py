@@ -7,12 +7,14 @@ calls its fake, which must not stall any check.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +25,9 @@ from upstash_box import Box, BoxError
 from fakes import process
 from fakes.control import RemoteObject
 from fakes.services import FakeError, FakeOptions
+from fakes.world import World
 from tests.conftest import ROOT, run_suite
+from tests.test_canaries import CANARIES
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -180,9 +184,9 @@ def test_a_kit_run_serves_its_fake_from_another_process(tmp_path, saved_environ)
 
 
 # ------------------------------------------------------------------ fake serve, by hand
-def _serve(*argv: str) -> tuple[subprocess.Popen[str], dict[str, str], str]:
+def _serve(*argv: str, env: dict[str, str] | None = None) -> tuple[subprocess.Popen[str], dict[str, str], str]:
     proc = subprocess.Popen([sys.executable, "-m", "conformance.cli", "fake", "serve", *argv], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     assert proc.stdout is not None
     lines: list[str] = []
     while not lines or "fake is serving" not in lines[-1]:
@@ -266,15 +270,45 @@ def test_a_hand_started_fake_refuses_several_workers(tmp_path):
 
 @pytest.mark.suite
 def test_the_suite_certifies_deepinfra_against_a_fake_started_by_hand(tmp_path):
-    proc, _, control = _serve("deepinfra", "--max-sandboxes", "1000")
+    """With the user's credentials exported to both sides, and none of them reaching the fake's boxes or log."""
+    root = tmp_path / "fake-root"
+    proc, _, control = _serve("deepinfra", "--max-sandboxes", "1000", "--root", str(root),
+                              env={**os.environ, **CANARIES})
+    seen: set[str] = set()
+    leaks: list[str] = []
+    done = threading.Event()
+
+    def sample_box_files() -> None:
+        """Boxes come and go during the run: read every file under the fake's root again and again."""
+        while not done.wait(0.5):
+            for path in root.rglob("*"):
+                with contextlib.suppress(OSError):
+                    if path.is_file() and not path.is_symlink():
+                        seen.add(str(path))
+                        text = path.read_bytes().decode(errors="replace")
+                        leaks.extend(f"{path}: {name}" for name, value in CANARIES.items() if value in text)
+
+    sampler = threading.Thread(target=sample_box_files, daemon=True)
+    sampler.start()
     try:
         run = run_suite("--backend", "deepinfra", "--fake-control", control, "-W", "ignore::DeprecationWarning",
-                        cwd=tmp_path, workers=0, timeout=1200)
+                        cwd=tmp_path, workers=0, timeout=1200, extra_env=CANARIES)
     finally:
+        done.set()
+        sampler.join(60)
         assert _stopped(proc) == 0
     assert run.report is not None, run.output[-3000:]
     assert run.failed() == set(), run.output[-3000:]
     assert run.report["certified"], run.report["not_certified_because"]
+    probe = World(namespaces=None)
+    probe.close()
+    assert run.report["fake_world"]["isolated"] is probe.isolated and run.report["fake_world"]["paths_note"]
+    assert len(seen) > 10, f"only {len(seen)} file(s) seen under {root}: the boxes' files were hardly searched"
+    assert not leaks, f"a credential's value was in a box's file: {leaks[:5]}"
+    fake_log = (proc.stdout.read() if proc.stdout else "") + (proc.stderr.read() if proc.stderr else "")
+    for where, text in {"the fake's output": fake_log, "the suite's output": run.output}.items():
+        leaked = [name for name, value in CANARIES.items() if value in text]
+        assert not leaked, f"{where} shows the value of {leaked}"
 
 
 # ------------------------------------------------------------------ a finalizer that calls the fake
