@@ -1,9 +1,9 @@
 """upstash_box, but its commands never get Hermes's passthrough variables (and never unset any)."""
 
-from typing import Any
 
 from tools.environments.base import BaseEnvironment
 
+from fakes.mutants._base import recast
 from reference.upstash_box.environment import UpstashBoxEnvironment
 from reference.upstash_box.provider import UpstashBoxProvider
 
@@ -20,15 +20,5 @@ class DropsPassthrough(UpstashBoxEnvironment):
         return BaseEnvironment._wrap_command(self, command, cwd)
 
 
-class Provider(UpstashBoxProvider):
-    """The reference provider; its environments wrap commands without the passthrough prelude."""
-
-    def create_environment(self, **kwargs: Any) -> Any:
-        env = super().create_environment(**kwargs)
-        if isinstance(env, UpstashBoxEnvironment):
-            env.__class__ = DropsPassthrough
-        return env
-
-
-provider = Provider()
+provider = recast(UpstashBoxProvider, DropsPassthrough)
 BREAKS = frozenset({"env.passthrough", "env.passthrough-unset"})

@@ -1,10 +1,10 @@
 """upstash_box, but names the active profile lacks are never unset in the Box (the values are forwarded)."""
 
 import shlex
-from typing import Any
 
 from tools.environments.base import BaseEnvironment
 
+from fakes.mutants._base import recast
 from reference.upstash_box.environment import UpstashBoxEnvironment
 from reference.upstash_box.provider import UpstashBoxProvider
 
@@ -26,15 +26,5 @@ class KeepsUnscopedNames(UpstashBoxEnvironment):
         return BaseEnvironment._wrap_command(self, exports + command, cwd)
 
 
-class Provider(UpstashBoxProvider):
-    """The reference provider; its environments export the passthrough values and unset nothing."""
-
-    def create_environment(self, **kwargs: Any) -> Any:
-        env = super().create_environment(**kwargs)
-        if isinstance(env, UpstashBoxEnvironment):
-            env.__class__ = KeepsUnscopedNames
-        return env
-
-
-provider = Provider()
+provider = recast(UpstashBoxProvider, KeepsUnscopedNames)
 BREAKS = frozenset({"env.passthrough-unset"})

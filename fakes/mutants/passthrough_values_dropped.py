@@ -1,9 +1,9 @@
 """upstash_box, but Hermes's passthrough values never reach the Box (it only unsets the names a scope lacks)."""
 
-from typing import Any
 
 from tools.environments.base import BaseEnvironment
 
+from fakes.mutants._base import recast
 from reference.upstash_box.environment import UpstashBoxEnvironment
 from reference.upstash_box.provider import UpstashBoxProvider
 
@@ -22,15 +22,5 @@ class UnsetsOnly(UpstashBoxEnvironment):
         return BaseEnvironment._wrap_command(self, prepend_unset(command, names), cwd)
 
 
-class Provider(UpstashBoxProvider):
-    """The reference provider; its environments unset the scope's missing names and export nothing."""
-
-    def create_environment(self, **kwargs: Any) -> Any:
-        env = super().create_environment(**kwargs)
-        if isinstance(env, UpstashBoxEnvironment):
-            env.__class__ = UnsetsOnly
-        return env
-
-
-provider = Provider()
+provider = recast(UpstashBoxProvider, UnsetsOnly)
 BREAKS = frozenset({"env.passthrough"})

@@ -2,6 +2,7 @@
 
 from typing import Any
 
+from fakes.mutants._base import recast
 from reference.upstash_box import session
 from reference.upstash_box.environment import UpstashBoxEnvironment
 from reference.upstash_box.provider import UpstashBoxProvider
@@ -21,15 +22,5 @@ class LostSessionRaises(UpstashBoxEnvironment):
         return result
 
 
-class Provider(UpstashBoxProvider):
-    """The reference provider; its environments raise on a lost session (no module is patched)."""
-
-    def create_environment(self, **kwargs: Any) -> Any:
-        env = super().create_environment(**kwargs)
-        if isinstance(env, UpstashBoxEnvironment):
-            env.__class__ = LostSessionRaises
-        return env
-
-
-provider = Provider()
+provider = recast(UpstashBoxProvider, LostSessionRaises)
 BREAKS = frozenset({"faults.damaged-frame", "faults.dropped-mid-command", "faults.vanished-mid-command"})

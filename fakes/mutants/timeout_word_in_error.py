@@ -1,7 +1,7 @@
 """deepinfra, but an error before a command starts is raised with "ReadTimeout" in its text."""
 
-from typing import Any
 
+from fakes.mutants._base import recast
 from reference.deepinfra.environment import DeepInfraEnvironment
 from reference.deepinfra.provider import DeepInfraProvider
 
@@ -18,15 +18,5 @@ class SaysReadTimeout(DeepInfraEnvironment):
             raise RuntimeError(f"deepinfra: ReadTimeout while preparing sandbox {self.sandbox_id}: {exc}") from None
 
 
-class Provider(DeepInfraProvider):
-    """The reference provider; its environments mislabel pre-start errors (no module is patched)."""
-
-    def create_environment(self, **kwargs: Any) -> Any:
-        env = super().create_environment(**kwargs)
-        if isinstance(env, DeepInfraEnvironment):
-            env.__class__ = SaysReadTimeout
-        return env
-
-
-provider = Provider()
+provider = recast(DeepInfraProvider, SaysReadTimeout)
 BREAKS = frozenset({"errors.no-timeout-word"})
