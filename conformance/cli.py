@@ -136,6 +136,19 @@ def cmd_report_matrix(args: argparse.Namespace) -> int:
     return 1 if bad else 0
 
 
+def cmd_report_summary(args: argparse.Namespace) -> int:
+    from conformance.report import matrix, summary
+
+    try:
+        reports = matrix.load([Path(p) for p in args.reports])
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    for line in summary.lines(reports):
+        print(line)
+    return 0 if all(r["certified"] for r in reports) else 1
+
+
 def cmd_backends(args: argparse.Namespace) -> int:
     for known in backends.KNOWN_BACKENDS.values():
         print(f"{known.name:<20} fake: {known.fake or '-':<10} {known.description}")
@@ -401,6 +414,10 @@ def build_parser() -> argparse.ArgumentParser:
     mat.add_argument("reports", nargs="+", help="report.json files, one per backend")
     mat.add_argument("--out", help="write the Markdown table here instead of printing it")
     mat.set_defaults(func=cmd_report_matrix)
+    summ = rsub.add_parser("summary", help="one line per report (verdict, profile, MUST and SHOULD counts, time); "
+                                           "exit 1 unless every backend is certified")
+    summ.add_argument("reports", nargs="+", help="report.json files, one per backend")
+    summ.set_defaults(func=cmd_report_summary)
 
     b = sub.add_parser("backends", help="list the backends the kit knows by name")
     b.set_defaults(func=cmd_backends)

@@ -106,3 +106,4 @@ def test_the_stored_1_0_contract_is_the_released_text():
     data = yaml.safe_load(contract_history.resources.files("conformance").joinpath("contracts/1.0.yaml")
                           .read_text("utf-8"))
     assert data["version"] == 1 and len(data["clauses"]) == 127
+
