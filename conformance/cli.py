@@ -260,7 +260,9 @@ def cmd_certify(args: argparse.Namespace) -> int:
     if report["certified"]:
         print(f"{line}: {report['backend'].get('name')}")
         return 0
-    print(f"{line}: " + "; ".join(report["not_certified_because"][:5]), file=sys.stderr)
+    because = report["not_certified_because"]
+    more = f"; and {len(because) - 5} more (see report.md)" if len(because) > 5 else ""
+    print(f"{line}: " + "; ".join(because[:5]) + more, file=sys.stderr)
     for hang in _hangs(report):
         print(f"the backend hung: {hang}", file=sys.stderr)
     return 1

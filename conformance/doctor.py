@@ -171,6 +171,7 @@ def main(backend: str, *, backend_config: str | None, fake: str | None, live: bo
         print(f"{'ok  ' if row.ok else 'FAIL'}  {row.step:<20} {row.detail}")
         if not row.ok and row.fix:
             print(f"      fix: {row.fix}")
-    where = "live service" if live else f"fake {getattr(run.fake, 'name', None)}"
+    fake_name = getattr(run.fake, "name", None)
+    where = "live service" if live else f"{fake_name} fake" if fake_name else "backend, with no fake service"
     print(f"{sum(r.ok for r in rows)}/{len(rows)} steps ok against the {where} in {time.monotonic() - started:.1f}s")
     return 0 if all(r.ok for r in rows) else 1

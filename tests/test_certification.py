@@ -7,7 +7,6 @@ import importlib
 import json
 import subprocess
 import sys
-import time
 
 import pytest
 import yaml
@@ -126,17 +125,15 @@ def test_certify_with_a_waived_must_failure_and_verify(tmp_path):
 @pytest.mark.suite
 @pytest.mark.parametrize("backend", ["upstash_box", "cloudflare_sandbox", "deepinfra"])
 def test_doctor_on_a_fake_backed_reference_backend(backend, tmp_path):
-    started = time.monotonic()
     proc = subprocess.run([sys.executable, "-W", "ignore", "-m", "conformance.cli", "doctor", "--backend",
                            backend], capture_output=True, text=True, timeout=60, cwd=tmp_path)
-    elapsed = time.monotonic() - started
     rows = [line for line in proc.stdout.splitlines() if line.startswith(("ok  ", "FAIL"))]
     steps = [line[6:26].strip() for line in rows]
     assert steps == ["plugin loads", "is_available", "probe", "doctor_checks", "create environment",
                      "round trip", "identity", "cleanup"], proc.stdout
     assert proc.returncode == 0 and all(r.startswith("ok") for r in rows), proc.stdout
-    assert elapsed < 10, f"doctor took {elapsed:.1f}s"
     assert "ubx_" not in proc.stdout  # never a credential
+    assert "None" not in proc.stdout, proc.stdout
 
 
 @pytest.mark.suite
