@@ -39,6 +39,16 @@ def test_host_provided_clauses_name_their_host_feature():
             assert clause.host_feature in BUNDLED.host_features, clause.id
 
 
+def test_every_must_clause_says_how_to_fix_it():
+    # `contract show` and docs/contract print the fix under a failing clause; without one a
+    # backend author whose MUST clause fails has only the statement to go on.
+    missing = [c.id for c in BUNDLED if c.level == "MUST" and not (c.fix or "").strip()]
+    assert not missing, (
+        f"MUST clauses without a fix: {', '.join(missing)}; add a `fix:` line saying what the backend "
+        "changes (after source:/policy:), then run python -m conformance.contract_docs"
+    )
+
+
 @pytest.mark.parametrize(
     "mutate, expected",
     [
