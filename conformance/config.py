@@ -28,6 +28,8 @@ from typing import Any
 
 import yaml
 
+from conformance import persistent_path
+
 _ALLOWED = {"terminal", "env", "capabilities", "disclaims", "persistent_path"}
 _REF = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$")
 
@@ -88,9 +90,11 @@ def load(path: str | None, known_capabilities: set[str]) -> BackendConfig:
         raise BackendConfigError(f"--backend-config {p}: {', '.join(both)} both declared (capabilities) and "
                                  "disclaimed (disclaims); keep each capability in one list")
     persistent = data.get("persistent_path")
-    if persistent is not None and (not isinstance(persistent, str) or not persistent.strip()):
-        raise BackendConfigError(f"--backend-config {p}: persistent_path must be a path string (an absolute path "
-                                 "inside the sandbox, or ~ / ~/sub for its $HOME)")
+    if persistent is not None:
+        try:
+            persistent_path.checked(persistent, f"--backend-config {p} persistent_path")
+        except persistent_path.PersistentPathError as exc:
+            raise BackendConfigError(str(exc)) from None
     return BackendConfig(terminal=terminal, env=env, capabilities=caps, disclaims=disclaims, path=str(p),
                          persistent_path=persistent)
 

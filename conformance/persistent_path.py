@@ -53,7 +53,8 @@ class PersistentPath:
         return f"{self.path} ({self.declared_by})"
 
 
-def _valid(value: Any, where: str) -> str:
+def checked(value: Any, where: str) -> str:
+    """``value`` if it is a usable persistent path; PersistentPathError naming ``where`` otherwise."""
     if not isinstance(value, str) or not value.strip():
         raise PersistentPathError(f"the {where} must be a non-empty path string, got {value!r}; name the "
                                   "directory the sandbox keeps across cleanup, e.g. /workspace")
@@ -67,17 +68,17 @@ def declared(kit: Any) -> PersistentPath | None:
     """The path the backend declares it keeps, or None when it declares none."""
     config_value = getattr(getattr(kit, "backend_config", None), KEY, None)
     if config_value is not None:
-        return PersistentPath(_valid(config_value, f"--backend-config {KEY}"), f"backend-config {KEY}")
+        return PersistentPath(checked(config_value, f"--backend-config {KEY}"), f"backend-config {KEY}")
     try:
         attr = getattr(kit.provider, ATTRIBUTE, None)
     except Exception:
         attr = None
     if attr is not None:
-        return PersistentPath(_valid(attr, f"provider attribute {ATTRIBUTE}"), f"provider attribute {ATTRIBUTE}")
+        return PersistentPath(checked(attr, f"provider attribute {ATTRIBUTE}"), f"provider attribute {ATTRIBUTE}")
     manifest = getattr(getattr(kit, "plugin", None), "manifest", None) or {}
     section = manifest.get("conformance") if isinstance(manifest, dict) else None
     if isinstance(section, dict) and section.get(KEY) is not None:
-        return PersistentPath(_valid(section[KEY], f"plugin.yaml conformance.{KEY}"), f"plugin.yaml conformance.{KEY}")
+        return PersistentPath(checked(section[KEY], f"plugin.yaml conformance.{KEY}"), f"plugin.yaml conformance.{KEY}")
     return None
 
 

@@ -249,9 +249,11 @@ def setup_errors() -> tuple[type[BaseException], ...]:
     from conformance.contract import ContractError
     from conformance.host.abi import HostError
     from conformance.host.loader import LoadError
+    from conformance.persistent_path import PersistentPathError
     from fakes.services import FakeError, UnknownFake
 
-    return (BackendConfigError, CapabilityError, LoadError, HostError, ContractError, UnknownFake, FakeError)
+    return (BackendConfigError, CapabilityError, LoadError, HostError, ContractError, UnknownFake, FakeError,
+            PersistentPathError)
 
 
 def run_options(config: pytest.Config) -> Any:

@@ -51,7 +51,7 @@ from typing import Any
 
 import yaml
 
-from conformance import backends, capabilities, config, contract, leftovers, redact
+from conformance import backends, capabilities, config, contract, leftovers, persistent_path, redact
 from conformance.host import abi, factory, features, loader
 from conformance.host.calls import Call, CallHung
 from conformance.host.registry import ProviderRegistry
@@ -174,9 +174,11 @@ class KitRun:
                                     config_caps=backend_config.capabilities,
                                     config_disclaims=backend_config.disclaims,
                                     world=world)
-        return cls(options, workdir, kit_contract, host, host_features, registry, plugin,
-                   backend_config, terminal_config, fake, caps, hermes_home, run_secrets, sandbox=sandbox,
-                   fault_world=fault_world)
+        run = cls(options, workdir, kit_contract, host, host_features, registry, plugin,
+                  backend_config, terminal_config, fake, caps, hermes_home, run_secrets, sandbox=sandbox,
+                  fault_world=fault_world)
+        persistent_path.declared(run)  # a bad declaration is a setup error, not a failure of every persistence check
+        return run
 
     # -- what checks use -------------------------------------------------------------
     @property

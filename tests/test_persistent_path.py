@@ -10,6 +10,7 @@ import pytest
 
 from conformance import config, persistent_path
 from conformance.persistent_path import PersistentPathError
+from tests.conftest import run_suite
 
 
 def _kit(*, config_value=None, attr=None, manifest=None):
@@ -41,7 +42,10 @@ def test_the_backend_config_key_is_read_and_checked(tmp_path):
     assert config.load(str(good), set()).persistent_path == "/workspace"
     bad = tmp_path / "bad.yaml"
     bad.write_text("persistent_path: [1]\n")
-    with pytest.raises(config.BackendConfigError, match="persistent_path must be a path string"):
+    with pytest.raises(config.BackendConfigError, match="persistent_path must be a non-empty path string"):
+        config.load(str(bad), set())
+    bad.write_text("persistent_path: workspace\n")
+    with pytest.raises(config.BackendConfigError, match="persistent_path 'workspace' must be an absolute path"):
         config.load(str(bad), set())
 
 
@@ -58,3 +62,22 @@ def test_paths_reach_a_real_shell_as_one_word(tmp_path: Path):
                               capture_output=True, text=True, check=False)
         assert done.returncode == 0 and done.stdout == "x", (declared, done.stderr)
         assert (expected / "f;rm -rf x").read_text() == "x"
+
+
+@pytest.mark.suite
+def test_a_bad_declaration_stops_the_run_in_one_line(tmp_path):
+    plugin = tmp_path / "keeps_nothing"
+    plugin.mkdir()
+    (plugin / "plugin.yaml").write_text('name: keeps_nothing\nversion: "1.0"\ndescription: d\nkind: backend\n')
+    (plugin / "__init__.py").write_text(
+        "from fakes.tempdir_box.box_provider import TempdirBoxProvider\n\n\n"
+        "class Provider(TempdirBoxProvider):\n"
+        "    name = 'keeps_nothing'\n"
+        "    conformance_persistent_path = 'workspace'\n\n\n"
+        "def register(ctx):\n"
+        "    ctx.register_terminal_environment_provider(Provider())\n")
+    run = run_suite("--backend", str(plugin), "--fake", "tempdir", "-k", "test_persist", cwd=tmp_path, workers=0)
+    assert run.returncode == 4, run.output[-1500:]
+    assert ("hermes-backend-kit: the provider attribute conformance_persistent_path 'workspace' must be an "
+            "absolute path") in run.output
+    assert "Traceback" not in run.output
