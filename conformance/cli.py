@@ -116,13 +116,22 @@ def cmd_report_compare(args: argparse.Namespace) -> int:
     return 1 if any(d.kind == "mismatch" for d in differences) else 0
 
 
-def cmd_report_matrix(args: argparse.Namespace) -> int:
+def _reports(paths: list[str]) -> list[dict[str, Any]] | None:
+    """The reports at ``paths``; None (the problem printed) when one cannot be read."""
     from conformance.report import matrix
 
     try:
-        reports = matrix.load([Path(p) for p in args.reports])
+        return matrix.load([Path(p) for p in paths])
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return None
+
+
+def cmd_report_matrix(args: argparse.Namespace) -> int:
+    from conformance.report import matrix
+
+    reports = _reports(args.reports)
+    if reports is None:
         return 2
     table = matrix.markdown(reports)
     if args.out:
@@ -137,12 +146,10 @@ def cmd_report_matrix(args: argparse.Namespace) -> int:
 
 
 def cmd_report_summary(args: argparse.Namespace) -> int:
-    from conformance.report import matrix, summary
+    from conformance.report import summary
 
-    try:
-        reports = matrix.load([Path(p) for p in args.reports])
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    reports = _reports(args.reports)
+    if reports is None:
         return 2
     for line in summary.lines(reports):
         print(line)
