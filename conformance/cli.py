@@ -443,7 +443,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--backend-config", metavar="FILE",
                    help="YAML for the backend: terminal (merged into Hermes's terminal config), env (variables "
                         "for the run, ${NAME} taken from yours), capabilities and disclaims (for a plugin you "
-                        "cannot edit)")
+                        "cannot edit), persistent_path (the directory a persistent sandbox keeps)")
     mode = c.add_mutually_exclusive_group()
     mode.add_argument("--fake", metavar="VENDOR",
                       help="start the kit's fake of VENDOR (upstash, cloudflare, deepinfra) on loopback and export "
