@@ -281,12 +281,15 @@ def test_the_suite_certifies_deepinfra_against_a_fake_started_by_hand(tmp_path):
     def sample_box_files() -> None:
         """Boxes come and go during the run: read every file under the fake's root again and again."""
         while not done.wait(0.5):
-            for path in root.rglob("*"):
-                with contextlib.suppress(OSError):
-                    if path.is_file() and not path.is_symlink():
-                        seen.add(str(path))
-                        text = path.read_bytes().decode(errors="replace")
-                        leaks.extend(f"{path}: {name}" for name, value in CANARIES.items() if value in text)
+            # os.walk skips a directory that vanishes under it (a sandbox deleted meanwhile).
+            for folder, _, names in os.walk(root):
+                for name in names:
+                    path = Path(folder, name)
+                    with contextlib.suppress(OSError):
+                        if path.is_file() and not path.is_symlink():
+                            seen.add(str(path))
+                            text = path.read_bytes().decode(errors="replace")
+                            leaks.extend(f"{path}: {var}" for var, value in CANARIES.items() if value in text)
 
     sampler = threading.Thread(target=sample_box_files, daemon=True)
     sampler.start()
