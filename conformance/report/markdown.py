@@ -10,12 +10,11 @@ from conformance.report.table import render as table_lines
 
 
 def fake_world_line(world: dict[str, Any]) -> str:
-    """How the fake's boxes ran: isolated (own namespaces) or, on a machine without them, as host processes."""
+    """How the fake's boxes ran: isolated (own namespaces) or as host processes (paths_note says why)."""
     if world["isolated"]:
         return f"isolated from this machine; {world['paths_note']}"
-    return ("NOT isolated (this machine offers no user/mount/PID namespaces): box commands ran as local processes "
-            f"and could read this machine's processes and files, so checks of what a sandbox can see may fail "
-            f"for the machine's sake; {world['paths_note']}")
+    return ("NOT isolated: box commands ran as local processes and could read this machine's processes and files, "
+            f"so checks of what a sandbox can see may fail for the machine's sake; {world['paths_note']}")
 
 
 def render(report: dict[str, Any], contract: Contract) -> str:
