@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from conformance import persistent_path
+from conformance.host.calls import bounded
 from conformance.host.drivers import interrupted, returncode, run
 from conformance.persistent_path import PersistentPath
 from conformance.verdicts import NA_PREFIX, UNVERIFIED_PREFIX
@@ -38,6 +39,16 @@ def attempt(env: Any, command: str, *, timeout: int = 30) -> tuple[int | None, s
     except Exception as exc:
         return None, f"{type(exc).__name__}: {exc}", {}
     return rc(result), out(result), result
+
+
+def returns(fn: Any, *args: Any, deadline: float, what: str) -> Any:
+    """``fn(*args)`` within ``deadline`` seconds; a raise fails the check naming ``what`` and the exception."""
+    try:
+        return bounded(fn, *args, deadline=deadline, what=what)
+    except AssertionError:
+        raise
+    except Exception as exc:
+        raise AssertionError(f"{what} raised {type(exc).__name__}: {str(exc)[:300]}") from None
 
 
 def nonce(label: str = "n") -> str:

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from conformance.checks._support import out, rc, run
+from conformance.checks._support import out, rc, returns, run
 from conformance.host.calls import bounded
 from conformance.host.registry import provider_base_class
 
@@ -80,12 +80,7 @@ def snapshot(kit) -> dict[str, Any]:
 def test_resolve_config_returns_a_mapping(kit):
     for label, settings in (("the run's settings", run_settings(kit)), ("an empty mapping", {})):
         given = copy.deepcopy(settings)
-        try:
-            value = bounded(kit.provider.resolve_config, given, deadline=10.0, what="resolve_config()")
-        except AssertionError:
-            raise
-        except Exception as exc:
-            raise AssertionError(f"resolve_config({label}) raised {type(exc).__name__}: {exc}") from None
+        value = returns(kit.provider.resolve_config, given, deadline=10.0, what=f"resolve_config({label})")
         assert isinstance(value, Mapping), (
             f"resolve_config({label}) returned {type(value).__name__}, not a Mapping: the host's "
             "validated_config() raises TypeError and the backend's settings cannot be used"
@@ -98,13 +93,7 @@ def test_probe_with_config_is_bounded_and_never_raises(kit):
     cases = {"the resolved settings": snapshot(kit), "an empty mapping": {},
              "settings of the wrong types": wrong_settings(kit)}
     for label, settings in cases.items():
-        try:
-            value = bounded(kit.provider.probe_with_config, settings, deadline=2.0,
-                            what=f"probe_with_config({label})")
-        except AssertionError:
-            raise
-        except Exception as exc:
-            raise AssertionError(f"probe_with_config({label}) raised {type(exc).__name__}: {exc}") from None
+        value = returns(kit.provider.probe_with_config, settings, deadline=2.0, what=f"probe_with_config({label})")
         assert isinstance(value, tuple) and len(value) == 2, f"probe_with_config({label}) returned {value!r}"
         status, detail = value
         assert status in PROBE_STATUSES, (
@@ -120,14 +109,9 @@ def test_check_requirements_with_and_without_backend_config(kit, caplog):
     base.pop("backend_config", None)
     for label, config in (("with backend_config", {**base, "backend_config": copy.deepcopy(snap)}),
                           ("without backend_config", base)):
-        try:
-            with caplog.at_level(logging.DEBUG):
-                value = bounded(kit.provider.check_requirements, config, deadline=10.0,
-                                what=f"check_requirements({label})")
-        except AssertionError:
-            raise
-        except Exception as exc:
-            raise AssertionError(f"check_requirements({label}) raised {type(exc).__name__}: {exc}") from None
+        with caplog.at_level(logging.DEBUG):
+            value = returns(kit.provider.check_requirements, config, deadline=10.0,
+                            what=f"check_requirements({label})")
         assert isinstance(value, bool), f"check_requirements({label}) returned {value!r}, not a bool"
         if "backend_config" in config:
             assert config["backend_config"] == snap, "check_requirements() changed config['backend_config']"

@@ -27,9 +27,8 @@ from typing import Any
 
 import pytest
 
-from conformance.checks._support import not_applicable
+from conformance.checks._support import not_applicable, returns
 from conformance.checks.test_provider import PROBE_STATUSES, _RecordingEnviron
-from conformance.host.calls import bounded
 
 # Hermes's own modules and the kit's: never a vendor SDK.
 _NOT_SDK = frozenset({"agent", "tools", "hermes_cli", "hermes_constants", "gateway", "conformance", "fakes",
@@ -98,12 +97,7 @@ class _Warnings(logging.Handler):
 
 def _timed(kit: Any, what: str, fn: Any, *args: Any) -> Any:
     started = time.perf_counter()
-    try:
-        value = bounded(fn, *args, deadline=BOUNDS[what] + 10.0, what=what)
-    except AssertionError:
-        raise
-    except Exception as exc:
-        raise AssertionError(f"{what} raised {type(exc).__name__}: {str(exc)[:200]}") from None
+    value = returns(fn, *args, deadline=BOUNDS[what] + 10.0, what=what)
     elapsed = time.perf_counter() - started
     assert elapsed < BOUNDS[what], f"{what} took {elapsed:.2f}s (bound {BOUNDS[what]:g}s)"
     return value
