@@ -23,8 +23,9 @@ from typing import Any
 from tools.environments.base import BaseEnvironment
 from tools.environments.base_output import _ThreadedProcessHandle
 
+from reference.common.finalize import CleanupOffThread
+
 from .boxes import Box
-from .finalize import CleanupLater
 
 logger = logging.getLogger("fakes.tempdir_box")
 
@@ -32,7 +33,7 @@ BOX_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _MAX_TRACKED_GROUPS = 256
 
 
-class TempdirBoxEnvironment(CleanupLater, BaseEnvironment):
+class TempdirBoxEnvironment(CleanupOffThread, BaseEnvironment):
     def __init__(self, *, box: Box, task_id: str, cwd: str, timeout: int, persistent: bool,
                  owner: str | None, file_sync: bool = True):
         self._box = box
