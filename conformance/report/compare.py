@@ -78,9 +78,6 @@ def load(path: str | Path) -> dict[str, Any]:
     return report
 
 
-def compare_files(first: str | Path, second: str | Path) -> list[Difference]:
-    return compare(load(first), load(second))
-
 
 def describe(differences: list[Difference], *, versions: tuple[str, str] | None = None) -> list[str]:
     mismatches = [d for d in differences if d.kind == "mismatch"]
