@@ -19,15 +19,13 @@ from typing import Any
 
 import yaml
 
+from conformance.errors import ContractError, ContractFileError, file_problem, yaml_problem
+
 GROUPS = (
     "provider", "register", "lifecycle", "persist", "exec", "cwd", "stdin", "timeout",
     "output", "env", "files", "sync", "background", "errors", "probe", "identity", "faults",
 )
 LEVELS = ("MUST", "SHOULD", "MAY")
-
-
-class ContractError(ValueError):
-    """contract.yaml is malformed; the message names the field and the fix."""
 
 
 @dataclass(frozen=True)
@@ -78,6 +76,9 @@ class Contract:
     # Certification profiles in order of preference (strongest first); each has
     # "harness" (the harness capabilities whose clauses it covers) and "description".
     profiles: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # The first Hermes release the contract describes, as a plugin.yaml floor (">=0.21.3");
+    # None for contracts that predate the field.
+    requires_hermes: str | None = None
     _by_id: dict[str, Clause] = field(default_factory=dict, repr=False, compare=False)
 
     def __iter__(self) -> Iterator[Clause]:
@@ -130,11 +131,9 @@ def validate(data: Any, *, origin: str = "contract.yaml") -> None:
     if not problems:
         problems = _semantic_problems(data)
     if problems:
-        listing = "\n  ".join(problems)
-        raise ContractError(
-            f"{origin} is not a valid contract ({len(problems)} problem(s)):\n  {listing}\n"
-            "Fix the named fields; the shape is in conformance/contract.schema.json."
-        )
+        raise ContractError(f"{origin} is not a valid contract ({len(problems)} problem(s))",
+                            "fix the named fields; the shape is in conformance/contract.schema.json",
+                            why="; ".join(problems))
 
 
 def _semantic_problems(data: dict[str, Any]) -> list[str]:
@@ -182,7 +181,8 @@ def parse(text: str | bytes, *, origin: str = "contract.yaml") -> Contract:
     try:
         data = yaml.safe_load(raw)
     except yaml.YAMLError as exc:
-        raise ContractError(f"{origin} is not valid YAML: {exc}") from None
+        raise ContractError(f"{origin} is not valid YAML ({yaml_problem(exc)})",
+                            "fix the YAML; the shape is in conformance/contract.schema.json") from None
     validate(data, origin=origin)
     clauses = []
     for item in data["clauses"]:
@@ -200,6 +200,7 @@ def parse(text: str | bytes, *, origin: str = "contract.yaml") -> Contract:
         version=data["version"], title=data["title"], clauses=tuple(clauses),
         capabilities=data["capabilities"], host_features=data["host_features"],
         sha256=hashlib.sha256(raw).hexdigest(), path=origin, profiles=data["profiles"],
+        requires_hermes=data.get("requires_hermes"),
     )
     contract._by_id.update({c.id: c for c in clauses})
     return contract
@@ -213,7 +214,7 @@ def load(path: str | Path | None = None) -> Contract:
     try:
         raw = p.read_bytes()
     except OSError as exc:
-        raise ContractError(f"cannot read contract {p}: {exc.strerror}") from None
+        raise ContractFileError(f"cannot read contract {p} ({file_problem(exc)})") from None
     return parse(raw, origin=str(p))
 
 

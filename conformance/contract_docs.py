@@ -26,6 +26,9 @@ def render(kit_contract: contract.Contract, checks: dict[str, tuple[str, ...]]) 
              f"{len(kit_contract)} clauses in {len(groups)} groups. Levels follow RFC 2119: a backend is "
              "certified when no MUST clause fails or is skipped, under the strongest profile (below) whose "
              "MUST clauses were all observed.\n",
+             *([f"It describes Hermes {kit_contract.requires_hermes[2:]} and later: a plugin certified against it "
+                f"declares `requires_hermes: \"{kit_contract.requires_hermes}\"` in its plugin.yaml.\n"]
+               if kit_contract.requires_hermes else []),
              "| group | clauses | MUST | SHOULD | MAY |", "| --- | --- | --- | --- | --- |"]
     for group, clauses in groups.items():
         counts = [sum(1 for c in clauses if c.level == level) for level in ("MUST", "SHOULD", "MAY")]

@@ -2,7 +2,8 @@
 
 The templates under ``templates/`` are package data: ``common/`` goes into every plugin,
 then ``local/`` or ``http/`` on top.  A file ``X.tmpl`` becomes ``X`` with its placeholders
-filled (``{{name}}``, ``{{Class}}``, ``{{ENV}}``, ``{{Title}}``, ``{{dist}}``) and a path
+filled (``{{name}}``, ``{{Class}}``, ``{{ENV}}``, ``{{Title}}``, ``{{dist}}``,
+``{{requires_hermes}}``: the contract's Hermes floor) and a path
 segment ``__pkg__`` becomes the plugin's package name.
 """
 
@@ -13,6 +14,8 @@ import re
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+
+from conformance import contract
 
 TEMPLATES = ("local", "http")
 # Names a host reserves for its own backends, and words the host looks for in an
@@ -50,7 +53,8 @@ class Names:
 
     def fill(self, text: str) -> str:
         for key, value in (("name", self.name), ("Class", self.cls), ("ENV", self.env),
-                           ("Title", self.title), ("dist", self.dist)):
+                           ("Title", self.title), ("dist", self.dist),
+                           ("requires_hermes", contract.load().requires_hermes or "")):
             text = text.replace("{{" + key + "}}", value)
         return text
 

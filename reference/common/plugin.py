@@ -6,6 +6,7 @@ import nothing from Hermes itself.
 
 from __future__ import annotations
 
+import importlib.resources
 import importlib.util
 import logging
 from collections.abc import Callable
@@ -13,18 +14,38 @@ from typing import Any
 
 
 def register_provider(ctx: Any, backend: str, load: Callable[[], Any]) -> None:
-    """Register the provider ``load()`` builds; a Hermes that cannot take it gets a warning, not a crash."""
+    """Register the provider ``load()`` builds; a Hermes that cannot take it gets a warning, not a crash.
+
+    A Hermes older than the terminal provider ABI (PyPI's 0.19.0) does not read
+    ``requires_hermes`` and loads the plugin anyway: the one warning it logs names the
+    release the plugin needs, read from the plugin's own plugin.yaml.
+    """
     logger = logging.getLogger(f"reference.{backend}")
+    needs = f"Hermes {floor[2:]} or later" if (floor := required_hermes(backend)) else "a newer Hermes"
     try:
         provider = load()
     except ImportError as exc:
-        logger.warning("%s needs a Hermes with terminal backend plugins (%s); not registered", backend, exc)
+        logger.warning("%s needs %s: this Hermes has no terminal backend plugins (%s); not registered. "
+                       "Upgrade Hermes (hermes update), then run `hermes plugins list`", backend, needs, exc)
         return
     add = getattr(ctx, "register_terminal_environment_provider", None)
     if add is None:
-        logger.warning("this Hermes cannot register terminal backends; %s not registered", backend)
+        logger.warning("%s needs %s: this Hermes cannot register terminal backends; not registered. "
+                       "Upgrade Hermes (hermes update)", backend, needs)
         return
     add(provider)
+
+
+def required_hermes(backend: str) -> str | None:
+    """The ``requires_hermes`` floor of ``reference.<backend>``'s plugin.yaml (">=0.21.3"), or None."""
+    import yaml
+
+    try:
+        text = (importlib.resources.files(f"reference.{backend}") / "plugin.yaml").read_text(encoding="utf-8")
+        floor = (yaml.safe_load(text) or {}).get("requires_hermes")
+    except (OSError, ModuleNotFoundError, yaml.YAMLError, AttributeError):
+        return None
+    return floor if isinstance(floor, str) and floor.startswith(">=") else None
 
 
 def sdk_version(module: str, distribution: str) -> str | None:
