@@ -1,4 +1,4 @@
-"""Soak: many commands from many threads per backend, then count what leaked (issue 7, section 4).
+"""Soak: many commands from many threads per backend, then count what leaked.
 
     python -m conformance.soak [--backends a,b] [--commands 10000] [--threads 8] [--examples 1000]
 

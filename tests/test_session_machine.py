@@ -1,4 +1,4 @@
-"""Random Hermes sessions on every default backend, against its fake (issue 7, section 3).
+"""Random Hermes sessions on every default backend, against its fake.
 
 One Harness (KitRun + fake + environment pool) per backend per worker process,
 shared by the random runs and the regression replays.  Each backend's 200

@@ -21,8 +21,8 @@ from typing import Any
 logger = logging.getLogger("hermes_cli.plugins")
 
 # Every register_* method of Hermes's PluginContext (hermes_cli/plugins.py): a plugin may call any
-# of them; any other register_* name is a typo the plugin would never notice, since the context
-# used to accept it silently.
+# of them; any other register_* name is a typo the plugin would never notice if the context
+# accepted it silently, so loading fails with the closest valid name.
 HERMES_REGISTER_NAMES = frozenset({
     "register_approval_transport", "register_auxiliary_task", "register_browser_provider",
     "register_cli_command", "register_command", "register_context_engine", "register_context_reference",

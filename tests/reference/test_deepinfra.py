@@ -1,4 +1,4 @@
-"""deepinfra against the DeepInfra fake: every behaviour of the deepinfra-hermes-sandbox README and issue 5.
+"""deepinfra against the DeepInfra fake: every behaviour of the deepinfra-hermes-sandbox README.
 
 Each test drives the real backend (the real deepinfra SDK, real NDJSON exec
 streams, real bash in the box world) and scripts what it needs through the fake.
