@@ -156,6 +156,28 @@ def cmd_report_summary(args: argparse.Namespace) -> int:
     return 0 if all(r["certified"] for r in reports) else 1
 
 
+def cmd_report_html(args: argparse.Namespace) -> int:
+    from conformance import redact
+    from conformance.report import bench_plot, html
+
+    reports = _reports([args.report])
+    if reports is None:
+        return 2
+    missing = html.missing_fields(reports[0])
+    if missing:
+        print(f"error: {args.report} is not a certification report (no {', '.join(missing)}); pass a report.json "
+              "written by `hermes-backend-kit certify` or pytest --report", file=sys.stderr)
+        return 2
+    try:
+        bench = bench_plot.load(args.bench) if args.bench else None
+    except bench_plot.BenchFileError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    Path(args.out).write_text(redact.redact(html.render(reports[0], contract.load(), bench)), "utf-8")
+    print(f"report page written to {args.out}")
+    return 0
+
+
 def cmd_backends(args: argparse.Namespace) -> int:
     for known in backends.KNOWN_BACKENDS.values():
         print(f"{known.name:<20} fake: {known.fake or '-':<10} {known.description}")
@@ -193,9 +215,14 @@ def cmd_certify(args: argparse.Namespace) -> int:
     import threading
 
     from conformance import leftovers, redact
-    from conformance.report import markdown
+    from conformance.report import bench_plot, html, markdown
     from conformance.report.headline import headline
 
+    try:  # before the run, so a bad file costs no suite run
+        bench = bench_plot.load(args.bench) if args.bench else None
+    except bench_plot.BenchFileError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     _certify_redactor(args)
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -251,8 +278,9 @@ def cmd_certify(args: argparse.Namespace) -> int:
         return 2
     report = json.loads(report_path.read_text("utf-8"))
     (out / "report.md").write_text(redact.redact(markdown.render(report, contract.load())), "utf-8")
+    (out / "report.html").write_text(redact.redact(html.render(report, contract.load(), bench)), "utf-8")
     (out / "badge.json").write_text(redact.redact(json.dumps(markdown.badge(report))) + "\n", "utf-8")
-    written = ["report.json", "report.md", "junit.xml", "badge.json"]
+    written = ["report.json", "report.md", "report.html", "junit.xml", "badge.json"]
     if args.sign_key:
         from conformance.report import signing
 
@@ -427,6 +455,12 @@ def build_parser() -> argparse.ArgumentParser:
                                            "exit 1 unless every backend is certified")
     summ.add_argument("reports", nargs="+", help="report.json files, one per backend")
     summ.set_defaults(func=cmd_report_summary)
+    page = rsub.add_parser("html", help="one self-contained HTML page of a report (what certify writes as "
+                                        "report.html), optionally with benchmark plots")
+    page.add_argument("report", help="a report.json")
+    page.add_argument("--bench", metavar="RESULTS.json", help="benchmark results to plot (bench/results.json)")
+    page.add_argument("--out", required=True, metavar="FILE", help="the HTML file to write")
+    page.set_defaults(func=cmd_report_html)
 
     b = sub.add_parser("backends", help="list the backends the kit knows by name")
     b.set_defaults(func=cmd_backends)
@@ -435,7 +469,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_init_plugin(sub)
 
-    c = sub.add_parser("certify", help="run the suite and write report.json, report.md, junit.xml, badge.json")
+    c = sub.add_parser("certify", help="run the suite and write report.json, report.md, report.html, junit.xml, "
+                                       "badge.json")
     c.add_argument("--backend", required=True, metavar="SPEC",
                    help="the backend to certify: a plugin directory (plugin.yaml and __init__.py), ep:NAME (an "
                         "installed hermes_agent.plugins entry point), package.module[:attr], or a name from "
@@ -461,7 +496,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the Hermes modules the plugin runs against: hermes (the installed hermes-agent, "
                         "stand-ins for what it lacks), builtin (the kit's stand-ins), auto (hermes where "
                         "importable; default)")
-    c.add_argument("--out", required=True, help="directory for the four files")
+    c.add_argument("--out", required=True, help="directory for the report files")
+    c.add_argument("--bench", metavar="RESULTS.json",
+                   help="benchmark results (bench/results.json from `nox -s bench`) to plot in report.html")
     c.add_argument("--workers", type=int, default=2, help="pytest-xdist workers (0: none; default 2)")
     c.add_argument("--call-deadline", type=float, metavar="SECONDS",
                    help="seconds the kit waits for loading the plugin, create_environment() and cleanup() "

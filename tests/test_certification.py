@@ -80,7 +80,7 @@ def test_certify_with_a_waived_must_failure_and_verify(tmp_path):
                            "fakes.mutants.no_group_kill:provider", "--fake", "tempdir", "--waivers", waivers,
                            "--out", str(out), "--sign-key", str(key)],
                           capture_output=True, text=True, timeout=600, cwd=tmp_path)
-    assert {p.name for p in out.iterdir()} == {"report.json", "report.md", "junit.xml", "badge.json",
+    assert {p.name for p in out.iterdir()} == {"report.json", "report.md", "report.html", "junit.xml", "badge.json",
                                                "report.json.sig"}
     report = json.loads((out / "report.json").read_text())
     assert proc.returncode == 0 and report["certified"] is True, proc.stdout[-2000:] + proc.stderr[-2000:]
@@ -91,6 +91,7 @@ def test_certify_with_a_waived_must_failure_and_verify(tmp_path):
     assert [c["id"] for c in waived] == ["timeout.kills-tree"] and waived[0]["verdict"] == "fail"
     assert "WAIVED MUST timeout.kills-tree" in proc.stdout
     assert "## Waived" in (out / "report.md").read_text()
+    assert "waived: known issue" in (out / "report.html").read_text()
     assert json.loads((out / "badge.json").read_text())["color"] == "brightgreen"
     assert "[timeout]" in proc.stdout  # progress per group
 

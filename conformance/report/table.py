@@ -10,13 +10,20 @@ COLUMNS = ("pass", "fail", "not-applicable", "unverified", "skipped")
 HEAD = ("group", "pass", "fail", "n/a", "unverified", "skipped", "MUST failed")
 
 
-def render(report: dict[str, Any]) -> list[str]:
+def group_counts(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per group, in report order: how many clauses have each verdict, and the MUST clauses that failed
+    (without the group prefix)."""
     groups: dict[str, dict[str, Any]] = {}
     for clause in report["clauses"]:
         row = groups.setdefault(clause["group"], {**dict.fromkeys(COLUMNS, 0), "must_failed": []})
         row[clause["verdict"]] += 1
         if clause["verdict"] == "fail" and clause["level"] == "MUST":
             row["must_failed"].append(clause["id"].split(".", 1)[1])
+    return groups
+
+
+def render(report: dict[str, Any]) -> list[str]:
+    groups = group_counts(report)
     rows = [HEAD]
     for group, row in groups.items():
         rows.append((group, *(str(row[c]) for c in COLUMNS), ", ".join(row["must_failed"]) or "-"))
