@@ -76,7 +76,7 @@ def test_loader_names_the_bad_field(mutate, expected):
     with pytest.raises(ContractError) as err:
         contract.parse(yaml.safe_dump(data))
     assert expected in str(err.value)
-    assert "Fix the named fields" in str(err.value)
+    assert "fix the named fields" in str(err.value)
 
 
 def test_loader_rejects_broken_yaml(tmp_path):
