@@ -38,9 +38,10 @@ from typing import Any
 
 import pytest
 
-from conformance import backends, contract, redact, verdicts
+from conformance import backends, contract, progress, redact, verdicts
 from conformance.host.abi import HOST_MODES
 from conformance.report import build, junit, table
+from conformance.report.headline import must_failure_lines
 from conformance.report.markdown import fake_world_line
 from conformance.verdicts import CheckOutcome, gate_reason
 
@@ -84,13 +85,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--report", default=None, metavar="PATH", help="write the JSON certification report here")
     group.addoption("--waivers", default=None, metavar="FILE.yaml",
                     help="accepted known failures: clause, reason, issue URL, expiry date, strict")
+    progress.add_option(group)
     group.addoption("--kit-progress", action="store_true", default=False,
-                    help="print a line as each check module finishes (the certify command uses it)")
+                    help="the same as --progress=plain, unless --progress names another form")
     group.addoption("--call-deadline", type=float, default=None, metavar="SECONDS",
                     help="seconds the kit waits for loading the plugin, create_environment() and cleanup() "
                          "before failing the check (default 60)")
     group.addoption("--check-deadline", type=float, default=CHECK_DEADLINE_S, metavar="SECONDS",
                     help="seconds one check may run before it fails (default: %(default)s)")
+    group.addoption("--kit-error-file", default=None, metavar="PATH",
+                    help="write a setup error (bad backend, plugin.yaml, config) here as JSON (what, why, fix) "
+                         "instead of printing it; the certify command reads it and prints it in one line")
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest's tmpdir plugin reads --basetemp
@@ -107,7 +112,7 @@ def pytest_configure(config: pytest.Config) -> None:
         try:
             config.stash[_STATE].waivers = load(config.option.waivers, contract.load())
         except WaiverError as exc:
-            raise pytest.UsageError(f"hermes-backend-kit: {exc}") from None
+            raise pytest.UsageError(*setup_error_lines(config, exc)) from None
     config.pluginmanager.register(_Recorder(config), "hermes-backend-kit-recorder")
     settings = _hypothesis_settings()
     if settings is not None:
@@ -206,6 +211,8 @@ def _configure_check_run(config: pytest.Config) -> None:
         _hypothesis_home(root / "hypothesis")
     if not worker and getattr(config.option, "dist", "no") != "no" and not config.option.collectonly:
         preflight(config)
+    if not config.option.collectonly:
+        progress.install(config)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -243,17 +250,25 @@ def _redact_terminal(config: pytest.Config) -> None:
 
 
 def setup_errors() -> tuple[type[BaseException], ...]:
-    """The exceptions that mean the run cannot start: one line, no traceback."""
-    from conformance.capabilities import CapabilityError
-    from conformance.config import BackendConfigError
-    from conformance.contract import ContractError
-    from conformance.host.abi import HostError
-    from conformance.host.loader import LoadError
-    from conformance.persistent_path import PersistentPathError
-    from fakes.services import FakeError, UnknownFake
+    """The exceptions that mean the run cannot start: one line, no traceback (conformance.errors)."""
+    from conformance.errors import KitError
 
-    return (BackendConfigError, CapabilityError, LoadError, HostError, ContractError, UnknownFake, FakeError,
-            PersistentPathError)
+    return (KitError,)
+
+
+def setup_error_lines(config: pytest.Config, exc: BaseException) -> list[str]:
+    """What pytest prints for a setup error: one line, or none when --kit-error-file takes it as JSON."""
+    import traceback
+
+    from conformance.errors import KitError
+
+    error = exc if isinstance(exc, KitError) else KitError(str(exc))
+    path = config.option.kit_error_file
+    if not path:
+        return [f"hermes-backend-kit: {_one_line(redact.redact(error.one_line()))}"]
+    data = {**error.to_dict(), "traceback": "".join(traceback.format_exception(exc))}
+    Path(path).write_text(json.dumps(redact.redact_data(data)) + "\n", "utf-8")
+    return []
 
 
 def run_options(config: pytest.Config) -> Any:
@@ -285,7 +300,7 @@ def preflight(config: pytest.Config) -> None:
     try:
         run = KitRun.start(options, workdir)
     except setup_errors() as exc:
-        raise pytest.UsageError(f"hermes-backend-kit: {_one_line(redact.redact(str(exc)))}") from None
+        raise pytest.UsageError(*setup_error_lines(config, exc)) from None
     else:
         run.close()
     finally:
@@ -353,7 +368,8 @@ def kit(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
         run = KitRun.start(options, tmp_path_factory.mktemp("kit"))
     except setup_errors() as exc:
         # A setup problem is one clear message, not a traceback per check.
-        pytest.exit(f"hermes-backend-kit: {_one_line(redact.redact(str(exc)))}",
+        lines = setup_error_lines(request.config, exc)
+        pytest.exit(lines[0] if lines else "hermes-backend-kit: the run could not start (--kit-error-file has why)",
                     returncode=pytest.ExitCode.USAGE_ERROR)
     request.config.stash[_STATE].run = run
     yield run
@@ -422,7 +438,6 @@ class _Recorder:
     def __init__(self, config: pytest.Config):
         self.config = config
         self.state = config.stash[_STATE]
-        self._announced: set[str] = set()
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         self.state.started = time.time()
@@ -440,25 +455,6 @@ class _Recorder:
         outcome = self.state.outcomes.setdefault(
             report.nodeid, CheckOutcome(report.nodeid, tuple(ids), black_box="black_box" in props))
         outcome.absorb(report.when, report.outcome, _reason(report), report.duration)
-        if report.when == "teardown" and self.config.option.kit_progress:
-            self._progress(report.nodeid)
-
-    def _progress(self, nodeid: str) -> None:
-        """One line when every check of a module has finished."""
-        from conformance import manifest
-
-        module = manifest.check_key(nodeid).split("::", 1)[0]
-        expected = {c for c in manifest.shipped()["checks"] if c.startswith(module + "::")}
-        done = [o for o in self.state.outcomes.values() if manifest.check_key(o.nodeid).split("::", 1)[0] == module]
-        if len(done) < len(expected) or module in self._announced:
-            return
-        self._announced.add(module)
-        counts = {k: sum(1 for o in done if o.outcome == k) for k in ("passed", "failed", "skipped")}
-        writer = self.config.pluginmanager.get_plugin("terminalreporter")
-        if writer is not None:
-            writer.ensure_newline()
-            writer.write_line(f"[{module.removeprefix('test_').removesuffix('.py')}] {len(done)} checks: "
-                              f"{counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped")
 
     @pytest.hookimpl(tryfirst=True)  # before junitxml writes its file, so the certificate reaches it
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
@@ -498,9 +494,8 @@ class _Recorder:
                 w = clause["waived"]
                 terminalreporter.write_line(f"  WAIVED {clause['level']} {clause['id']} ({clause['verdict']}) until "
                                             f"{w['expires']}: {w['reason']} {w['issue']}")
-        for clause in report["clauses"]:
-            if clause["verdict"] == "fail" and clause["level"] == "MUST":
-                terminalreporter.write_line(f"  MUST fail {clause['id']}: {clause.get('reason', '')[:300]}")
+        for line in must_failure_lines(report):
+            terminalreporter.write_line(f"  {line}")
         if config.option.report:
             terminalreporter.write_line(f"report written to {config.option.report}")
 

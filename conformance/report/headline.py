@@ -80,3 +80,16 @@ def certificate(report: dict[str, Any]) -> tuple[str, str]:
 def headline(report: dict[str, Any]) -> str:
     word, detail = certificate(report)
     return f"{word} ({detail})"
+
+
+def must_failure_lines(report: dict[str, Any], reason_chars: int = 300) -> list[str]:
+    """'MUST fail exec.exit-code: <reason>' for every failing MUST clause, each on one line (the
+    reason's whitespace folded, cut at ``reason_chars``); every such clause, never a sample."""
+    lines = []
+    for clause in report["clauses"]:
+        if clause["verdict"] == "fail" and clause["level"] == "MUST":
+            reason = " ".join(str(clause.get("reason") or "no reason recorded").split())
+            if len(reason) > reason_chars:
+                reason = reason[:reason_chars - 3] + "..."
+            lines.append(f"MUST fail {clause['id']}: {reason}")
+    return lines
