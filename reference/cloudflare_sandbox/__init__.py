@@ -9,17 +9,6 @@ Install and select:
     hermes config set terminal.backend cloudflare_sandbox
 """
 
-from __future__ import annotations
+from reference.common.plugin import registrar
 
-from typing import Any
-
-from reference.common.plugin import register_provider
-
-
-def register(ctx: Any) -> None:
-    def load() -> Any:
-        from reference.cloudflare_sandbox.provider import CloudflareSandboxProvider
-
-        return CloudflareSandboxProvider()
-
-    register_provider(ctx, "cloudflare_sandbox", load)
+register = registrar("cloudflare_sandbox", "reference.cloudflare_sandbox.provider:CloudflareSandboxProvider")

@@ -14,11 +14,12 @@ import json
 import re
 from typing import Any
 
-from reference.common.redact import redact
+from reference.common.errors import connection_error as common_connection_error
 
 from .settings import ENDPOINT_VAR, TOKEN_VAR
 
 PREFIX = "cloudflare_sandbox"
+HINT = f"check {ENDPOINT_VAR}, {TOKEN_VAR} and that the Worker is deployed"
 _CODE = re.compile(r"[a-z_]{1,64}")
 MAY_HAVE_RUN = ("the command may have run (fully or partly); nothing was retried automatically. "
                 "Check its effects before running it again")
@@ -97,17 +98,9 @@ def error_from_response(status: int, body: bytes) -> BridgeError:
     return BridgeError(code, status=status)
 
 
-def connection_error(message: str, *, secrets: tuple[str, ...] = (), hint: str | None = None) -> Exception:
-    """EnvironmentConnectionError when the host has it, else RuntimeError; the text is redacted."""
-    from tools.environments import base
-
-    text = redact(f"{PREFIX}: {message}", secrets)
-    cls = getattr(base, "EnvironmentConnectionError", RuntimeError)
-    retry_hint = hint or f"check {ENDPOINT_VAR}, {TOKEN_VAR} and that the Worker is deployed"
-    try:
-        return cls(text, retry_hint=retry_hint)
-    except TypeError:
-        return cls(text)
+def connection_error(message: str, *, secrets: tuple[str, ...] = ()) -> Exception:
+    """The common connection error (EnvironmentConnectionError) with this backend's retry hint."""
+    return common_connection_error(PREFIX, message, secrets=secrets, hint=HINT)
 
 
 # What a failed command's result says, by stream error code; the output so far comes first.

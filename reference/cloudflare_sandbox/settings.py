@@ -10,9 +10,9 @@
     terminal.cwd                  /workspace  the workspace directory in the container
     terminal.container_persistent false       keep the workspace in snapshots between sessions
 
-Every variable is read through Hermes's secret scope (agent.secret_scope.get_secret)
-and never from anywhere else: a scope that cannot be read is an error, not a
-reason to look in os.environ.  Messages name the variable and the fix and
+Every variable is read through Hermes's secret scope (reference.common.credentials)
+and never from anywhere else: a scope that cannot be read is a SettingsError,
+not a reason to look in os.environ.  Messages name the variable and the fix and
 never echo a secret.
 """
 
@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from reference.common.settings import as_bool, hermes_home, terminal_settings
+from reference.common.credentials import Read, required, secret
+from reference.common.errors import SettingsError
+from reference.common.settings import container_persistent, hermes_home, terminal_settings
 
 ENDPOINT_VAR = "HERMES_CF_ENDPOINT"
 TOKEN_VAR = "HERMES_CF_TOKEN"
@@ -46,25 +47,15 @@ CONTAINER_HOME = "/home/hermes"  # the image's user home, for ~ in terminal.cwd
 INSTANCES = ("lite", "standard-1", "standard-2", "standard-3", "standard-4")
 LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1")
 _IMAGE = re.compile(r"[A-Za-z0-9_-]{1,128}")
+EXAMPLE_ENDPOINT = "https://hermes-sandbox.you.workers.dev"
 TOKEN_FIX = ("generate one with python -c 'import secrets; print(secrets.token_urlsafe(48))', store it in "
              "the Worker with npx wrangler secret put SANDBOX_API_TOKEN, and set the same value as "
              f"{TOKEN_VAR} in the profile's .env")
-
-
-class SettingsError(ValueError):
-    """A setting is unusable; the message names it and the fix, never a secret."""
-
-
-def secret(name: str) -> str | None:
-    """One variable from Hermes's secret scope; stripped, None when unset or empty."""
-    from agent.secret_scope import get_secret
-
-    try:
-        value = get_secret(name)
-    except Exception as exc:  # no fallback: a broken scope must not silently read another profile's value
-        raise SettingsError(f"cannot read {name} from Hermes's secret scope ({type(exc).__name__}); "
-                            "it is not read from anywhere else") from None
-    return value.strip() if isinstance(value, str) and value.strip() else None
+# Required variables and how to get them.
+CREDENTIALS = {
+    ENDPOINT_VAR: f"add the Worker's origin to the profile's .env, e.g. {ENDPOINT_VAR}={EXAMPLE_ENDPOINT}",
+    TOKEN_VAR: TOKEN_FIX,
+}
 
 
 @dataclass(frozen=True)
@@ -98,20 +89,21 @@ def validate_endpoint(raw: str) -> str:
         parts = urlsplit(raw)
         port = parts.port
     except ValueError:
-        raise SettingsError(f"{ENDPOINT_VAR} is not a URL; set it to the Worker's origin, "
-                            "e.g. https://hermes-sandbox.you.workers.dev") from None
+        raise SettingsError(ENDPOINT_VAR, "is not a URL",
+                            f"set it to the Worker's origin, e.g. {EXAMPLE_ENDPOINT}") from None
     if parts.username is not None or parts.password is not None:
-        raise SettingsError(f"{ENDPOINT_VAR} contains credentials; remove them (the token goes in {TOKEN_VAR})")
+        raise SettingsError(ENDPOINT_VAR, "contains credentials", f"remove them (the token goes in {TOKEN_VAR})")
     host = parts.hostname or ""
     if parts.scheme not in ("https", "http") or not host:
-        raise SettingsError(f"{ENDPOINT_VAR} must start with https:// and name the Worker's host, "
-                            "e.g. https://hermes-sandbox.you.workers.dev")
+        raise SettingsError(ENDPOINT_VAR, "does not start with https:// and a host name",
+                            f"set it to the Worker's origin, e.g. {EXAMPLE_ENDPOINT}")
     if parts.scheme == "http" and host not in LOCAL_HOSTS:
-        raise SettingsError(f"{ENDPOINT_VAR} uses http:// for {host}; the bearer token would travel in clear "
-                            "text: use https:// (http:// is allowed only for localhost, 127.0.0.1 and ::1)")
+        raise SettingsError(ENDPOINT_VAR, f"uses http:// for {host}, so the bearer token would travel in clear text",
+                            "use https:// (http:// is allowed only for localhost, 127.0.0.1 and ::1)")
     if parts.path not in ("", "/") or parts.query or parts.fragment or raw.rstrip().endswith(("?", "#")):
-        raise SettingsError(f"{ENDPOINT_VAR} must be the Worker's origin only; remove the path, query or fragment "
-                            f"after the host (for example {parts.scheme}://{parts.netloc})")
+        raise SettingsError(ENDPOINT_VAR, "must be the Worker's origin only",
+                            f"remove the path, query or fragment after the host (for example "
+                            f"{parts.scheme}://{parts.netloc})")
     try:
         literal = ipaddress.ip_address(host)
     except ValueError:
@@ -122,11 +114,11 @@ def validate_endpoint(raw: str) -> str:
 
 def validate_token(raw: str) -> str:
     if any(c.isspace() for c in raw) or not raw.isascii() or not raw.isprintable():
-        raise SettingsError(f"{TOKEN_VAR} contains whitespace or non-ASCII characters; copy the token exactly, "
-                            f"or {TOKEN_FIX}")
+        raise SettingsError(TOKEN_VAR, "contains whitespace or non-ASCII characters",
+                            f"copy the token exactly, or {TOKEN_FIX}")
     if len(raw) < MIN_TOKEN_CHARS:
-        raise SettingsError(f"{TOKEN_VAR} is too short ({len(raw)} characters; the Worker refuses tokens under "
-                            f"{MIN_TOKEN_CHARS}): {TOKEN_FIX}")
+        raise SettingsError(TOKEN_VAR, f"is too short ({len(raw)} characters; the Worker refuses tokens under "
+                            f"{MIN_TOKEN_CHARS})", TOKEN_FIX)
     return raw
 
 
@@ -137,43 +129,38 @@ def container_cwd(raw: str) -> str:
         value = CONTAINER_HOME + value[1:]
     value = value.rstrip("/") or "/"
     if not value.startswith("/") or "\0" in value or len(value.encode("utf-8", "surrogateescape")) > 4096:
-        raise SettingsError(f"terminal.cwd {raw!r} must be an absolute path in the container, e.g. /workspace; "
-                            "set it with hermes config set terminal.cwd /workspace")
+        raise SettingsError("terminal.cwd", f"{raw!r} is not an absolute path in the container",
+                            "set one, e.g. hermes config set terminal.cwd /workspace")
     return value
 
 
 def resolve(container_config: dict[str, Any] | None = None, *, terminal: dict[str, Any] | None = None,
-            read: Callable[[str], str | None] = secret) -> Settings:
+            read: Read = secret) -> Settings:
     """Validated settings from the secret scope, container_config and config.yaml's terminal section."""
-    endpoint_raw, token_raw = read(ENDPOINT_VAR), read(TOKEN_VAR)
-    if endpoint_raw is None:
-        raise SettingsError(f"{ENDPOINT_VAR} is not set; add the Worker's origin to the profile's .env, "
-                            "e.g. HERMES_CF_ENDPOINT=https://hermes-sandbox.you.workers.dev")
-    if token_raw is None:
-        raise SettingsError(f"{TOKEN_VAR} is not set; {TOKEN_FIX}")
-    endpoint, token = validate_endpoint(endpoint_raw), validate_token(token_raw)
+    values = required(CREDENTIALS, read)
+    endpoint, token = validate_endpoint(values[ENDPOINT_VAR]), validate_token(values[TOKEN_VAR])
 
     access_id, access_secret = read(ACCESS_ID_VAR), read(ACCESS_SECRET_VAR)
     if (access_id is None) != (access_secret is None):
         have, missing = (ACCESS_ID_VAR, ACCESS_SECRET_VAR) if access_id else (ACCESS_SECRET_VAR, ACCESS_ID_VAR)
-        raise SettingsError(f"only {have} is set; a Cloudflare Access service token needs both {ACCESS_ID_VAR} "
-                            f"and {ACCESS_SECRET_VAR}: set {missing} too, or remove {have}")
+        raise SettingsError(missing, f"is not set (only {have} is set: a Cloudflare Access service token needs "
+                            f"both {ACCESS_ID_VAR} and {ACCESS_SECRET_VAR})", f"set {missing} too, or remove {have}")
     for name, value in ((ACCESS_ID_VAR, access_id), (ACCESS_SECRET_VAR, access_secret)):
         if value is not None and (not value.isascii() or not value.isprintable()):
-            raise SettingsError(f"{name} contains characters an HTTP header cannot carry; copy it exactly")
+            raise SettingsError(name, "contains characters an HTTP header cannot carry", "copy it exactly")
 
     image = read(IMAGE_VAR) or DEFAULT_IMAGE
     if not _IMAGE.fullmatch(image):
-        raise SettingsError(f"{IMAGE_VAR} {image!r} is not an image name; use the name of an image defined in "
-                            "the Worker's wrangler.jsonc (letters, digits, '_' and '-'), e.g. hermes")
+        raise SettingsError(IMAGE_VAR, f"{image!r} is not an image name",
+                            "use the name of an image defined in the Worker's wrangler.jsonc (letters, digits, "
+                            "'_' and '-'), e.g. hermes")
     instance = read(INSTANCE_VAR)
     if instance is not None and instance not in INSTANCES:
-        raise SettingsError(f"{INSTANCE_VAR} {instance!r} is not an instance type; use one of "
-                            f"{', '.join(INSTANCES)} that the Worker's ALLOWED_INSTANCE_TYPES lists")
+        raise SettingsError(INSTANCE_VAR, f"{instance!r} is not an instance type",
+                            f"use one of {', '.join(INSTANCES)} that the Worker's ALLOWED_INSTANCE_TYPES lists")
 
     term = terminal_settings() if terminal is None else terminal
-    cc = container_config or {}
-    persistent = as_bool(cc.get("container_persistent", term.get("container_persistent")), False)
+    persistent = container_persistent(container_config, term, False)
     return Settings(
         endpoint=endpoint, token=token, namespace=read(NAMESPACE_VAR) or str(hermes_home()),
         workspace=read(WORKSPACE_VAR), image=image, instance=instance,

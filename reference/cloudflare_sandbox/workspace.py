@@ -14,7 +14,7 @@ import threading
 import time
 
 from reference.common.redact import redact
-from reference.common.retry import retry
+from reference.common.retry import RATE_LIMITED_ATTEMPTS, retry
 
 from .client import BridgeClient, Features
 from .errors import PREFIX, BridgeError, connection_error
@@ -23,9 +23,6 @@ from .settings import Settings
 
 logger = logging.getLogger("reference.cloudflare_sandbox")
 BUSY_BACKOFF_S = (0.05, 0.1, 0.2, 0.4, 0.8)
-
-
-OPEN_ATTEMPTS = 5  # 0.5 s doubling backoff: 7.5 s of waiting at most
 
 
 def _passing(exc: BaseException) -> bool:
@@ -53,8 +50,10 @@ class Workspace:
         """Negotiate extensions and initialise the workspace; EnvironmentConnectionError on failure."""
         try:
             # Both calls are safe to repeat: /health reads, and init is keyed by the workspace id.
-            self.features = retry(self.client.health, attempts=OPEN_ATTEMPTS, retryable=_passing)
-            retry(lambda: self.client.init(self.id, self.config), attempts=OPEN_ATTEMPTS, retryable=_passing)
+            # Rate limits among the failures: as many attempts as a refused request gets.
+            self.features = retry(self.client.health, attempts=RATE_LIMITED_ATTEMPTS, retryable=_passing)
+            retry(lambda: self.client.init(self.id, self.config), attempts=RATE_LIMITED_ATTEMPTS,
+                  retryable=_passing)
         except BridgeError as exc:
             self.client.close()
             raise connection_error(f"cannot open workspace {self.id}: {exc.describe()}", secrets=self.secrets) from None

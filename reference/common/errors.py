@@ -1,18 +1,76 @@
-"""The one exception a reference backend raises to Hermes for infrastructure trouble."""
+"""The errors a reference backend raises to Hermes: one shape in every backend.
+
+- ``SettingsError``: a setting (a variable read through the secret scope, or a
+  ``terminal.*`` key) cannot be used.  It names the setting, what is wrong and
+  the fix, and never carries a secret's value.
+- ``refused``: what create_environment raises for a SettingsError.  It is the
+  same SettingsError class in every backend and, at the same time, the host's
+  EnvironmentConnectionError, so Hermes shows the terminal tool as degraded
+  with the fix as its retry hint instead of an error with a traceback.
+- ``connection_error``: infrastructure trouble (the service refused, could not
+  be reached, or a sandbox is unusable), as the host's
+  EnvironmentConnectionError carrying the backend's retry hint; text redacted.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import cast
 
 from reference.common.redact import redact
 
 
-def connection_error(message: str, exc: BaseException | None = None, *, secrets: tuple[str | None, ...] = (),
-                     hint: str) -> Exception:
-    """EnvironmentConnectionError when the host has it (shown as degraded), else RuntimeError; text redacted."""
-    from tools.environments import base
+class SettingsError(ValueError):
+    """A setting is unusable: ``<setting> <problem>; <fix>``, e.g. ``X is not set; add X=... to .env``."""
 
-    text = redact(f"{message}: {exc}" if exc is not None else message, secrets)
-    cls = getattr(base, "EnvironmentConnectionError", RuntimeError)
+    def __init__(self, setting: str, problem: str, fix: str) -> None:
+        self.setting, self.problem, self.fix = setting, problem, fix
+        super().__init__(f"{setting} {problem}; {fix}")
+
+
+def host_error_class() -> type[Exception]:
+    """The host's EnvironmentConnectionError; RuntimeError on a host without it."""
     try:
-        return cls(text, retry_hint=hint)
-    except TypeError:  # hosts whose exception takes no retry hint
-        return cls(text)
+        from tools.environments import base
+    except ImportError:
+        return RuntimeError
+    found = getattr(base, "EnvironmentConnectionError", None)
+    return found if isinstance(found, type) and issubclass(found, Exception) else RuntimeError
+
+
+def _host_error(cls: type[Exception], instance: Exception | None, text: str, hint: str) -> Exception:
+    """``cls(text, retry_hint=hint)`` (or initialise ``instance`` so); hosts whose class takes no hint get none."""
+    target = instance if instance is not None else cls.__new__(cls)
+    try:
+        cls.__init__(target, text, retry_hint=hint)  # type: ignore[call-arg]
+    except TypeError:
+        cls.__init__(target, text)
+    return target
+
+
+_REFUSALS: dict[type[Exception], type[SettingsError]] = {}
+
+
+def _refusal_class(host: type[Exception]) -> type[SettingsError]:
+    cls = _REFUSALS.get(host)
+    if cls is None:
+        made = type("SettingsRefused", (SettingsError, host),
+                    {"__module__": __name__, "__doc__": "A SettingsError that is also the host's connection error."})
+        cls = _REFUSALS.setdefault(host, cast(type[SettingsError], made))
+    return cls
+
+
+def refused(error: SettingsError, backend: str) -> SettingsError:
+    """``error`` as create_environment raises it: a SettingsError and the host's EnvironmentConnectionError."""
+    host = host_error_class()
+    refusal = _refusal_class(host)(error.setting, error.problem, error.fix)
+    _host_error(host, refusal, f"{backend}: {refusal}", error.fix)
+    return refusal
+
+
+def connection_error(backend: str, message: str, exc: BaseException | None = None, *,
+                     secrets: Iterable[str | None] = (), hint: str) -> Exception:
+    """EnvironmentConnectionError (RuntimeError on a host without it): ``backend: message[: exc]``, redacted."""
+    text = redact(f"{backend}: {message}: {exc}" if exc is not None else f"{backend}: {message}", secrets)
+    host = host_error_class()
+    return _host_error(host, None, text, hint)

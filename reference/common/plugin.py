@@ -1,16 +1,37 @@
 """What every reference plugin does the same way: register, report its SDK, answer the prompt probe.
 
+``PROBE_TASK_ID`` is the task id of Hermes's prompt-time probe (the prompt
+builder creates an environment under it to describe the backend), named once
+for every reference backend.
+
 Imported by the plugins' ``__init__`` before anything of Hermes is: it must
 import nothing from Hermes itself.
 """
 
 from __future__ import annotations
 
+import importlib
 import importlib.resources
 import importlib.util
 import logging
 from collections.abc import Callable
 from typing import Any
+
+PROBE_TASK_ID = "prompt-backend-probe"
+
+
+def registrar(backend: str, provider: str) -> Callable[[Any], None]:
+    """The plugin's ``register(ctx)``: registers ``provider`` ("module:Class"), imported only when called."""
+    module, _, attr = provider.partition(":")
+
+    def load() -> Any:
+        return getattr(importlib.import_module(module), attr)()
+
+    def register(ctx: Any) -> None:
+        register_provider(ctx, backend, load)
+
+    register.__doc__ = f"Register the {backend} terminal backend with Hermes."
+    return register
 
 
 def register_provider(ctx: Any, backend: str, load: Callable[[], Any]) -> None:

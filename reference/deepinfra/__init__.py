@@ -8,17 +8,6 @@ bundles unrelated plugins named ``deepinfra``, the backend is ``deepinfra``):
     hermes config set terminal.backend deepinfra
 """
 
-from __future__ import annotations
+from reference.common.plugin import registrar
 
-from typing import Any
-
-from reference.common.plugin import register_provider
-
-
-def register(ctx: Any) -> None:
-    def load() -> Any:
-        from reference.deepinfra.provider import DeepInfraProvider
-
-        return DeepInfraProvider()
-
-    register_provider(ctx, "deepinfra", load)
+register = registrar("deepinfra", "reference.deepinfra.provider:DeepInfraProvider")

@@ -26,7 +26,7 @@ from typing import Any
 
 from reference.common.errors import connection_error as common_connection_error
 from reference.common.redact import redact
-from reference.common.retry import retry
+from reference.common.retry import ATTEMPTS, RATE_LIMITED_ATTEMPTS, pause_s, retry, status_code
 from reference.deepinfra.settings import KEY_VAR, MAX_ACTIVE, PLAN_VAR
 
 logger = logging.getLogger("reference.deepinfra")
@@ -37,8 +37,7 @@ HTTP_TIMEOUT_S = 30.0
 BOOT_WAIT_S = 50.0  # create and start: Hermes holds a per-task lock meanwhile
 STOP_WAIT_S = 30.0
 EXIT_BUDGET_S = 10.0  # terminating leftovers at process exit
-RATE_LIMIT_ATTEMPTS = 5  # 429s that are not the cap: 0.5 s doubling backoff, 7.5 s of waiting at most
-RATE_LIMIT_BACKOFF_S = 0.5
+HINT = f"check {KEY_VAR}, {PLAN_VAR} and the sandboxes in the DeepInfra dashboard"
 
 
 class SandboxGone(RuntimeError):
@@ -55,11 +54,6 @@ def is_cap(exc: BaseException) -> bool:
     return "active sandbox" in said or "maximum" in said
 
 
-def status_code(exc: BaseException) -> int | None:
-    code = getattr(exc, "status_code", None)
-    return code if isinstance(code, int) else None
-
-
 def is_transient(exc: BaseException) -> bool:
     """Worth another try on an idempotent call: transport errors, 429-free 5xx."""
     import deepinfra
@@ -71,7 +65,7 @@ def is_transient(exc: BaseException) -> bool:
 
 
 def connection_error(message: str, exc: BaseException | None = None, *, secrets: tuple[str | None, ...] = ()) -> Exception:
-    return common_connection_error(message, exc, secrets=secrets, hint=f"check {KEY_VAR}, {PLAN_VAR} and the sandboxes in the DeepInfra dashboard")
+    return common_connection_error("deepinfra", message, exc, secrets=secrets, hint=HINT)
 
 
 @dataclass
@@ -118,10 +112,10 @@ class Account:
                     raise self.explain(self.cap_message(exc)) from None
                 # A request rate limit: refused, so nothing was made; wait and ask again.
                 rate_limited += 1
-                if rate_limited >= RATE_LIMIT_ATTEMPTS:
+                if rate_limited >= RATE_LIMITED_ATTEMPTS:
                     raise self.explain(f"DeepInfra kept answering 429 (rate limit) for {rate_limited} attempts; "
                                        "wait a minute and run the command again", exc) from None
-                time.sleep(RATE_LIMIT_BACKOFF_S * 2 ** (rate_limited - 1))
+                time.sleep(pause_s(rate_limited))
                 continue
             except deepinfra.BadRequestError as exc:
                 raise self.explain(self.plan_message(plan, exc)) from None
@@ -143,7 +137,7 @@ class Account:
 
         try:
             leaked = retry(lambda: deepinfra.Sandbox.list(tags={CREATION_TAG: creation_id}, client=self.client),
-                           attempts=3, retryable=is_transient)
+                           attempts=ATTEMPTS, retryable=is_transient)
         except Exception as exc:
             logger.warning("could not look for a sandbox left by a failed create: %s", redact(exc, self.secrets))
             return
@@ -159,7 +153,7 @@ class Account:
         try:
             found = retry(lambda: deepinfra.Sandbox.list(tags={TASK_TAG: task_id, SESSION_TAG: SESSION_ID},
                                                          client=self.client),
-                          attempts=3, retryable=is_transient)
+                          attempts=ATTEMPTS, retryable=is_transient)
         except Exception as exc:
             logger.warning("looking for task %s's sandbox failed (%s); creating a new one",
                            task_id, redact(exc, self.secrets))
@@ -248,7 +242,7 @@ class Account:
             return False
         return True
 
-    def terminate_id(self, sandbox_id: str | None, *, attempts: int = 3, quiet: bool = False) -> bool:
+    def terminate_id(self, sandbox_id: str | None, *, attempts: int = ATTEMPTS, quiet: bool = False) -> bool:
         """Terminate by id; True when it is gone (already gone counts)."""
         import deepinfra
 

@@ -7,17 +7,6 @@ Install and select:
     hermes config set terminal.backend upstash_box
 """
 
-from __future__ import annotations
+from reference.common.plugin import registrar
 
-from typing import Any
-
-from reference.common.plugin import register_provider
-
-
-def register(ctx: Any) -> None:
-    def load() -> Any:
-        from reference.upstash_box.provider import UpstashBoxProvider
-
-        return UpstashBoxProvider()
-
-    register_provider(ctx, "upstash_box", load)
+register = registrar("upstash_box", "reference.upstash_box.provider:UpstashBoxProvider")

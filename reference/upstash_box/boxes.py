@@ -14,23 +14,18 @@ from typing import Any
 
 from reference.common.errors import connection_error as common_connection_error
 from reference.common.redact import redact
-from reference.common.retry import retry
+from reference.common.retry import ATTEMPTS, RATE_LIMITED_ATTEMPTS, retry, status_code
 
 logger = logging.getLogger("reference.upstash_box")
 
 USABLE = ("idle", "running", "ready", "creating")
 RESUME_WAIT_S = 30.0
 CREATE_TIMEOUT_MS = 120_000
-CREATE_ATTEMPTS = 5  # on 429 only, with 0.5 s doubling backoff: 7.5 s of waiting at most
+HINT = "check UPSTASH_BOX_API_KEY, UPSTASH_BOX_BASE_URL and the Box console"
 
 
 class BoxGone(RuntimeError):
     """The Box no longer exists."""
-
-
-def status_code(exc: BaseException) -> int | None:
-    code = getattr(exc, "status_code", None)
-    return code if isinstance(code, int) else None
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -40,8 +35,13 @@ def is_transient(exc: BaseException) -> bool:
     return code == 429 or code >= 500
 
 
+def is_retryable_read(exc: BaseException) -> bool:
+    """A transient failure of a call that is safe to repeat (a lookup, a status read, a delete by id)."""
+    return is_transient(exc) and status_code(exc) != 404
+
+
 def connection_error(message: str, exc: BaseException | None = None, *, secrets: tuple[str | None, ...] = ()) -> Exception:
-    return common_connection_error(message, exc, secrets=secrets, hint="check UPSTASH_BOX_API_KEY, UPSTASH_BOX_BASE_URL and the Box console")
+    return common_connection_error("upstash_box", message, exc, secrets=secrets, hint=HINT)
 
 
 @dataclass
@@ -70,8 +70,7 @@ class Account:
         """The Box named ``name``, or None (a deleted Box counts as none)."""
         sdk = self._sdk()
         try:
-            box = retry(lambda: sdk.Box.get_by_name(name, **self.options()), attempts=3,
-                        retryable=lambda e: is_transient(e) and status_code(e) != 404)
+            box = retry(lambda: sdk.Box.get_by_name(name, **self.options()), retryable=is_retryable_read)
         except sdk.BoxError as exc:
             if status_code(exc) == 404:
                 return None
@@ -94,7 +93,7 @@ class Account:
         try:
             # Only a 429 is retried: the request was refused, so no Box was made.  Any other
             # failure may have created one, and a retry could create a second.
-            return retry(lambda: sdk.Box.create(**config), attempts=CREATE_ATTEMPTS,
+            return retry(lambda: sdk.Box.create(**config), attempts=RATE_LIMITED_ATTEMPTS,
                          retryable=lambda e: status_code(e) == 429), False
         except sdk.BoxError as exc:
             if status_code(exc) == 409:
@@ -104,7 +103,7 @@ class Account:
                     return box, True
             hint = ""
             if status_code(exc) == 429:
-                hint = (f"; the Box API kept answering 429 (rate limit) for {CREATE_ATTEMPTS} attempts: "
+                hint = (f"; the Box API kept answering 429 (rate limit) for {RATE_LIMITED_ATTEMPTS} attempts: "
                         "wait a minute and run the command again")
             elif status_code(exc) in (402, 403) or "limit" in str(exc).lower():
                 hint = ("; paused Boxes count toward the plan's limit: list them with "
@@ -115,7 +114,7 @@ class Account:
         """The Box's status; "deleted" when the service no longer knows it."""
         sdk = self._sdk()
         try:
-            data = retry(box.get_status, attempts=3, retryable=lambda e: is_transient(e) and status_code(e) != 404)
+            data = retry(box.get_status, retryable=is_retryable_read)
         except sdk.BoxError as exc:
             if status_code(exc) == 404:
                 return "deleted"
@@ -143,11 +142,11 @@ class Account:
             if status_code(exc) != 404:  # already gone: nothing to pause
                 logger.warning("pausing Box %s failed: %s", box.id, redact(exc, self.secrets))
 
-    def delete(self, box: Any, *, attempts: int = 3) -> bool:
+    def delete(self, box: Any, *, attempts: int = ATTEMPTS) -> bool:
         """Delete this Box by id; True when it is gone (a missing Box counts as deleted)."""
         sdk = self._sdk()
         try:
-            retry(box.delete, attempts=attempts, retryable=lambda e: is_transient(e) and status_code(e) != 404)
+            retry(box.delete, attempts=attempts, retryable=is_retryable_read)
         except sdk.BoxError as exc:
             if status_code(exc) == 404:
                 return True
