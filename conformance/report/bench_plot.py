@@ -104,7 +104,7 @@ def _frame(label: str, rows: int, body: list[str]) -> str:
     height = TOP * 2 + ROW_H * rows + 18
     return (f'<svg xmlns="http://www.w3.org/2000/svg" role="img" width="{WIDTH}" height="{height}" '
             f'viewBox="0 0 {WIDTH} {height}" font-family="sans-serif" font-size="12" '
-            f'aria-label="{html.escape(label)}">' + "".join(body) + "</svg>")
+            f'aria-label="{html.escape(label.replace("`", ""))}">' + "".join(body) + "</svg>")
 
 
 def _row_label(i: int, name: str) -> str:

@@ -15,6 +15,7 @@ the kit's redactor and HTML-escaped.
 from __future__ import annotations
 
 import html
+import re
 from typing import Any
 
 from conformance import redact
@@ -27,6 +28,7 @@ from conformance.report.table import COLUMNS, group_counts
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
 FIELDS = ("backend", "host", "kit", "contract", "clauses", "summary", "profiles", "certified", "started_at",
           "duration_s", "complete")
+REASONS_SHOWN = 8
 VERDICT_ORDER = ("fail", "error", "skipped", "unverified", "not-applicable", "pass")
 STYLE = """
 body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; color: #1b1f23; margin: 0;
@@ -103,10 +105,15 @@ def _header(report: dict[str, Any]) -> list[str]:
 
 
 def _why_not(report: dict[str, Any]) -> list[str]:
+    """The reasons; past the first few (a narrowed run skips every other MUST clause) behind a fold."""
     if report["certified"]:
         return []
-    return ["<h2>Why not certified</h2><ul>", *(f"<li>{_e(r)}</li>" for r in report["not_certified_because"]),
-            "</ul>"]
+    reasons = [f"<li>{_e(r)}</li>" for r in report["not_certified_because"]]
+    out = ["<h2>Why not certified</h2><ul>", *reasons[:REASONS_SHOWN], "</ul>"]
+    if len(reasons) > REASONS_SHOWN:
+        out += [f'<details><summary>and {len(reasons) - REASONS_SHOWN} more</summary><ul>',
+                *reasons[REASONS_SHOWN:], "</ul></details>"]
+    return out
 
 
 def _failures(report: dict[str, Any], contract: Contract) -> list[str]:
@@ -189,12 +196,14 @@ def _groups(report: dict[str, Any], contract: Contract) -> list[str]:
         failed = any(c["verdict"] in ("fail", "error") for c in clauses)
         tally = ", ".join(f"{row[v]} {v}" for v in VERDICT_ORDER if row.get(v))
         out.append(f'<details class="group" id="group-{_e(group)}"{" open" if failed else ""}>'
-                   f'<summary>{_e(group)}<span class="counts">{_e(tally)}</span></summary><div>'
+                   f'<summary>{_e(group)} <span class="counts">{_e(tally)}</span></summary><div>'
                    "<table><tr><th>clause</th><th>level</th><th>verdict</th><th>evidence</th></tr>")
         for c in _failing_first(clauses):
             clause = _clause(contract, c["id"])
             title = f'<br><span class="muted">{_e(clause.title)}</span>' if clause else ""
-            notes = f'<p class="muted">{_e(c["reason"])}</p>' if c.get("reason") else ""
+            # a failure's reason repeats its checks' excerpts, shown with the evidence
+            reason = c.get("reason") if c["verdict"] not in ("fail", "error") else None
+            notes = f'<p class="muted">{_e(reason)}</p>' if reason else ""
             if "waived" in c:
                 w = c["waived"]
                 notes += (f'<p class="muted">waived: {_e(w.get("reason"))} ({_e(w.get("issue"))}, until '
@@ -229,7 +238,8 @@ def _bench(bench: dict[str, Any]) -> list[str]:
         out.append(f"<p>box world: spawn p50 {_e(world.get('spawn_p50_ms'))} ms vs bash -c "
                    f"{_e(world.get('bash_c_p50_ms'))} ms (ratio {_e(world.get('ratio'))}).</p>")
     for label, svg in bench_plot.plots(bench):
-        out.append(f'<figure class="plot"><figcaption>{_e(label)}</figcaption>{svg}</figure>')
+        caption = re.sub(r"`([^`]+)`", r"<code>\1</code>", _e(label))  # the labels mark commands as Markdown code
+        out.append(f'<figure class="plot"><figcaption>{caption}</figcaption>{svg}</figure>')
     return out
 
 
