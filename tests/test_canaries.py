@@ -89,7 +89,8 @@ def test_certify_shows_no_canary_and_gives_the_same_verdicts(tmp_path):
     plain, plain_out = _certify(tmp_path, "plain", canaries=False)
     marked, marked_out = _certify(tmp_path, "canaries", canaries=True)
     assert (marked_out / "report.json").exists(), marked.stdout[-2000:] + marked.stderr[-2000:]
-    assert {p.name for p in marked_out.iterdir()} == {"report.json", "report.md", "junit.xml", "badge.json"}
+    assert {p.name for p in marked_out.iterdir()} == {"report.json", "report.md", "report.html", "junit.xml",
+                                                      "badge.json"}
     _no_canary(_texts(marked, marked_out, tmp_path))
     assert _verdicts(marked_out) == _verdicts(plain_out)
     assert marked.returncode == plain.returncode

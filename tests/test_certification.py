@@ -147,7 +147,7 @@ def test_certify_writes_four_files_that_verify(backend, fake, tmp_path):
                            "--backend", backend, "--out", str(out)],
                           capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert {p.name for p in out.iterdir()} == {"report.json", "report.md", "junit.xml", "badge.json"}
+    assert {p.name for p in out.iterdir()} == {"report.json", "report.md", "report.html", "junit.xml", "badge.json"}
     assert verify.verify_file(out / "report.json") == []
     report = json.loads((out / "report.json").read_text())
     assert report["certified"] is True and report["fake"] == fake

@@ -141,8 +141,8 @@ def test_certify_against_a_leaky_local_backend_leaves_nothing(tmp_path):
     failed = {c["id"] for c in report["clauses"] if c["verdict"] == "fail"}
     assert "timeout.kills-tree" in failed, f"the mutant did not leak as it should: {sorted(failed)}"
     _nothing_left(result, scratch_tmp, scratch_home, output, keep={"out"})
-    assert {p.name for p in (scratch_tmp / "out").iterdir()} == {"report.json", "report.md", "junit.xml",
-                                                                  "badge.json"}
+    assert {p.name for p in (scratch_tmp / "out").iterdir()} == {"report.json", "report.md", "report.html",
+                                                                  "junit.xml", "badge.json"}
 
 
 def test_a_local_backend_without_isolation_never_works_in_the_users_home(tmp_path):
