@@ -21,9 +21,11 @@ from __future__ import annotations
 import secrets
 import shutil
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
+
+from fakes.fake_service import FakeService
 
 PROFILES = ("suite", "vendor")
 # A suite run keeps many paused or stopped persistent sandboxes: the cap of the suite profile.
@@ -62,24 +64,6 @@ class FakeOptions:
         if self.api_key:
             args += ["--api-key", self.api_key]
         return args
-
-
-@dataclass
-class FakeService:
-    name: str
-    env: dict[str, str]
-    world: Any = None
-    secret_vars: frozenset[str] = frozenset()
-    credential_var: str | None = None  # the variable whose value authenticates to the service
-    paths_note: str = ""  # which paths box commands see (vendor paths or host temp paths), and why
-    pid: int | None = None  # the fake's own process, when it runs in one
-    control: str | None = None  # that process's control address
-    _stop: Callable[[], None] | None = field(default=None, repr=False)
-
-    def stop(self) -> None:
-        if self._stop is not None:
-            self._stop()
-            self._stop = None
 
 
 def _no_cap(name: str, options: FakeOptions) -> None:
@@ -133,7 +117,6 @@ def _upstash(workdir: Path, options: FakeOptions) -> FakeService:
 
 
 def _cloudflare(workdir: Path, options: FakeOptions) -> FakeService:
-    # Imported here: fakes.cloudflare.service imports this module.
     from fakes.cloudflare.service import start as start_cloudflare
     from fakes.cloudflare.settings import EXTENSIONS, Settings
 

@@ -25,6 +25,7 @@ from fakes.delivery import CORRUPTING, FaultyReply, Silence
 from fakes.faults import Fault
 from fakes.keys import key_digest
 
+from .bridge import Bridge
 from .exec_stream import ExecStream
 from .file_read import open_read
 from .protocol import (
@@ -38,7 +39,6 @@ from .protocol import (
     read_request,
     workspace_config,
 )
-from .service import Bridge
 from .workspace import Workspace
 
 logger = logging.getLogger("fakes.cloudflare")

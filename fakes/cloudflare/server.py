@@ -16,7 +16,7 @@ from fakes.serving import FakeServer, LoopbackServer
 from fakes.world import PathLayout, World
 
 from .app import create_app
-from .service import Bridge
+from .bridge import Bridge
 from .settings import ENDPOINT_VAR, TOKEN_VAR, Settings
 
 # The container of the public repository: user hermes, HOME /home/hermes,

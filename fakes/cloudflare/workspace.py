@@ -37,7 +37,7 @@ from .protocol import ApiError, ExecRequest, WorkspaceConfig
 from .settings import REPLAY_MEMORY, Settings
 
 if TYPE_CHECKING:
-    from .service import Bridge
+    from .bridge import Bridge
 
 logger = logging.getLogger("fakes.cloudflare")
 

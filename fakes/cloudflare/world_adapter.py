@@ -17,7 +17,7 @@ from pathlib import Path
 
 from fakes.world_view import WorldView
 
-from .service import Bridge
+from .bridge import Bridge
 from .settings import ROUTE_EXEC, ROUTE_HEALTH, ROUTE_INIT, ROUTE_STATUS
 from .workspace import Workspace
 
