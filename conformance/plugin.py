@@ -43,6 +43,7 @@ from conformance.host.abi import HOST_MODES
 from conformance.report import build, junit, table
 from conformance.report.headline import must_failure_lines
 from conformance.report.markdown import fake_world_line
+from conformance.traceability import black_box_needs, clause_ids
 from conformance.verdicts import CheckOutcome, gate_reason
 
 _STATE = pytest.StashKey["_KitState"]()
@@ -134,19 +135,6 @@ def _hypothesis_health_checks() -> list[Any]:
 
     return [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture,
             HealthCheck.large_base_example]
-
-
-def clause_ids(item: pytest.Item) -> tuple[str, ...]:
-    ids: list[str] = []
-    for mark in item.iter_markers("clause"):
-        ids.extend(str(a) for a in mark.args)
-    return tuple(dict.fromkeys(ids))
-
-
-def black_box_needs(item: pytest.Item) -> tuple[str, ...] | None:
-    """The harness capabilities a black-box check needs itself; None for a check that is not black-box."""
-    mark = item.get_closest_marker("black_box")
-    return None if mark is None else tuple(str(a) for a in mark.args)
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:

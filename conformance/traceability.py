@@ -22,13 +22,25 @@ class Checks(dict[str, tuple[str, ...]]):
         self.black_box = {}
 
 
+def clause_ids(item: pytest.Item) -> tuple[str, ...]:
+    """The clause ids a check cites (its ``clause`` marks), each once, in order."""
+    ids: list[str] = []
+    for mark in item.iter_markers("clause"):
+        ids.extend(str(a) for a in mark.args)
+    return tuple(dict.fromkeys(ids))
+
+
+def black_box_needs(item: pytest.Item) -> tuple[str, ...] | None:
+    """The harness capabilities a black-box check needs itself; None for a check that is not black-box."""
+    mark = item.get_closest_marker("black_box")
+    return None if mark is None else tuple(str(a) for a in mark.args)
+
+
 class _Collector:
     def __init__(self) -> None:
         self.checks = Checks()
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
-        from conformance.plugin import black_box_needs, clause_ids
-
         for item in session.items:
             self.checks[item.nodeid] = clause_ids(item)
             needs = black_box_needs(item)
