@@ -199,8 +199,7 @@ def _configure_check_run(config: pytest.Config) -> None:
         _hypothesis_home(root / "hypothesis")
     if not worker and getattr(config.option, "dist", "no") != "no" and not config.option.collectonly:
         preflight(config)
-    if not config.option.collectonly:
-        progress.install(config)
+    progress.install(config)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

@@ -67,7 +67,7 @@ def install(config: pytest.Config) -> None:
     """Register the progress display for a run of the checks (from pytest_configure, before the
     terminal reporter exists: the form is chosen when the session starts)."""
     check_usage(config)
-    if hasattr(config, "workerinput") or config.option.progress == "off":
+    if hasattr(config, "workerinput") or config.option.progress == "off" or config.option.collectonly:
         return  # an xdist worker: its controller shows the progress
     config.pluginmanager.register(Progress(config), "hermes-backend-kit-progress")
 
