@@ -33,12 +33,9 @@ from typing import Any
 
 from conformance import signs
 from conformance.contract import Contract
+from conformance.errors import CapabilityError
 
 DELETE_HOOK = "conformance_delete_sandbox"
-
-
-class CapabilityError(ValueError):
-    """The backend both declares and disclaims a capability; the message names where and the fix."""
 
 
 @dataclass(frozen=True)
@@ -113,7 +110,7 @@ def _declared(contract: Contract, provider: Any, manifest: dict[str, Any] | None
         claimed, disclaimed = (claimed or frozenset()) & names, (disclaimed or frozenset()) & names
         both = sorted(claimed & disclaimed)
         if both:
-            raise CapabilityError(f"the {source} both declare and disclaim {', '.join(both)}; "
+            raise CapabilityError(f"the {source} both declare and disclaim {', '.join(both)}",
                                   "keep each capability in one list")
         return claimed, disclaimed, source
     return frozenset(), frozenset(), "none"

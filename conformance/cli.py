@@ -1,16 +1,35 @@
-"""The ``hermes-backend-kit`` command."""
+"""The ``hermes-backend-kit`` command.
+
+Every command exits with one of the codes in ``EXIT_CODES``.  Bad input (an
+option, a file, a backend, a contract: a conformance.errors.KitError) is one
+line on stderr, ``error: <what> — <fix>``, without a traceback unless
+``--debug`` (or HERMES_KIT_DEBUG=1) asks for one.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import textwrap
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from conformance import __version__, backends, contract
+from conformance import __version__, backends, contract, suite_command
+from conformance.errors import KitError, ReportFileError, UsageError
+
+EXIT_CODES = (
+    (0, "success: certified, verified, no difference, nothing wrong"),
+    (1, "the command ran and its answer is no: not certified, a report that does not verify, reports that "
+        "differ, a doctor step or a contract that fails"),
+    (2, "bad input: an option, a file, the backend, its plugin.yaml or config, a contract (one `error:` line)"),
+    (3, "internal error: a bug in the kit (rerun with --debug and report it)"),
+    (130, "interrupted (Ctrl-C)"),
+)
+DEBUG_VAR = "HERMES_KIT_DEBUG"
 
 
 def _print_json(data: Any) -> None:
@@ -38,9 +57,8 @@ def cmd_contract_show(args: argparse.Namespace) -> int:
     kit_contract = contract.load(args.contract)
     try:
         clause = kit_contract.get(args.id)
-    except KeyError as exc:
-        print(f"error: {exc.args[0]}", file=sys.stderr)
-        return 2
+    except KeyError:
+        raise UsageError(f"unknown clause {args.id!r}", "pick an id from `hermes-backend-kit contract list`") from None
     if args.json:
         _print_json(clause.to_dict())
         return 0
@@ -95,8 +113,12 @@ def cmd_contract_coverage(args: argparse.Namespace) -> int:
 def cmd_contract_validate(args: argparse.Namespace) -> int:
     try:
         kit_contract = contract.load(args.path)
+    except contract.ContractFileError:
+        raise  # unreadable: bad input (exit 2), not an invalid contract
     except contract.ContractError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"invalid: {exc.line()}", file=sys.stderr)
+        for problem in filter(None, exc.why.split("; ")):
+            print(f"  {problem}", file=sys.stderr)
         return 1
     print(f"{kit_contract.path}: valid, version {kit_contract.version}, {len(kit_contract)} clauses")
     return 0
@@ -105,34 +127,24 @@ def cmd_contract_validate(args: argparse.Namespace) -> int:
 def cmd_report_compare(args: argparse.Namespace) -> int:
     from conformance.report import compare
 
-    try:
-        first, second = (compare.load(path) for path in (args.first, args.second))
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    first, second = compare.load(args.first), compare.load(args.second)
     differences = compare.compare(first, second)
     for line in compare.describe(differences, versions=compare.versions_of(first, second)):
         print(line)
     return 1 if any(d.kind == "mismatch" for d in differences) else 0
 
 
-def _reports(paths: list[str]) -> list[dict[str, Any]] | None:
-    """The reports at ``paths``; None (the problem printed) when one cannot be read."""
+def _reports(paths: list[str]) -> list[dict[str, Any]]:
+    """The reports at ``paths``; ReportFileError naming the first that cannot be read."""
     from conformance.report import matrix
 
-    try:
-        return matrix.load([Path(p) for p in paths])
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return None
+    return matrix.load([Path(p) for p in paths])
 
 
 def cmd_report_matrix(args: argparse.Namespace) -> int:
     from conformance.report import matrix
 
     reports = _reports(args.reports)
-    if reports is None:
-        return 2
     table = matrix.markdown(reports)
     if args.out:
         Path(args.out).write_text(table)
@@ -149,8 +161,10 @@ def cmd_report_summary(args: argparse.Namespace) -> int:
     from conformance.report import summary
 
     reports = _reports(args.reports)
-    if reports is None:
-        return 2
+    for path, report in zip(args.reports, reports, strict=True):
+        missing = [k for k in summary.FIELDS if k not in report]
+        if missing:
+            raise ReportFileError(f"{path}: not a certification report (no {', '.join(missing)})")
     for line in summary.lines(reports):
         print(line)
     return 0 if all(r["certified"] for r in reports) else 1
@@ -184,16 +198,28 @@ def cmd_backends(args: argparse.Namespace) -> int:
     return 0
 
 
-def _certify_redactor(args: argparse.Namespace) -> None:
-    """What this process knows to mask: the user's credential variables and --backend-config env values."""
-    from conformance import config, redact
+def _certify_inputs(args: argparse.Namespace) -> None:
+    """Read --backend-config and --waivers before the run (a KitError costs no suite run), and register
+    what this process knows to mask: the user's credential variables and --backend-config env values."""
+    from conformance import capabilities, config, redact, waivers
 
     redact.register_environ()
     if args.backend_config:
-        try:
-            redact.register_config_env(config.load(args.backend_config, set()).env)
-        except config.BackendConfigError:
-            pass  # the run reports it, in one line
+        loaded = config.load(args.backend_config, set(capabilities.declarable(contract.load())))
+        redact.register_config_env(loaded.env)
+    if args.waivers:
+        waivers.load(args.waivers, contract.load())
+
+
+def _setup_error(path: Path) -> KitError | None:
+    """The setup error the run wrote to --kit-error-file, if it wrote one (its traceback kept for --debug)."""
+    try:
+        data = json.loads(path.read_text("utf-8"))
+    except (OSError, ValueError):
+        return None
+    error = KitError.from_dict(data)
+    error.remote_traceback = str(data.get("traceback") or "")  # type: ignore[attr-defined]
+    return error
 
 
 def _relay(stream: Any, to: Any) -> None:
@@ -208,7 +234,6 @@ def _relay(stream: Any, to: Any) -> None:
 
 def cmd_certify(args: argparse.Namespace) -> int:
     """Run the suite in a child pytest from a run-owned temp root (its cwd, --basetemp, caches), removed after."""
-    import os
     import shutil
     import subprocess
     import tempfile
@@ -223,17 +248,17 @@ def cmd_certify(args: argparse.Namespace) -> int:
     except bench_plot.BenchFileError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    _certify_redactor(args)
+    _certify_inputs(args)
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     report_path = out / "report.json"
     report_path.unlink(missing_ok=True)
     backend = str(Path(args.backend).resolve()) if Path(args.backend).exists() else args.backend
     run_root = Path(tempfile.mkdtemp(prefix="hermes-kit-certify-"))
-    cmd = [sys.executable, "-m", "pytest", "--pyargs", "conformance.checks", "-p", "no:cacheprovider", "-q",
-           "-W", "ignore::DeprecationWarning", "--kit-progress", "--backend", backend, "--host", args.host,
-           "--report", str(report_path), "--junitxml", str(out / "junit.xml"),
-           "--basetemp", str(run_root / "pytest")]
+    cmd = suite_command.command("-W", "ignore::DeprecationWarning", "--kit-progress", "--backend", backend,
+                                "--host", args.host, "--junitxml", str(out / "junit.xml"),
+                                "--basetemp", str(run_root / "pytest"),
+                                "--kit-error-file", str(run_root / "setup-error.json"), report=report_path)
     workers = args.workers
     control = args.fake_control or os.environ.get("HERMES_KIT_FAKE_CONTROL")
     if control and workers > 1:
@@ -268,14 +293,18 @@ def cmd_certify(args: argparse.Namespace) -> int:
         returncode = proc.wait()
         for relay in relays:
             relay.join()
+        setup_error = _setup_error(run_root / "setup-error.json")
     finally:
         leftovers.end_processes_under(run_root)
         shutil.rmtree(run_root, ignore_errors=True)
+    if setup_error is not None:
+        raise setup_error  # bad backend, plugin.yaml, config, fake: the run did not start
     if not report_path.exists():
-        if returncode != 4:  # a usage error (bad backend, plugin.yaml, config) was printed as one line above
-            print(f"error: the run ended before writing a report (exit status {returncode}; see the message above)",
-                  file=sys.stderr)
-        return 2
+        if returncode == 4:
+            raise UsageError("pytest refused the run's options (its message is above)",
+                             "check PYTEST_ADDOPTS and the options given to certify")
+        raise RuntimeError(f"the run ended before writing a report (pytest exit status {returncode}; its output "
+                           "is above)")
     report = json.loads(report_path.read_text("utf-8"))
     (out / "report.md").write_text(redact.redact(markdown.render(report, contract.load())), "utf-8")
     (out / "report.html").write_text(redact.redact(html.render(report, contract.load(), bench)), "utf-8")
@@ -286,9 +315,8 @@ def cmd_certify(args: argparse.Namespace) -> int:
 
         try:
             signature, key = signing.sign_file(report_path, args.sign_key)
-        except signing.SignatureError as exc:
-            print(f"error: the report was written but not signed: {exc}", file=sys.stderr)
-            return 2
+        except KitError as exc:
+            raise type(exc)(f"the report was written but not signed: {exc.what}", exc.fix, exc.why) from exc
         written.append(f"{signature.name} (key {key})")
     print(f"wrote {', '.join(str(out / n) for n in written)}")
     line = headline(report)
@@ -315,15 +343,14 @@ def _hangs(report: dict[str, Any]) -> list[str]:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from conformance.report import signing, verify
+    from conformance.report import files, signing, verify
     from conformance.report.headline import headline
 
     if bool(args.signature) != bool(args.public_key):
-        print("error: give --signature and --public-key together (the signature file and the signer's public key)",
-              file=sys.stderr)
-        return 2
-    report, found = verify.load(args.report)
-    found = found or verify.problems(report)
+        raise UsageError("--signature and --public-key go together",
+                         "give --signature and --public-key together (the signature file and the signer's public key)")
+    report = files.read_json(args.report)  # a file that cannot be read is bad input, not a failed verification
+    found = verify.problems(report)
     signed_by = None
     if args.signature:
         try:
@@ -346,11 +373,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 def cmd_sign(args: argparse.Namespace) -> int:
     from conformance.report import signing
 
-    try:
-        target, key = signing.sign_file(args.report, args.key, args.out)
-    except signing.SignatureError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    target, key = signing.sign_file(args.report, args.key, args.out)
     print(f"signed {args.report} with key {key}: {target}")
     print(f"check it with: hermes-backend-kit verify {args.report} --signature {target} --public-key PUBLIC_KEY")
     return 0
@@ -359,11 +382,7 @@ def cmd_sign(args: argparse.Namespace) -> int:
 def cmd_keygen(args: argparse.Namespace) -> int:
     from conformance.report import signing
 
-    try:
-        private, public, key = signing.keygen(args.key)
-    except signing.SignatureError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    private, public, key = signing.keygen(args.key)
     print(f"wrote the private key {private} (mode 0600: keep it secret, e.g. as a CI secret) and the public key "
           f"{public} (publish it); fingerprint {key}")
     return 0
@@ -373,7 +392,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     from conformance import doctor
 
     return doctor.main(args.backend, backend_config=args.backend_config, fake=args.fake, live=args.live,
-                       host=args.host, persistent=args.persistent)
+                       host=args.host, persistent=args.persistent, debug=_debugging(args))
 
 
 def cmd_fake_serve(args: argparse.Namespace) -> int:
@@ -381,10 +400,15 @@ def cmd_fake_serve(args: argparse.Namespace) -> int:
     import shutil
     import tempfile
 
+    from conformance.errors import FakeServiceError
     from fakes import process
     from fakes.services import FakeService
 
-    options = process.options_from(args)
+    try:
+        options = process.options_from(args)
+    except ValueError as exc:
+        what, _, fix = str(exc).partition("; ")
+        raise FakeServiceError(what, fix or "see `hermes-backend-kit fake serve --help`") from None
     own_root = args.root is None
     root = Path(tempfile.mkdtemp(prefix=f"kit-fake-{args.name}-")) if own_root else Path(args.root)
 
@@ -404,9 +428,13 @@ def cmd_fake_serve(args: argparse.Namespace) -> int:
 
     try:
         return process.serve(args.name, root, options, on_ready=announce)
-    except (OSError, RuntimeError, ValueError) as exc:
-        print(f"error: could not start the {args.name} fake on {args.host}:{args.port}: {exc}", file=sys.stderr)
-        return 1
+    except OSError as exc:
+        raise FakeServiceError(f"could not start the {args.name} fake on {args.host}:{args.port} "
+                               f"({exc.strerror or exc})", "pick a free --port (0: any) and a writable --root") from exc
+    except (RuntimeError, ValueError) as exc:
+        what, _, fix = str(exc).partition("; ")
+        raise FakeServiceError(f"could not start the {args.name} fake: {what}",
+                               fix or "rerun with --debug for the traceback") from exc
     finally:
         if own_root:
             shutil.rmtree(root, ignore_errors=True)
@@ -416,8 +444,11 @@ def build_parser() -> argparse.ArgumentParser:
     from fakes.process import add_limit_options
     from fakes.services import SERVERS
 
-    parser = argparse.ArgumentParser(prog="hermes-backend-kit", description="Conformance kit for Hermes terminal backends.")
+    parser = argparse.ArgumentParser(prog="hermes-backend-kit", description="Conformance kit for Hermes terminal backends.",
+                                     epilog=_exit_codes_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"hermes-backend-kit {__version__}")
+    parser.add_argument("--debug", action="store_true", default=False,
+                        help=f"show the traceback behind an error (also: {DEBUG_VAR}=1)")
     sub = parser.add_subparsers(dest="command", required=True)
 
     c = sub.add_parser("contract", help="list, show, validate the contract and its check coverage")
@@ -554,13 +585,49 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _exit_codes_help() -> str:
+    rows = "\n".join(f"  {code:<4} {meaning}" for code, meaning in EXIT_CODES)
+    return (f"exit codes (every command):\n{rows}\n\nBad input is one line on stderr, `error: WHAT — FIX`; "
+            f"--debug or {DEBUG_VAR}=1 adds the traceback.")
+
+
+def _debugging(args: argparse.Namespace | None) -> bool:
+    return bool(getattr(args, "debug", False)) or os.environ.get(DEBUG_VAR, "") not in ("", "0")
+
+
+def report_error(exc: KitError, *, debug: bool) -> None:
+    """``error: <what> — <fix>`` (and ``  why: ...``) on stderr, redacted; the traceback first when debugging."""
+    from conformance import redact
+
+    if debug:
+        remote = getattr(exc, "remote_traceback", "")
+        print(redact.redact(remote or "".join(traceback.format_exception(exc))), file=sys.stderr, end="")
+    print(redact.redact(f"error: {exc.line()}"), file=sys.stderr)
+    if exc.why:
+        print(redact.redact(f"  why: {' '.join(exc.why.split())}"), file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    """Run one command; its exit code is one of EXIT_CODES."""
+    args = build_parser().parse_args(argv)  # a usage error exits 2 here, as argparse does
+    debug = _debugging(args)
     try:
         return int(args.func(args) or 0)
-    except contract.ContractError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    except KitError as exc:
+        report_error(exc, debug=debug)
         return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        from conformance import redact
+
+        if debug:
+            print(redact.redact("".join(traceback.format_exception(exc))), file=sys.stderr, end="")
+        problem = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+        print(redact.redact(f"error: internal error ({problem}) — rerun with --debug and report it with the "
+                            "traceback"), file=sys.stderr)
+        return 3
 
 
 if __name__ == "__main__":

@@ -24,12 +24,10 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
+from conformance.errors import PersistentPathError
+
 ATTRIBUTE = "conformance_persistent_path"
 KEY = "persistent_path"
-
-
-class PersistentPathError(ValueError):
-    """A declared persistent path is not usable; the message names where it was declared and the fix."""
 
 
 @dataclass(frozen=True)
@@ -56,11 +54,11 @@ class PersistentPath:
 def checked(value: Any, where: str) -> str:
     """``value`` if it is a usable persistent path; PersistentPathError naming ``where`` otherwise."""
     if not isinstance(value, str) or not value.strip():
-        raise PersistentPathError(f"the {where} must be a non-empty path string, got {value!r}; name the "
-                                  "directory the sandbox keeps across cleanup, e.g. /workspace")
+        raise PersistentPathError(f"the {where} must be a non-empty path string, got {value!r}",
+                                  "name the directory the sandbox keeps across cleanup, e.g. /workspace")
     if not (value.startswith("/") or value == "~" or value.startswith("~/")) or "\n" in value or "\0" in value:
         raise PersistentPathError(f"the {where} {value!r} must be an absolute path inside the sandbox or ~ / ~/sub "
-                                  "for its $HOME, on one line")
+                                  "for its $HOME, on one line", "write it as /workspace, ~ or ~/sub")
     return value
 
 

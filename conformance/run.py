@@ -35,6 +35,7 @@ started), removes ``sandbox/`` and restores every variable it set.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import logging
 import os
@@ -44,7 +45,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,7 @@ from typing import Any
 import yaml
 
 from conformance import backends, capabilities, config, contract, leftovers, persistent_path, redact
+from conformance.errors import FakeServiceError, UsageError
 from conformance.host import abi, factory, features, loader
 from conformance.host.calls import Call, CallHung
 from conformance.host.registry import ProviderRegistry
@@ -126,14 +128,13 @@ class KitRun:
     def _start(cls, options: RunOptions, workdir: Path, changes: EnvironChanges, undo: list[Any]) -> KitRun:
         spec, default_fake = backends.resolve(options.backend)
         if options.live and options.fake:
-            raise config.BackendConfigError("--live and --fake exclude each other; pick one")
+            raise UsageError("--live and --fake exclude each other", "pick one")
         if options.live and os.environ.get("CI") and os.environ.get("HERMES_KIT_ALLOW_LIVE") != "1":
             # Live runs create billed sandboxes with real credentials: never by accident in CI.
-            raise config.BackendConfigError(
-                "--live refuses to run in CI (CI is set); set HERMES_KIT_ALLOW_LIVE=1 "
-                "in the job that is meant to certify against the real service")
+            raise UsageError("--live refuses to run in CI (CI is set)", "set HERMES_KIT_ALLOW_LIVE=1 in the job "
+                             "that is meant to certify against the real service")
         if options.live and options.fake_control:
-            raise config.BackendConfigError("--live and --fake-control exclude each other; pick one")
+            raise UsageError("--live and --fake-control exclude each other", "pick one")
         fake_name = None if options.live else (options.fake or default_fake)
         fake_ready = None
         if fake_name or options.fake_control:
@@ -331,15 +332,40 @@ def _launch_fake(name: str | None, workdir: Path, options: RunOptions) -> tuple[
     from fakes import process, services
 
     if options.fake_control:
-        attached = process.attach(options.fake_control, expect=name)
+        with fake_errors(ATTACH_FIX):
+            attached = process.attach(options.fake_control, expect=name)
         return (lambda: attached), attached.stop
     assert name is not None
-    services.check_name(name)
-    if options.fake_process and name in services.SERVERS:
-        pending = process.launch(name, workdir / f"fake-{name}")
-        return pending.result, pending.stop
-    local = services.start(name, workdir / f"fake-{name}")
+    with fake_errors(START_FIX):
+        services.check_name(name)
+        if options.fake_process and name in services.SERVERS:
+            pending = process.launch(name, workdir / f"fake-{name}")
+
+            def ready() -> Any:
+                with fake_errors(START_FIX):
+                    return pending.result()
+
+            return ready, pending.stop
+        local = services.start(name, workdir / f"fake-{name}")
     return (lambda: local), local.stop
+
+
+ATTACH_FIX = ("start the fake with `hermes-backend-kit fake serve VENDOR` and pass the control address it prints, "
+              "or drop --fake-control (and unset HERMES_KIT_FAKE_CONTROL)")
+START_FIX = "rerun with --debug to see why the fake did not start (a free loopback port and a writable temp dir)"
+
+
+@contextlib.contextmanager
+def fake_errors(fix: str) -> Iterator[None]:
+    """A fake that cannot be named, started or reached: a FakeServiceError (the fakes know no kit errors)."""
+    from fakes.services import FAKES, FakeError, UnknownFake
+
+    try:
+        yield
+    except UnknownFake as exc:
+        raise FakeServiceError(str(exc).split(";", 1)[0], f"pass --fake {' or '.join(sorted(FAKES))}") from None
+    except FakeError as exc:
+        raise FakeServiceError(str(exc), fix) from exc
 
 
 def _make_hermes_home(home: Path, terminal: dict[str, Any]) -> Path:

@@ -22,13 +22,10 @@ from typing import Any
 import yaml
 
 from conformance.contract import Contract
+from conformance.errors import WaiverError, file_problem, yaml_problem
 
 _URL = re.compile(r"^https?://\S+$")
 FIELDS = ("clause", "reason", "issue", "expires", "strict")
-
-
-class WaiverError(ValueError):
-    """The waiver file is wrong or a waiver expired; the message names it and the fix."""
 
 
 @dataclass(frozen=True)
@@ -49,49 +46,55 @@ def load(path: str | Path, contract: Contract, *, today: dt.date | None = None) 
     p = Path(path)
     try:
         data = yaml.safe_load(p.read_text("utf-8"))
-    except OSError as exc:
-        raise WaiverError(f"--waivers {p}: cannot read it ({exc.strerror})") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise WaiverError(f"--waivers {p}: cannot read it ({file_problem(exc)})",
+                          "pass the path of a readable YAML file, or leave --waivers out when you have none") from None
     except yaml.YAMLError as exc:
-        raise WaiverError(f"--waivers {p}: not valid YAML: {exc}") from None
+        raise WaiverError(f"--waivers {p}: not valid YAML ({yaml_problem(exc)})",
+                          "fix the YAML syntax at that line") from None
     if data is None:
         return []
     if not isinstance(data, list):
-        raise WaiverError(f"--waivers {p}: expected a list of waivers, each with {', '.join(FIELDS)}")
+        raise WaiverError(f"--waivers {p}: the top level is a {type(data).__name__}, not a list of waivers",
+                          f"write a YAML list of waivers, each with {', '.join(FIELDS)}")
     waivers = []
     for i, entry in enumerate(data):
         where = f"--waivers {p}: waiver [{i}]"
         if not isinstance(entry, dict):
-            raise WaiverError(f"{where} is not a mapping")
+            raise WaiverError(f"{where} is not a mapping", f"write it as a mapping of {', '.join(FIELDS)}")
         missing = [f for f in FIELDS if f not in entry]
         unknown = sorted(set(entry) - set(FIELDS))
         if missing or unknown:
-            raise WaiverError(f"{where}: missing {missing or 'nothing'}, unknown {unknown or 'nothing'}; "
-                              f"a waiver has exactly {', '.join(FIELDS)}")
+            raise WaiverError(f"{where}: missing {missing or 'nothing'}, unknown {unknown or 'nothing'}",
+                              f"give a waiver exactly {', '.join(FIELDS)}")
         clause = str(entry["clause"])
         if clause not in contract:
-            raise WaiverError(f"{where}: unknown clause {clause!r}; see `hermes-backend-kit contract list`")
+            raise WaiverError(f"{where}: unknown clause {clause!r}",
+                              "name a clause id from `hermes-backend-kit contract list`")
         if not str(entry["reason"]).strip():
-            raise WaiverError(f"{where}: give a reason")
+            raise WaiverError(f"{where}: the reason is empty", "say why the failure is accepted for now")
         if not _URL.match(str(entry["issue"])):
-            raise WaiverError(f"{where}: issue must be the URL of the issue that tracks the fix")
+            raise WaiverError(f"{where}: issue must be the URL of the issue that tracks the fix",
+                              "give the issue's http(s) URL")
         expires = entry["expires"]
         if isinstance(expires, str):
             try:
                 expires = dt.date.fromisoformat(expires)
             except ValueError:
-                raise WaiverError(f"{where}: expires {expires!r} is not a date (YYYY-MM-DD)") from None
+                raise WaiverError(f"{where}: expires {expires!r} is not a date", "write it as YYYY-MM-DD") from None
         if not isinstance(expires, dt.date):
-            raise WaiverError(f"{where}: expires must be a date (YYYY-MM-DD)")
+            raise WaiverError(f"{where}: expires is not a date", "write it as YYYY-MM-DD")
         if expires < today:
-            raise WaiverError(f"{where} for {clause} expired on {expires.isoformat()}: fix the clause, or "
-                              "renew the waiver with a new date and a reason")
+            raise WaiverError(f"{where} for {clause} expired on {expires.isoformat()}",
+                              "fix the clause, or renew the waiver with a new date and a reason")
         if not isinstance(entry["strict"], bool):
-            raise WaiverError(f"{where}: strict must be true or false")
+            raise WaiverError(f"{where}: strict must be true or false", "write strict: true or strict: false")
         waivers.append(Waiver(clause, str(entry["reason"]).strip(), str(entry["issue"]), expires, entry["strict"]))
     seen = [w.clause for w in waivers]
     doubled = sorted({c for c in seen if seen.count(c) > 1})
     if doubled:
-        raise WaiverError(f"--waivers {p}: more than one waiver for {', '.join(doubled)}")
+        raise WaiverError(f"--waivers {p}: more than one waiver for {', '.join(doubled)}",
+                          "keep one waiver per clause")
     return waivers
 
 

@@ -255,7 +255,7 @@ def test_fake_serve_takes_the_key_and_profile_it_is_given():
 def test_fake_serve_rejects_a_cap_the_fake_does_not_have():
     done = subprocess.run([sys.executable, "-m", "conformance.cli", "fake", "serve", "cloudflare",
                            "--max-sandboxes", "5"], cwd=ROOT, capture_output=True, text=True, timeout=60)
-    assert done.returncode == 1 and "has no sandbox cap" in done.stderr
+    assert done.returncode == 2 and "has no sandbox cap" in done.stderr and "— drop --max-sandboxes" in done.stderr
 
 
 def test_a_hand_started_fake_refuses_several_workers(tmp_path):

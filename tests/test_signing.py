@@ -97,14 +97,12 @@ def test_an_altered_signature_fails(signed):
 
 
 @pytest.mark.parametrize("break_it, message", [
-    (lambda f: f["signature"].unlink(), "signature {signature} does not exist"),
     (lambda f: f["signature"].write_text("not json"), "is not a signature file (not JSON)"),
     (lambda f: f["signature"].write_text(json.dumps({"format": signing.SIGNATURE_FORMAT, "algorithm": "ed25519",
                                                      "signature": "%%%"})), "garbled: its signature field is not base64"),
-    (lambda f: f["public"].unlink(), "public key {public} does not exist"),
     (lambda f: f["public"].write_text("-----BEGIN PUBLIC KEY-----\ngarbage\n-----END PUBLIC KEY-----\n"),
      "is not a PEM or OpenSSH public key"),
-    (lambda f: f["public"].write_bytes(f["key"].read_bytes()), "is a private key; give the public key"),
+    (lambda f: f["public"].write_bytes(f["key"].read_bytes()), "is a private key — give the public key"),
 ])
 def test_missing_or_garbled_signature_and_key_files_are_clear_errors(signed, break_it, message):
     break_it(signed)
@@ -112,6 +110,19 @@ def test_missing_or_garbled_signature_and_key_files_are_clear_errors(signed, bre
     failures = [line for line in done.stdout.splitlines() if line.startswith("FAIL")]
     assert done.returncode == 1 and len(failures) == 1, done.stdout
     assert failures[0].startswith("FAIL signature: ") and message.format(**signed) in failures[0], failures
+
+
+@pytest.mark.parametrize("missing, message", [
+    ("signature", "signature {signature} does not exist — pass the signature file"),
+    ("public", "public key {public} does not exist — pass the public key"),
+])
+def test_a_missing_signature_or_key_file_is_bad_input(signed, missing, message):
+    """A file the command line names that is not there: exit 2 and one error line, not a failed verification."""
+    signed[missing].unlink()
+    done = _verify(signed)
+    assert done.returncode == 2 and "FAIL" not in done.stdout, done.stdout
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {message.format(**signed)}"), done.stderr
 
 
 def test_sign_and_keygen_errors_are_clear(signed, cli_run):

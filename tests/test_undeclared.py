@@ -147,14 +147,15 @@ def test_the_first_source_that_says_anything_speaks_for_both_lists():
 
 def test_declaring_and_disclaiming_the_same_capability_is_a_setup_error(tmp_path):
     with pytest.raises(capabilities.CapabilityError, match=r"provider attribute .* both declare and disclaim "
-                                                           r"persistence; keep each capability in one list"):
+                                                           r"persistence — keep each capability in one list"):
         _resolve(_Provider(conformance_capabilities=["persistence"], conformance_disclaims=["persistence"]))
     path = tmp_path / "backend.yaml"
     path.write_text(yaml.safe_dump({"capabilities": ["file-sync"], "disclaims": ["file-sync", "persistence"]}))
     with pytest.raises(config.BackendConfigError, match=r"file-sync both declared .* and disclaimed"):
         config.load(str(path), set(capabilities.declarable(CONTRACT)))
     path.write_text(yaml.safe_dump({"disclaims": ["persistance"]}))
-    with pytest.raises(config.BackendConfigError, match="unknown capability persistance in disclaims; declarable:"):
+    with pytest.raises(config.BackendConfigError,
+                       match="unknown capability persistance in disclaims — use declarable ones:"):
         config.load(str(path), set(capabilities.declarable(CONTRACT)))
 
 

@@ -18,6 +18,8 @@ import sys
 import types
 from dataclasses import dataclass, field
 
+from conformance.errors import HostError
+
 HOST_MODES = ("auto", "builtin", "hermes")
 
 # Hermes import name -> the kit's stand-in module.
@@ -39,10 +41,6 @@ _PACKAGES = ("agent", "tools", "tools.environments")
 # Names a current host exports that older ones lack; supplied into the real module.
 _BASE_NAMES = ("EnvironmentConnectionError", "FileFetchError")
 _BASE_OUTPUT_NAMES = ("ProcessHandle", "_ThreadedProcessHandle", "_popen_bash", "_pipe_stdin")
-
-
-class HostError(RuntimeError):
-    """The requested host cannot be set up; the message says why and what to do."""
 
 
 @dataclass
@@ -68,13 +66,11 @@ def install(mode: str = "auto") -> HostInfo:
     """Set up the host once per process; later calls must ask for the same mode."""
     global _active
     if mode not in HOST_MODES:
-        raise HostError(f"unknown host {mode!r}; use one of {', '.join(HOST_MODES)}")
+        raise HostError(f"unknown host {mode!r}", f"use one of {', '.join(HOST_MODES)}")
     if _active is not None:
         if mode not in ("auto", _active.mode):
-            raise HostError(
-                f"this process already runs the {_active.mode!r} host; "
-                f"start a new process for --host {mode}"
-            )
+            raise HostError(f"this process already runs the {_active.mode!r} host",
+                            f"start a new process for --host {mode}")
         return _active
     if mode == "builtin":
         info = _install_builtin()
@@ -104,10 +100,8 @@ def _hermes_importable() -> str | None:
 def _install_hermes(requested: str) -> HostInfo:
     problem = _hermes_importable()
     if problem is not None:
-        raise HostError(
-            f"--host hermes needs an importable hermes-agent ({problem}); "
-            "install it with `pip install 'hermes-backend-kit[hermes]'` or use --host builtin"
-        )
+        raise HostError(f"--host hermes needs an importable hermes-agent ({problem})",
+                        "install it with `pip install 'hermes-backend-kit[hermes]'` or use --host builtin")
     try:
         version = importlib.metadata.version("hermes-agent")
     except importlib.metadata.PackageNotFoundError:
@@ -151,10 +145,8 @@ def _install_builtin(requested: str = "builtin") -> HostInfo:
     clash = [n for n in (*_PACKAGES, *STANDINS) if n in sys.modules
              and not getattr(sys.modules[n], "__kit_standin__", False)]
     if clash:
-        raise HostError(
-            f"Hermes modules are already imported ({', '.join(sorted(clash))}), so the builtin "
-            "host cannot replace them; use --host hermes, or run in a fresh process"
-        )
+        raise HostError(f"Hermes modules are already imported ({', '.join(sorted(clash))}), so the builtin "
+                        "host cannot replace them", "use --host hermes, or run in a fresh process")
     for pkg in _PACKAGES:
         module = types.ModuleType(pkg)
         module.__path__ = []  # a package with nothing on disk: only stand-ins resolve

@@ -32,6 +32,7 @@ from typing import Any
 
 import yaml
 
+from conformance.errors import BackendLoadError, PluginManifestError, file_problem, yaml_problem
 from conformance.host.calls import CallHung, bounded
 from conformance.host.netguard import network_guard
 from conformance.host.registry import PluginContext, ProviderRegistry, provider_base_class
@@ -41,8 +42,8 @@ CORE_PREFIXES = ("agent", "tools", "hermes_cli", "hermes_constants")
 LOAD_DEADLINE_S = 60.0  # importing the plugin and calling register(ctx)
 
 
-class LoadError(RuntimeError):
-    """The backend spec cannot be loaded; the message says why and what to try."""
+# The name the kit and its tests have used for a backend that cannot be loaded.
+LoadError = BackendLoadError
 
 
 @dataclass
@@ -128,27 +129,24 @@ def read_manifest(directory: Path) -> dict[str, Any] | None:
         return None
     try:
         data = yaml.safe_load(path.read_text("utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PluginManifestError(f"cannot read {path} ({file_problem(exc)})",
+                                  "make plugin.yaml a readable UTF-8 YAML file") from None
     except yaml.YAMLError as exc:
-        raise LoadError(f"{path} is not valid YAML ({_yaml_problem(exc)}); fix the file: a plugin.yaml is a "
-                        "mapping of name, version, description and kind") from None
+        raise PluginManifestError(f"{path} is not valid YAML ({yaml_problem(exc)})",
+                                  "fix the file: a plugin.yaml is a mapping of name, version, description "
+                                  "and kind") from None
     if not isinstance(data, dict):
-        raise LoadError(f"{path} must hold a mapping (name, version, description, kind), "
-                        f"not a {type(data).__name__}; fix the file")
+        raise PluginManifestError(f"{path} must hold a mapping (name, version, description, kind), "
+                                  f"not a {type(data).__name__}", "fix the file")
     return data
-
-
-def _yaml_problem(exc: yaml.YAMLError) -> str:
-    """A YAML error in one line: where and what."""
-    mark = getattr(exc, "problem_mark", None)
-    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
-    return f"{where}{problem}"
 
 
 def _import_directory(directory: Path) -> types.ModuleType:
     init = directory / "__init__.py"
     if not init.is_file():
-        raise LoadError(f"{directory} has no __init__.py; a Hermes plugin is a Python package")
+        raise LoadError(f"{directory} has no __init__.py", "make the directory a Python package: a Hermes "
+                        "plugin is __init__.py with register(ctx) next to plugin.yaml")
     safe = "".join(ch if ch.isalnum() else "_" for ch in directory.name)
     name = f"hermes_plugins.{safe}"
     if "hermes_plugins" not in sys.modules:
@@ -157,7 +155,7 @@ def _import_directory(directory: Path) -> types.ModuleType:
         sys.modules["hermes_plugins"] = ns
     spec = importlib.util.spec_from_file_location(name, init, submodule_search_locations=[str(directory)])
     if spec is None or spec.loader is None:
-        raise LoadError(f"cannot import {init}")
+        raise LoadError(f"cannot import {init}", "check that the file is a readable Python module")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     try:
@@ -191,7 +189,7 @@ def load(spec: str, registry: ProviderRegistry, *, config: dict[str, Any] | None
         except LoadError:
             raise
         except CallHung as exc:
-            raise LoadError(f"{exc}; register(ctx) must only register the provider: no network, no waiting") from None
+            raise LoadError(str(exc), "register(ctx) must only register the provider: no network, no waiting") from None
         except Exception as exc:
             if _import_failed(exc):
                 fix = "fix the import error (importing the plugin's module by hand shows the traceback)"
@@ -200,7 +198,7 @@ def load(spec: str, registry: ProviderRegistry, *, config: dict[str, Any] | None
                 fix = "fix register(ctx): it must call ctx.register_terminal_environment_provider(provider) and return"
                 where = "register(ctx)"
             raise LoadError(f"loading backend {spec!r} failed in {where}: {type(exc).__name__}: "
-                            f"{_one_line(str(exc))}; {fix}") from exc
+                            f"{_one_line(str(exc))}", fix) from exc
     loaded.load_seconds = time.perf_counter() - started
     loaded.network_attempts = list(attempts)
     loaded.core_changes = _core_diff(before)
@@ -223,8 +221,8 @@ def _load(spec: str, registry: ProviderRegistry, config: dict[str, Any]) -> Load
     path = Path(spec).expanduser()
     if "/" in spec or path.is_dir():
         if not path.is_dir():
-            raise LoadError(f"{spec} is not a directory; give a plugin directory (plugin.yaml and __init__.py), "
-                            "package.module:attr or ep:NAME")
+            raise LoadError(f"{spec} is not a directory", "give a plugin directory (plugin.yaml and __init__.py), "
+                            "package.module:attr, ep:NAME or a name from `hermes-backend-kit backends`")
         module = _import_directory(path.resolve())
         return _from_package(spec, "directory", module, read_manifest(path.resolve()), registry, config)
     module_name, _, attr = spec.partition(":")
@@ -232,23 +230,22 @@ def _load(spec: str, registry: ProviderRegistry, config: dict[str, Any]) -> Load
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
         if exc.name and module_name.startswith(exc.name):
-            raise LoadError(
-                f"no module {module_name!r}: give a known backend name, a plugin directory, "
-                "package.module:attr or ep:NAME"
-            ) from None
+            raise LoadError(f"no module {module_name!r}", "give a known backend name (`hermes-backend-kit "
+                            "backends`), a plugin directory, package.module:attr or ep:NAME") from None
         raise _during_import(exc)
     except Exception as exc:
         raise _during_import(exc)
     if not attr:
         if not callable(getattr(module, "register", None)):
-            raise LoadError(f"module {module_name} has no register(ctx); name the provider as {module_name}:ATTR")
+            raise LoadError(f"module {module_name} has no register(ctx)", f"name the provider as {module_name}:ATTR")
         directory = _module_dir(module)
         manifest = read_manifest(directory) if directory and module.__file__.endswith("__init__.py") else None
         return _from_package(spec, "module", module, manifest, registry, config)
     try:
         target = getattr(module, attr)
     except AttributeError:
-        raise LoadError(f"module {module_name} has no attribute {attr!r}") from None
+        raise LoadError(f"module {module_name} has no attribute {attr!r}",
+                        f"name a provider instance, a provider class or register(ctx) in {module_name}") from None
     return _from_object(spec, module, target, registry, config)
 
 
@@ -256,7 +253,8 @@ def _from_package(spec: str, source: str, module: types.ModuleType, manifest: di
                   registry: ProviderRegistry, config: dict[str, Any], register: Any = None) -> LoadedPlugin:
     register = register or getattr(module, "register", None)
     if not callable(register):
-        raise LoadError(f"{spec}: the plugin package has no register(ctx) function")
+        raise LoadError(f"{spec}: the plugin package has no register(ctx) function",
+                        "define register(ctx) in its __init__.py")
     name = str((manifest or {}).get("name") or module.__name__)
     ctx = PluginContext(registry=registry, plugin_name=name, config=config)
     register(ctx)
@@ -266,7 +264,8 @@ def _from_package(spec: str, source: str, module: types.ModuleType, manifest: di
             from conformance.host.registry import unknown_register_name
 
             why = "; ".join(unknown_register_name(n) for n in dict.fromkeys(ctx.unknown_names))
-        raise LoadError(f"{spec}: register(ctx) registered no terminal provider ({why})")
+        raise LoadError(f"{spec}: register(ctx) registered no terminal provider ({why})",
+                        "call ctx.register_terminal_environment_provider(provider) in register(ctx)")
     return LoadedPlugin(spec=spec, source=source, provider=ctx.accepted[0], module=module,
                         manifest=manifest, register=register, context=ctx,
                         manifest_path=(_module_dir(module) or Path(".")) / "plugin.yaml" if manifest else None)
@@ -286,14 +285,16 @@ def _from_object(spec: str, module: types.ModuleType, target: Any, registry: Pro
         if directory and getattr(module, "__file__", "").endswith("__init__.py"):
             manifest = read_manifest(directory)
         return _from_package(spec, "module", module, manifest, registry, config, register=target)
-    raise LoadError(f"{spec} is neither a TerminalEnvironmentProvider, a provider class nor a register(ctx) function")
+    raise LoadError(f"{spec} is neither a TerminalEnvironmentProvider, a provider class nor a register(ctx) function",
+                    "name a provider instance, a provider class or register(ctx)")
 
 
 def _load_entry_point(spec: str, name: str, registry: ProviderRegistry, config: dict[str, Any]) -> LoadedPlugin:
     matches = [ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP) if ep.name == name]
     if not matches:
         known = sorted(ep.name for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP))
-        raise LoadError(f"no {ENTRY_POINT_GROUP} entry point named {name!r} (installed: {', '.join(known) or 'none'})")
+        raise LoadError(f"no {ENTRY_POINT_GROUP} entry point named {name!r} (installed: {', '.join(known) or 'none'})",
+                        "install the plugin's distribution (pip install ...) or name an installed entry point")
     ep = matches[0]
     try:
         target = ep.load()

@@ -13,12 +13,12 @@ clauses both versions hold alike can be a mismatch.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from conformance import contract_history
+from conformance.report import files
 
 
 @dataclass(frozen=True)
@@ -64,18 +64,8 @@ def compare(first: dict[str, Any], second: dict[str, Any]) -> list[Difference]:
 
 
 def load(path: str | Path) -> dict[str, Any]:
-    """A report.json read for comparison; ValueError naming the file and what is wrong with it."""
-    try:
-        report = json.loads(Path(path).read_text("utf-8"))
-    except OSError as exc:
-        raise ValueError(f"{path}: cannot read it ({exc.strerror or exc}); pass a report.json written by a run") from None
-    except ValueError as exc:
-        raise ValueError(f"{path}: not JSON ({exc}); pass a report.json written by a run") from None
-    if not isinstance(report, dict) or not isinstance(report.get("clauses"), list) \
-            or not isinstance(report.get("contract"), dict) or "version" not in report["contract"]:
-        raise ValueError(f"{path}: not a certification report (no clauses or contract version); "
-                         "pass a report.json written by a run")
-    return report
+    """A report.json read for comparison; ReportFileError naming the file, what is wrong with it and the fix."""
+    return files.read_report(path)
 
 
 

@@ -8,9 +8,10 @@ already state the required outcome.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
+
+from conformance.report import files
 
 FAULTS: tuple[tuple[str, str], ...] = (
     ("connection dropped mid-command", "faults.dropped-mid-command"),
@@ -32,13 +33,8 @@ SHOWN = {"pass": "pass", "fail": "**FAIL**", "not-applicable": "n/a", "unverifie
 
 
 def load(paths: list[Path]) -> list[dict[str, Any]]:
-    reports = []
-    for path in paths:
-        try:
-            reports.append(json.loads(path.read_text()))
-        except (OSError, ValueError) as exc:
-            raise ValueError(f"cannot read report {path}: {exc}; pass report.json files written by --report") from None
-    return reports
+    """The reports at ``paths``; ReportFileError naming the first that cannot be read or is not a report."""
+    return [files.read_report(path, versioned=False) for path in paths]
 
 
 def column(report: dict[str, Any]) -> str:

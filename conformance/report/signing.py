@@ -23,21 +23,27 @@ import os
 from pathlib import Path
 from typing import Any
 
+from conformance.errors import InputFileError, SignatureError, file_problem
+
 SIGNATURE_FORMAT = "hermes-backend-kit-signature/1"
 # Signed before the report's bytes, so a signature over a report cannot be passed off as one over anything else.
 CONTEXT = b"hermes-backend-kit report.json signature v1\n"
 INSTALL = "pip install 'hermes-backend-kit[sign]' (the cryptography package)"
 
 
-class SignatureError(Exception):
-    """A key or signature is unusable, or a signature does not verify; the message says which and why."""
+_FILES = {  # what each file read here is, and where the right one comes from
+    "private key": "pass the private key `hermes-backend-kit keygen` wrote",
+    "public key": "pass the public key (the .pub file `hermes-backend-kit keygen` wrote)",
+    "signature": "pass the signature file `hermes-backend-kit sign` or `certify --sign-key` wrote",
+    "report": "pass a report.json written by `hermes-backend-kit certify`",
+}
 
 
 def _crypto() -> Any:
     try:
         from cryptography.hazmat.primitives.asymmetric import ed25519
     except ImportError:
-        raise SignatureError(f"signing and signature checks need the cryptography package: {INSTALL}") from None
+        raise SignatureError("signing and signature checks need the cryptography package", INSTALL) from None
     return ed25519
 
 
@@ -45,9 +51,9 @@ def _read(path: str | Path, what: str) -> bytes:
     try:
         return Path(path).read_bytes()
     except FileNotFoundError:
-        raise SignatureError(f"{what} {path} does not exist") from None
+        raise InputFileError(f"{what} {path} does not exist", _FILES[what]) from None
     except OSError as exc:
-        raise SignatureError(f"cannot read {what} {path}: {exc.strerror}") from None
+        raise InputFileError(f"cannot read {what} {path} ({file_problem(exc)})", _FILES[what]) from None
 
 
 def fingerprint(public_key: Any) -> str:
@@ -68,15 +74,15 @@ def load_private_key(path: str | Path) -> Any:
             key = loader(data, password=None)
             break
         except TypeError:
-            raise SignatureError(f"private key {path} is encrypted; give an unencrypted Ed25519 key "
-                                 "(keep it in your CI's secret store)") from None
+            raise SignatureError(f"private key {path} is encrypted", "give an unencrypted Ed25519 key (keep it "
+                                 "in your CI's secret store)") from None
         except Exception:  # ValueError, or UnsupportedAlgorithm for what the other format's parser cannot read
             continue
     if key is None:
-        raise SignatureError(f"private key {path} is not a PEM or OpenSSH private key; make one with "
-                             "`hermes-backend-kit keygen`")
+        raise SignatureError(f"private key {path} is not a PEM or OpenSSH private key",
+                             "make one with `hermes-backend-kit keygen`")
     if not isinstance(key, ed25519.Ed25519PrivateKey):
-        raise SignatureError(f"private key {path} is not an Ed25519 key; make one with `hermes-backend-kit keygen`")
+        raise SignatureError(f"private key {path} is not an Ed25519 key", "make one with `hermes-backend-kit keygen`")
     return key
 
 
@@ -86,7 +92,7 @@ def load_public_key(path: str | Path) -> Any:
 
     data = _read(path, "public key")
     if b"PRIVATE KEY" in data:
-        raise SignatureError(f"{path} is a private key; give the public key (the .pub file keygen wrote)")
+        raise SignatureError(f"{path} is a private key", "give the public key (the .pub file keygen wrote)")
     key = None
     for loader in (serialization.load_pem_public_key, serialization.load_ssh_public_key):
         try:
@@ -95,9 +101,9 @@ def load_public_key(path: str | Path) -> Any:
         except Exception:  # ValueError, or UnsupportedAlgorithm for what the other format's parser cannot read
             continue
     if key is None:
-        raise SignatureError(f"public key {path} is not a PEM or OpenSSH public key")
+        raise SignatureError(f"public key {path} is not a PEM or OpenSSH public key", _FILES["public key"])
     if not isinstance(key, ed25519.Ed25519PublicKey):
-        raise SignatureError(f"public key {path} is not an Ed25519 key")
+        raise SignatureError(f"public key {path} is not an Ed25519 key", _FILES["public key"])
     return key
 
 
@@ -110,7 +116,7 @@ def keygen(private_path: str | Path) -> tuple[Path, Path, str]:
     public = private.with_name(private.name + ".pub")
     for path in (private, public):
         if path.exists():
-            raise SignatureError(f"{path} exists; keygen never overwrites a key: pick another path")
+            raise SignatureError(f"{path} exists and keygen never overwrites a key", "pick another path")
     key = ed25519.Ed25519PrivateKey.generate()
     pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                             serialization.NoEncryption())
@@ -122,7 +128,8 @@ def keygen(private_path: str | Path) -> tuple[Path, Path, str]:
         public.write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM,
                                                          serialization.PublicFormat.SubjectPublicKeyInfo))
     except OSError as exc:
-        raise SignatureError(f"cannot write the key pair at {private}: {exc.strerror}") from None
+        raise SignatureError(f"cannot write the key pair at {private} ({file_problem(exc)})",
+                             "pass --key with a path in a writable directory") from None
     return private, public, fingerprint(key.public_key())
 
 
@@ -146,7 +153,8 @@ def sign_file(report_path: str | Path, key_path: str | Path, out: str | Path | N
     try:
         target.write_text(json.dumps(document, indent=2) + "\n", "utf-8")
     except OSError as exc:
-        raise SignatureError(f"cannot write the signature {target}: {exc.strerror}") from None
+        raise SignatureError(f"cannot write the signature {target} ({file_problem(exc)})",
+                             "pass --out with a path in a writable directory") from None
     return target, document["public_key"]
 
 
@@ -155,19 +163,20 @@ def read_signature(path: str | Path) -> dict[str, Any]:
     try:
         document = json.loads(raw)
     except (ValueError, UnicodeDecodeError):
-        raise SignatureError(f"signature {path} is not a signature file (not JSON); `hermes-backend-kit sign` "
-                             "writes one") from None
+        raise SignatureError(f"signature {path} is not a signature file (not JSON)", _FILES["signature"]) from None
     if not isinstance(document, dict) or document.get("format") != SIGNATURE_FORMAT:
-        raise SignatureError(f"signature {path} is not a {SIGNATURE_FORMAT} file")
+        raise SignatureError(f"signature {path} is not a {SIGNATURE_FORMAT} file", _FILES["signature"])
     if document.get("algorithm") != "ed25519":
-        raise SignatureError(f"signature {path} uses algorithm {document.get('algorithm')!r}; only ed25519 is known")
+        raise SignatureError(f"signature {path} uses algorithm {document.get('algorithm')!r}",
+                             "sign with `hermes-backend-kit sign` (only ed25519 is known)")
     try:
         document["_raw"] = base64.b64decode(str(document.get("signature", "")), validate=True)
     except (binascii.Error, ValueError):
-        raise SignatureError(f"signature {path} is garbled: its signature field is not base64") from None
+        raise SignatureError(f"signature {path} is garbled: its signature field is not base64",
+                             "sign the report again") from None
     if len(document["_raw"]) != 64:
         raise SignatureError(f"signature {path} is garbled: an Ed25519 signature has 64 bytes, "
-                             f"this one {len(document['_raw'])}")
+                             f"this one {len(document['_raw'])}", "sign the report again")
     return document
 
 
@@ -183,10 +192,11 @@ def verify_file(report_path: str | Path, signature_path: str | Path, public_key_
     except InvalidSignature:
         if document.get("public_key") != fingerprint(key):
             raise SignatureError(f"the signature was made by key {document.get('public_key')}, not by the public "
-                                 f"key given ({fingerprint(key)})") from None
+                                 f"key given ({fingerprint(key)})", "pass the signer's public key") from None
         if document.get("sha256") != hashlib.sha256(data).hexdigest():
             raise SignatureError(f"{report_path} changed after it was signed (its sha256 is not the signed "
-                                 "one)") from None
+                                 "one)", "do not trust this report; get the signed original") from None
         raise SignatureError(f"the signature in {signature_path} does not match {report_path} and the key given "
-                             "(the signature file was altered)") from None
+                             "(the signature file was altered)", "do not trust this report; get the signed "
+                             "original") from None
     return fingerprint(key)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+FIELDS = ("backend", "certified", "summary", "duration_s", "not_certified_because")  # what a line needs
+
 
 def _counts(row: dict[str, int]) -> str:
     extra = [f"{row[k]} {k}" for k in ("unverified", "skipped", "waived") if row.get(k)]

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from conformance import __version__, contract, manifest, verdicts
+from conformance.errors import ReportFileError
 from conformance.report.build import EXCERPT_CHARS, REPORT_FORMAT
 from conformance.waivers import Waiver, apply
 
@@ -242,12 +243,12 @@ def _decision(report: dict[str, Any], kit_contract: contract.Contract) -> list[s
 
 def load(path: str | Path) -> tuple[Any, list[str]]:
     """(the parsed report, problems reading it)."""
+    from conformance.report import files
+
     try:
-        return json.loads(Path(path).read_text("utf-8")), []
-    except OSError as exc:
-        return None, [f"cannot read {path}: {exc.strerror}"]
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        return None, [f"{path} is not JSON: {exc}"]
+        return files.read_json(path), []
+    except ReportFileError as exc:
+        return None, [exc.what]
 
 
 def verify_file(path: str | Path) -> list[str]:

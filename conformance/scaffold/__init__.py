@@ -16,6 +16,7 @@ from importlib import resources
 from pathlib import Path
 
 from conformance import contract
+from conformance.errors import ScaffoldError, file_problem
 
 TEMPLATES = ("local", "http")
 # Names a host reserves for its own backends, and words the host looks for in an
@@ -26,15 +27,6 @@ RESERVED = frozenset({
 })
 CLASS_NAME_WORDS = ("local", "ssh", "docker", "singularity", "modal", "daytona")
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
-
-
-class ScaffoldError(ValueError):
-    """Bad input to init-plugin: ``what`` went wrong and the ``fix``."""
-
-    def __init__(self, what: str, fix: str):
-        super().__init__(f"{what} — {fix}")
-        self.what = what
-        self.fix = fix
 
 
 @dataclass(frozen=True)
@@ -108,9 +100,13 @@ def generate(name: str, directory: str | Path | None = None, template: str = "lo
     written = []
     for rel, text in _template_files(template):
         path = target / rel.replace("__pkg__", names.name)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(names.fill(text), "utf-8")
-        if path.suffix == ".sh":
-            path.chmod(0o755)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(names.fill(text), "utf-8")
+            if path.suffix == ".sh":
+                path.chmod(0o755)
+        except OSError as exc:
+            raise ScaffoldError(f"cannot write {exc.filename or path} ({file_problem(exc)})",
+                                "pass --dir with a writable directory") from None
         written.append(path)
     return written

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 from typing import Any
 
-from conformance.scaffold import TEMPLATES, ScaffoldError, generate
+from conformance.scaffold import TEMPLATES, generate
 
 
 def add_parser(sub: Any) -> None:
@@ -27,15 +26,7 @@ def add_parser(sub: Any) -> None:
 
 
 def cmd_init_plugin(args: argparse.Namespace) -> int:
-    try:
-        written = generate(args.name, args.directory, args.template)
-    except ScaffoldError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except OSError as exc:
-        print(f"error: cannot write the plugin ({exc.strerror}: {exc.filename}) — pass --dir with a writable "
-              "directory", file=sys.stderr)
-        return 2
+    written = generate(args.name, args.directory, args.template)  # a ScaffoldError is printed by the CLI
     root = Path(args.directory or args.name)
     print(f"wrote {len(written)} files to {root}/ ({args.template} template):")
     for path in written:
