@@ -175,18 +175,10 @@ def cmd_report_html(args: argparse.Namespace) -> int:
     from conformance.report import bench_plot, html
 
     reports = _reports([args.report])
-    if reports is None:
-        return 2
     missing = html.missing_fields(reports[0])
     if missing:
-        print(f"error: {args.report} is not a certification report (no {', '.join(missing)}); pass a report.json "
-              "written by `hermes-backend-kit certify` or pytest --report", file=sys.stderr)
-        return 2
-    try:
-        bench = bench_plot.load(args.bench) if args.bench else None
-    except bench_plot.BenchFileError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        raise ReportFileError(f"{args.report} is not a certification report (no {', '.join(missing)})")
+    bench = bench_plot.load(args.bench) if args.bench else None
     Path(args.out).write_text(redact.redact(html.render(reports[0], contract.load(), bench)), "utf-8")
     print(f"report page written to {args.out}")
     return 0
@@ -243,11 +235,7 @@ def cmd_certify(args: argparse.Namespace) -> int:
     from conformance.report import bench_plot, html, markdown
     from conformance.report.headline import headline
 
-    try:  # before the run, so a bad file costs no suite run
-        bench = bench_plot.load(args.bench) if args.bench else None
-    except bench_plot.BenchFileError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    bench = bench_plot.load(args.bench) if args.bench else None  # before the run: a bad file costs no suite run
     _certify_inputs(args)
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)

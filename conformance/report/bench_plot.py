@@ -17,14 +17,18 @@ import math
 from pathlib import Path
 from typing import Any
 
+from conformance.errors import InputFileError
+
 FIX = ("pass the results.json that `nox -s bench` (or `python -m conformance.bench --out PATH`) writes, "
        "or leave --bench out")
 WIDTH, LABEL_W, PLOT_W, ROW_H, TOP = 720, 150, 380, 22, 8
 WORSE, BETTER, NEUTRAL = "#c62828", "#2e7d32", "#546e7a"
 
 
-class BenchFileError(ValueError):
-    """The --bench file cannot be read as benchmark results; the message names the file and the fix."""
+class BenchFileError(InputFileError):
+    """The --bench file cannot be read as benchmark results: the file, what is wrong and the fix."""
+
+    fix = FIX
 
 
 def load(path: str | Path) -> dict[str, Any]:
@@ -34,19 +38,17 @@ def load(path: str | Path) -> dict[str, Any]:
     try:
         text = Path(path).read_text("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise BenchFileError(f"cannot read bench results {path}: {getattr(exc, 'strerror', None) or exc}; "
-                             f"{FIX}") from None
+        raise BenchFileError(f"cannot read bench results {path}: {getattr(exc, 'strerror', None) or exc}") from None
     try:
         data = json.loads(text)
     except ValueError as exc:
-        raise BenchFileError(f"bench results {path} are not JSON ({exc}); {FIX}") from None
+        raise BenchFileError(f"bench results {path} are not JSON ({exc})") from None
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         found = data.get("schema") if isinstance(data, dict) else type(data).__name__
-        raise BenchFileError(f"{path} is not a benchmark results file (schema {found!r}, expected {SCHEMA!r}); "
-                             f"{FIX}")
+        raise BenchFileError(f"{path} is not a benchmark results file (schema {found!r}, expected {SCHEMA!r})")
     problems = _shape_problems(data)
     if problems:
-        raise BenchFileError(f"bench results {path} are malformed: {'; '.join(problems[:3])}; {FIX}")
+        raise BenchFileError(f"bench results {path} are malformed: {'; '.join(problems[:3])}")
     return data
 
 
