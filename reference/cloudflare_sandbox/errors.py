@@ -14,7 +14,7 @@ import json
 import re
 from typing import Any
 
-from reference.common.errors import connection_error as common_connection_error
+from reference.common.errors import ConnectionErrors
 
 from .settings import ENDPOINT_VAR, TOKEN_VAR
 
@@ -98,9 +98,7 @@ def error_from_response(status: int, body: bytes) -> BridgeError:
     return BridgeError(code, status=status)
 
 
-def connection_error(message: str, *, secrets: tuple[str, ...] = ()) -> Exception:
-    """The common connection error (EnvironmentConnectionError) with this backend's retry hint."""
-    return common_connection_error(PREFIX, message, secrets=secrets, hint=HINT)
+connection_error = ConnectionErrors(PREFIX, HINT)
 
 
 # What a failed command's result says, by stream error code; the output so far comes first.

@@ -11,6 +11,12 @@ from reference.common.provider import ReferenceProvider, Row
 
 class CloudflareSandboxProvider(ReferenceProvider):
     name = "cloudflare_sandbox"
+    display_name = "Cloudflare Sandbox"
+    description = ("Run terminal work in a Cloudflare Container behind your own bridge Worker; idle "
+                   "workspaces are saved to snapshots and restored on the next command.")
+    env_description = "a Cloudflare Container (Linux, user hermes, workspace /workspace)"
+    cache_path_base = None  # Hermes's skills, cache and credentials stay on the host
+    skip_container_guards = False  # the bearer token controls every workspace: keep Hermes's approval prompts
     default_cwd = config.DEFAULT_CWD
     # Honest capabilities: files persist in snapshots; Hermes's files are not synced into the
     # container; stdin is carried whole (and bounded), not streamed.
@@ -23,27 +29,6 @@ class CloudflareSandboxProvider(ReferenceProvider):
     # The HTTP client's own loggers; masked so no record can carry a credential.
     client_loggers = ("httpx", "httpcore", "httpcore.http11", "httpcore.connection")
     # No probe stub: the prompt-time probe gets an ephemeral workspace of its own (init boots nothing).
-
-    @property
-    def display_name(self) -> str:
-        return "Cloudflare Sandbox"
-
-    @property
-    def description(self) -> str:
-        return ("Run terminal work in a Cloudflare Container behind your own bridge Worker; idle "
-                "workspaces are saved to snapshots and restored on the next command.")
-
-    @property
-    def env_description(self) -> str:
-        return "a Cloudflare Container (Linux, user hermes, workspace /workspace)"
-
-    @property
-    def cache_path_base(self) -> str | None:
-        return None  # Hermes's skills, cache and credentials stay on the host
-
-    @property
-    def skip_container_guards(self) -> bool:
-        return False  # the bearer token controls every workspace: keep Hermes's approval prompts
 
     def setup_instructions(self) -> list[str]:
         return [

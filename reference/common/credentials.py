@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
 from reference.common.errors import SettingsError
 
@@ -55,3 +56,16 @@ def require(name: str, fix: str, read: Read = secret) -> str:
 def required(credentials: Mapping[str, str], read: Read = secret) -> dict[str, str]:
     """Every required variable (name: how to get it), read in order; the first missing one raises."""
     return {name: require(name, fix, read) for name, fix in credentials.items()}
+
+
+@dataclass
+class ApiKeyAccount:
+    """A vendor account reached with an API key, at the vendor's endpoint or another one."""
+
+    api_key: str = field(repr=False)
+    base_url: str | None = None
+
+    @property
+    def secrets(self) -> tuple[str | None, ...]:
+        """Values that must never appear in a message, a log or the sandbox."""
+        return (self.api_key,)

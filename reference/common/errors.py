@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import cast
 
 from reference.common.redact import redact
@@ -74,3 +75,15 @@ def connection_error(backend: str, message: str, exc: BaseException | None = Non
     text = redact(f"{backend}: {message}: {exc}" if exc is not None else f"{backend}: {message}", secrets)
     host = host_error_class()
     return _host_error(host, None, text, hint)
+
+
+@dataclass(frozen=True)
+class ConnectionErrors:
+    """``connection_error`` for one backend: its name leads the text, its retry hint goes along."""
+
+    backend: str
+    hint: str
+
+    def __call__(self, message: str, exc: BaseException | None = None, *,
+                 secrets: Iterable[str | None] = ()) -> Exception:
+        return connection_error(self.backend, message, exc, secrets=secrets, hint=self.hint)

@@ -4,13 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from reference.common.credentials import required
+from reference.common.credentials import required, secret
 from reference.common.provider import ReferenceProvider, Row, Sdk, Setup
 from reference.deepinfra import settings as config
 
 
 class DeepInfraProvider(ReferenceProvider):
     name = "deepinfra"
+    display_name = "DeepInfra Sandbox"
+    description = "Run terminal work in a DeepInfra sandbox: an isolated cloud microVM reached only through the API."
+    env_description = "a DeepInfra sandbox (an isolated Linux microVM; /workspace is the persistent home)"
+    cache_path_base = config.HERMES_DIR
+    skip_container_guards = True  # commands run in an isolated microVM; no host path is ever mounted in
     default_cwd = config.WORKSPACE
     # No stdin-stream: there is no stdin channel; stdin is carried in the command or staged as a file.
     conformance_capabilities = frozenset({"persistence", "file-sync"})
@@ -22,26 +27,6 @@ class DeepInfraProvider(ReferenceProvider):
     sdk = Sdk("deepinfra", "deepinfra", config.INSTALL)
     client_loggers = ("httpx", "httpcore", "deepinfra")
     probe_stub = "the prompt-time probe does not create a sandbox"
-
-    @property
-    def display_name(self) -> str:
-        return "DeepInfra Sandbox"
-
-    @property
-    def description(self) -> str:
-        return "Run terminal work in a DeepInfra sandbox: an isolated cloud microVM reached only through the API."
-
-    @property
-    def env_description(self) -> str:
-        return "a DeepInfra sandbox (an isolated Linux microVM; /workspace is the persistent home)"
-
-    @property
-    def cache_path_base(self) -> str:
-        return config.HERMES_DIR
-
-    @property
-    def skip_container_guards(self) -> bool:
-        return True  # commands run in an isolated microVM; no host path is ever mounted in
 
     def setup_instructions(self) -> list[str]:
         return [
@@ -68,6 +53,6 @@ class DeepInfraProvider(ReferenceProvider):
         from reference.deepinfra.environment import DeepInfraEnvironment
         from reference.deepinfra.sandboxes import Account
 
-        account = Account(api_key=configured.credentials[config.KEY_VAR], base_url=config.secret(config.URL_VAR))
+        account = Account(api_key=configured.credentials[config.KEY_VAR], base_url=secret(config.URL_VAR))
         return DeepInfraEnvironment(account=account, settings=configured.settings, task_id=task_id,
                                     cwd=cwd or self.default_cwd, timeout=timeout)

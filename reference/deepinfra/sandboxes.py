@@ -24,7 +24,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from reference.common.errors import connection_error as common_connection_error
+from reference.common.credentials import ApiKeyAccount
+from reference.common.errors import ConnectionErrors
 from reference.common.redact import redact
 from reference.common.retry import ATTEMPTS, RATE_LIMITED_ATTEMPTS, pause_s, retry, status_code
 from reference.deepinfra.settings import KEY_VAR, MAX_ACTIVE, PLAN_VAR
@@ -64,21 +65,14 @@ def is_transient(exc: BaseException) -> bool:
     return code is not None and code >= 500
 
 
-def connection_error(message: str, exc: BaseException | None = None, *, secrets: tuple[str | None, ...] = ()) -> Exception:
-    return common_connection_error("deepinfra", message, exc, secrets=secrets, hint=HINT)
+connection_error = ConnectionErrors("deepinfra", HINT)
 
 
 @dataclass
-class Account:
+class Account(ApiKeyAccount):
     """The key, the endpoint and one SDK client for an environment."""
 
-    api_key: str
-    base_url: str | None = None
     _client: Any = field(default=None, repr=False)
-
-    @property
-    def secrets(self) -> tuple[str | None, ...]:
-        return (self.api_key,)
 
     @property
     def client(self) -> Any:

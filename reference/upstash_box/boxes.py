@@ -12,7 +12,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from reference.common.errors import connection_error as common_connection_error
+from reference.common.credentials import ApiKeyAccount
+from reference.common.errors import ConnectionErrors
 from reference.common.redact import redact
 from reference.common.retry import ATTEMPTS, RATE_LIMITED_ATTEMPTS, retry, status_code
 
@@ -40,20 +41,12 @@ def is_retryable_read(exc: BaseException) -> bool:
     return is_transient(exc) and status_code(exc) != 404
 
 
-def connection_error(message: str, exc: BaseException | None = None, *, secrets: tuple[str | None, ...] = ()) -> Exception:
-    return common_connection_error("upstash_box", message, exc, secrets=secrets, hint=HINT)
+connection_error = ConnectionErrors("upstash_box", HINT)
 
 
 @dataclass
-class Account:
+class Account(ApiKeyAccount):
     """Credentials and SDK access for one environment."""
-
-    api_key: str
-    base_url: str | None = None
-
-    @property
-    def secrets(self) -> tuple[str | None, ...]:
-        return (self.api_key,)
 
     def options(self) -> dict[str, Any]:
         opts: dict[str, Any] = {"api_key": self.api_key, "timeout": CREATE_TIMEOUT_MS}

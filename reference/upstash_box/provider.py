@@ -12,6 +12,11 @@ from reference.upstash_box import settings as config
 
 class UpstashBoxProvider(ReferenceProvider):
     name = "upstash_box"
+    display_name = "Upstash Box"
+    description = "Run terminal work in an Upstash Box, a cloud Linux container with its own filesystem."
+    env_description = "an Upstash Box cloud container (Linux)"
+    cache_path_base = "~/.hermes"
+    skip_container_guards = True  # commands run in the Box, not on this machine
     default_cwd = "~"
     conformance_capabilities = frozenset({"persistence", "stdin-stream", "file-sync"})
     credentials = config.CREDENTIALS
@@ -24,26 +29,6 @@ class UpstashBoxProvider(ReferenceProvider):
     def __init__(self) -> None:
         # The SDK adds telemetry headers unless this is set; set it before any client exists.
         os.environ.setdefault("UPSTASH_DISABLE_TELEMETRY", "1")
-
-    @property
-    def display_name(self) -> str:
-        return "Upstash Box"
-
-    @property
-    def description(self) -> str:
-        return "Run terminal work in an Upstash Box, a cloud Linux container with its own filesystem."
-
-    @property
-    def env_description(self) -> str:
-        return "an Upstash Box cloud container (Linux)"
-
-    @property
-    def cache_path_base(self) -> str:
-        return "~/.hermes"
-
-    @property
-    def skip_container_guards(self) -> bool:
-        return True  # commands run in the Box, not on this machine
 
     def setup_instructions(self) -> list[str]:
         return [
