@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 import threading
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 
@@ -19,13 +19,14 @@ class CallHung(AssertionError):
     """The backend call did not return within its deadline."""
 
 
-class Call:
+class Call(Generic[T]):
     """One backend call running on its own thread."""
 
-    def __init__(self, fn: Callable[..., Any], *args: Any, **kwargs: Any):
+    _value: T  # set by the worker when the call returns
+
+    def __init__(self, fn: Callable[..., T], *args: Any, **kwargs: Any):
         self._fn, self._args, self._kwargs = fn, args, kwargs
         self._done = threading.Event()
-        self._value: Any = None
         self._error: BaseException | None = None
         self.thread = threading.Thread(target=self._run, daemon=True, name="backend-call")
         self.thread.start()
@@ -46,7 +47,7 @@ class Call:
     def interrupt(self) -> None:
         _set_interrupt(True, self.thread.ident)
 
-    def result(self, timeout: float, what: str = "the call") -> Any:
+    def result(self, timeout: float, what: str = "the call") -> T:
         if not self._done.wait(timeout):
             raise CallHung(f"{what} did not return within {timeout:g}s")
         if self._error is not None:

@@ -73,7 +73,7 @@ class TerminalOutcome:
 
 def retry_delay(retry: int, scale: float = DELAY_SCALE) -> float:
     """Seconds before the ``retry``-th retry (1-based): Hermes's 2**retry, times ``scale``."""
-    return scale * 2 ** retry
+    return scale * 2.0 ** retry
 
 
 def terminal(env: Any, command: str, session: TerminalSession, *, timeout: int = 30,
@@ -287,10 +287,12 @@ class Background:
         probe = (f"p={pid}; kill -0 \"$p\" 2>/dev/null || {{ echo dead; exit 0; }}; "
                  "s=$(sed 's/.*) //' /proc/$p/stat 2>/dev/null | cut -d' ' -f1); "
                  '[ "$s" = Z ] && echo dead || echo alive')
-        return run(self.env, probe, timeout=10).get("output", "").strip() == "alive"
+        output: str = run(self.env, probe, timeout=10).get("output", "")
+        return output.strip() == "alive"
 
     def log(self, job: BackgroundJob) -> str:
-        return run(self.env, f"cat {shlex.quote(job.log)} 2>/dev/null", timeout=10).get("output", "")
+        output: str = run(self.env, f"cat {shlex.quote(job.log)} 2>/dev/null", timeout=10).get("output", "")
+        return output
 
     def exit_status(self, job: BackgroundJob) -> str | None:
         out = run(self.env, f"cat {shlex.quote(job.exit_file)} 2>/dev/null", timeout=10).get("output", "").strip()

@@ -27,7 +27,7 @@ _MISSING = object()
 
 
 def _probe_class(base_cls: type) -> type:
-    class ProbeShell(base_cls):  # type: ignore[misc, valid-type]
+    class ProbeShell(base_cls):  # type: ignore[misc]  # the active host's class, known only at run time
         """Local bash in a private temp dir; exists only to observe the host."""
 
         def __init__(self) -> None:
@@ -44,7 +44,7 @@ def _probe_class(base_cls: type) -> type:
             super()._before_execute()
 
         def _run_bash(self, cmd_string: str, *, login: bool = False, timeout: int = 120,
-                      stdin_data: str | None = None):
+                      stdin_data: str | None = None) -> subprocess.Popen[str]:
             self.threads["_run_bash"] = threading.get_ident()
             args = ["bash", "-l" if login else "--noprofile", "-c", cmd_string]
             proc = subprocess.Popen(
@@ -69,19 +69,29 @@ def _probe_class(base_cls: type) -> type:
     return ProbeShell
 
 
+def _run(env: Any, command: str, **kwargs: Any) -> dict[str, Any]:
+    """env.execute's result: the host's class is only known at run time."""
+    result: dict[str, Any] = env.execute(command, **kwargs)
+    return result
+
+
+def _output(env: Any, command: str, **kwargs: Any) -> str:
+    return str(_run(env, command, **kwargs).get("output", ""))
+
+
 def _cwd_marker(env: Any) -> bool:
-    result = env.execute("cd /")
-    return env.cwd == "/" and "__HERMES_CWD_" not in result.get("output", "")
+    output = _output(env, "cd /")
+    return bool(env.cwd == "/") and "__HERMES_CWD_" not in output
 
 
 def _cwd_observed(env: Any) -> bool:
-    result = env.execute("cd /")
+    result = _run(env, "cd /")
     return result.get("cwd_observed") is True and result.get("cwd") == "/"
 
 
 def _snapshot(env: Any) -> bool:
     env.execute("export KIT_PROBE_VAR=kept")
-    return env.execute("echo ${KIT_PROBE_VAR-unset}").get("output", "").strip() == "kept"
+    return _output(env, "echo ${KIT_PROBE_VAR-unset}").strip() == "kept"
 
 
 # Every per-session name the current host's snapshot leaves out (base_session_env.py).
@@ -92,8 +102,8 @@ _SESSION_VARS = ("HERMES_SESSION_KIT_PROBE", "HERMES_RPC_KIT_PROBE", "HERMES_KER
 
 def _excludes_session_vars(env: Any) -> bool:
     env.execute("export " + " ".join(f"{n}=1" for n in _SESSION_VARS) + " AI_AGENT=kit-probe HERMES_AGENT=kit-probe")
-    out = env.execute("echo " + " ".join(f"${{{n}-unset}}" for n in _SESSION_VARS) + " ${AI_AGENT} ${HERMES_AGENT}")
-    return out.get("output", "").split() == ["unset"] * len(_SESSION_VARS) + ["hermes-agent", "true"]
+    out = _output(env, "echo " + " ".join(f"${{{n}-unset}}" for n in _SESSION_VARS) + " ${AI_AGENT} ${HERMES_AGENT}")
+    return out.split() == ["unset"] * len(_SESSION_VARS) + ["hermes-agent", "true"]
 
 
 def _recreated(env: Any) -> bool:
@@ -101,19 +111,19 @@ def _recreated(env: Any) -> bool:
     if not callable(mark):
         return False
     mark()
-    first = env.execute("true").get("environment_recreated")
-    second = env.execute("true").get("environment_recreated")
+    first = _run(env, "true").get("environment_recreated")
+    second = _run(env, "true").get("environment_recreated")
     return first is True and not second
 
 
 def _bounded(env: Any) -> bool:
-    out = env.execute("seq 1 40000", bounded_capture=True).get("output", "")
+    out = _output(env, "seq 1 40000", bounded_capture=True)
     return "OUTPUT TRUNCATED" in out and len(out) < 100_000
 
 
 def _functions_redumped(env: Any) -> bool:
     env.execute("kit_probe_fn() { echo kept-function; }; alias kit_probe_alias='echo kept-alias'")
-    out = env.execute("kit_probe_fn; kit_probe_alias").get("output", "")
+    out = _output(env, "kit_probe_fn; kit_probe_alias")
     return out.split() == ["kept-function", "kept-alias"]
 
 
@@ -121,7 +131,8 @@ def _worker_thread(env: Any) -> bool:
     env.threads.clear()
     env.execute("true")
     caller = threading.get_ident()
-    return env.threads.get("_before_execute") == caller and env.threads.get("_run_bash") not in (None, caller)
+    threads: dict[str, int] = env.threads
+    return threads.get("_before_execute") == caller and threads.get("_run_bash") not in (None, caller)
 
 
 def _fetch(env: Any) -> bool:
@@ -136,13 +147,13 @@ def _fetch(env: Any) -> bool:
     env.fetch_file(source, dest, max_bytes=len(data))
     with open(dest, "rb") as fh:
         copied = fh.read()
-    return copied == data and env.fetch_realpath(link) == source
+    return copied == data and str(env.fetch_realpath(link)) == source
 
 
 def _heredoc(env: Any) -> bool:
     env._stdin_mode = "heredoc"
     try:
-        return env.execute("cat", stdin_data="via heredoc").get("output", "").strip() == "via heredoc"
+        return _output(env, "cat", stdin_data="via heredoc").strip() == "via heredoc"
     finally:
         env._stdin_mode = "pipe"
 
@@ -151,24 +162,24 @@ def _sudo(env: Any) -> bool:
     saved = os.environ.get("SUDO_PASSWORD")
     os.environ["SUDO_PASSWORD"] = "kit-probe"
     try:
-        out = env.execute("function sudo { printf '%s|' \"$@\"; head -n1; }; sudo true")
+        out = _output(env, "function sudo { printf '%s|' \"$@\"; head -n1; }; sudo true")
     finally:
         if saved is None:
             os.environ.pop("SUDO_PASSWORD", None)
         else:
             os.environ["SUDO_PASSWORD"] = saved
-    return out.get("output", "").strip() == "-S|-p||true|kit-probe"
+    return out.strip() == "-S|-p||true|kit-probe"
 
 
 def _yield_handler(env: Any) -> bool:
     """BaseEnvironment.execute takes yield_handler (None runs the command as usual)."""
-    return env.execute("echo yielded", yield_handler=None).get("output", "").strip() == "yielded"
+    return _output(env, "echo yielded", yield_handler=None).strip() == "yielded"
 
 
 def _stdin_error(env: Any) -> bool:
     """A stdin error left on the process handle comes back as stdin_error and an output note."""
-    result = env.execute("cat > /dev/null; echo after", stdin_data="kit\ud800probe")
-    return bool(result.get("stdin_error")) and "[stdin write failed:" in result.get("output", "")
+    result = _run(env, "cat > /dev/null; echo after", stdin_data="kit\ud800probe")
+    return bool(result.get("stdin_error")) and "[stdin write failed:" in str(result.get("output", ""))
 
 
 def _wait_loop(env: Any) -> bool:

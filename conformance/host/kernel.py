@@ -211,4 +211,5 @@ def process_gone(env: Any, pid: str | int) -> bool:
     probe = (f"p={shlex.quote(str(pid))}; kill -0 \"$p\" 2>/dev/null || {{ echo gone; exit 0; }}; "
              "s=$(sed 's/.*) //' /proc/$p/stat 2>/dev/null | cut -d' ' -f1); "
              '[ "$s" = Z ] && echo gone || echo running')
-    return _sh(env, probe, 10).get("output", "").strip() == "gone"
+    output: str = _sh(env, probe, 10).get("output", "")
+    return output.strip() == "gone"

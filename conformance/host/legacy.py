@@ -12,24 +12,28 @@ import importlib
 import importlib.metadata
 import sys
 import traceback
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 ABI_MODULES = ("agent.terminal_env_provider", "agent.provider_base", "agent.terminal_env_registry")
 
 
-def _register_function(spec: str):
+def _register_function(spec: str) -> Callable[[Any], object]:
     from conformance.host import loader
 
+    register: Callable[[Any], object]
     if spec.startswith(("ep:", "entry-point:")):
         name = spec.split(":", 1)[1]
         eps = [ep for ep in importlib.metadata.entry_points(group=loader.ENTRY_POINT_GROUP) if ep.name == name]
         target = eps[0].load()
-        return getattr(target, "register", target)
-    if "/" in spec or Path(spec).is_dir():
-        return loader._import_directory(Path(spec).resolve()).register
-    module_name, _, attr = spec.partition(":")
-    module = importlib.import_module(module_name)
-    return getattr(module, attr or "register")
+        register = getattr(target, "register", target)
+    elif "/" in spec or Path(spec).is_dir():
+        register = loader._import_directory(Path(spec).resolve()).register
+    else:
+        module_name, _, attr = spec.partition(":")
+        register = getattr(importlib.import_module(module_name), attr or "register")
+    return register
 
 
 def main(argv: list[str]) -> int:

@@ -20,7 +20,7 @@ import inspect
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 logger = logging.getLogger("tools.terminal_tool_lifecycle")
@@ -35,6 +35,7 @@ def cleanup_env(env: Any, *, force_remove: bool | None = None) -> None:
     cleanup = getattr(env, "cleanup", None)
     if callable(cleanup):
         if force_remove is not None:
+            params: Mapping[str, inspect.Parameter]
             try:
                 params = inspect.signature(cleanup).parameters
             except (TypeError, ValueError):

@@ -6,10 +6,12 @@ Unix sockets stay allowed; every IP connection attempt is refused and logged.
 
 from __future__ import annotations
 
+import _socket
 import socket
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any, NoReturn
 
 _lock = threading.Lock()
 
@@ -29,27 +31,29 @@ def network_guard() -> Iterator[list[str]]:
         attempts.append(repr(target))
         return NetworkBlocked(f"network access blocked by hermes-backend-kit: {target!r}")
 
-    def connect(self: socket.socket, address: object) -> None:
+    # The replacements sit on _socket.socket, where connect/connect_ex live; the address is passed
+    # through to the original unchanged, so it is typed as loosely as socket types it.
+    def connect(self: _socket.socket, address: Any) -> None:
         if self.family == socket.AF_UNIX:
             return originals[0](self, address)
         raise refuse(address)
 
-    def connect_ex(self: socket.socket, address: object) -> int:
+    def connect_ex(self: _socket.socket, address: Any) -> int:
         if self.family == socket.AF_UNIX:
             return originals[1](self, address)
         raise refuse(address)
 
-    def getaddrinfo(host: object, port: object, *args: object, **kwargs: object) -> list:
+    def getaddrinfo(host: object, port: object, *args: object, **kwargs: object) -> NoReturn:
         raise refuse((host, port))
 
-    def create_connection(address: object, *args: object, **kwargs: object) -> socket.socket:
+    def create_connection(address: object, *args: object, **kwargs: object) -> NoReturn:
         raise refuse(address)
 
     with _lock:
         socket.socket.connect = connect  # type: ignore[method-assign]
         socket.socket.connect_ex = connect_ex  # type: ignore[method-assign]
-        socket.getaddrinfo = getaddrinfo  # type: ignore[assignment]
-        socket.create_connection = create_connection  # type: ignore[assignment]
+        socket.getaddrinfo = getaddrinfo
+        socket.create_connection = create_connection
         try:
             yield attempts
         finally:

@@ -50,7 +50,8 @@ RESERVED_NAMES = frozenset({
 
 
 def provider_base_class() -> type:
-    return importlib.import_module("agent.terminal_env_provider").TerminalEnvironmentProvider
+    cls: type = importlib.import_module("agent.terminal_env_provider").TerminalEnvironmentProvider
+    return cls
 
 
 class ProviderRegistry:

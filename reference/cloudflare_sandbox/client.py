@@ -51,8 +51,9 @@ class Features:
     def from_health(cls, data: Any) -> Features:
         if not isinstance(data, dict) or data.get("ok") is not True or data.get("protocol") != PROTOCOL:
             raise BridgeError("unexpected_response", detail="/health did not report bridge protocol 1")
-        offered = data.get("extensions") if isinstance(data.get("extensions"), list) else []
-        limits = data.get("limits") if isinstance(data.get("limits"), dict) else {}
+        extensions, declared = data.get("extensions"), data.get("limits")
+        offered: list[Any] = extensions if isinstance(extensions, list) else []
+        limits: dict[str, Any] = declared if isinstance(declared, dict) else {}
 
         def limit(name: str, default: int) -> int:
             value = limits.get(name)

@@ -148,8 +148,12 @@ class RemoteCommand:
         try:
             for upload in plan.uploads:
                 collected = bytearray()
+
+                def keep(data: bytes, into: bytearray = collected) -> None:
+                    into.extend(data[:4096])
+
                 code = self._exchange(upload.command, upload.stdin, login=False, timeout=STAGE_TIMEOUT_S,
-                                      sink=lambda data, into=collected: into.extend(data[:4096]))
+                                      sink=keep)
                 if code != 0:
                     text = collected.decode("utf-8", "replace").strip()[-300:]
                     raise BridgeError("staging_failed", detail=f"writing the stdin into the container exited "

@@ -17,17 +17,22 @@ from __future__ import annotations
 
 import queue
 import threading
-from typing import Any
+from collections.abc import Callable
+from typing import Protocol
 
-_pending: queue.SimpleQueue[Any] = queue.SimpleQueue()
+_pending: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+
+
+class _Cleanable(Protocol):
+    def cleanup(self) -> None: ...
 
 
 class CleanupOffThread:
     """Mixin for a BaseEnvironment subclass: ``__del__`` hands cleanup() to a daemon thread."""
 
-    def __del__(self) -> None:
+    def __del__(self: _Cleanable) -> None:
         try:
-            _pending.put(self.cleanup)  # type: ignore[attr-defined]
+            _pending.put(self.cleanup)
         except Exception:
             pass
 
@@ -44,7 +49,7 @@ def _dispatch() -> None:
         del cleanup
 
 
-def _quietly(cleanup: Any) -> None:
+def _quietly(cleanup: Callable[[], None]) -> None:
     try:
         cleanup()
     except Exception:

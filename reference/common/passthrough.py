@@ -13,6 +13,12 @@ from __future__ import annotations
 
 import logging
 import shlex
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the mixin's super() is the host's BaseEnvironment, importable only once a host is set up
+    from tools.environments.base import BaseEnvironment as _Environment
+else:
+    _Environment = object
 
 logger = logging.getLogger("reference.common.passthrough")
 
@@ -34,7 +40,7 @@ def passthrough_prelude(blocked: frozenset[str]) -> str:
     return prepend_unset("\n".join(exports) + "\n" if exports else "", unset_names)
 
 
-class PassthroughEnvironment:
+class PassthroughEnvironment(_Environment):
     """Mixin for a BaseEnvironment subclass: each command starts with the passthrough prelude.
 
     ``passthrough_blocked`` names the backend's credentials.  Current hosts also keep
@@ -46,4 +52,4 @@ class PassthroughEnvironment:
 
     def _wrap_command(self, command: str, cwd: str) -> str:
         prelude = passthrough_prelude(self.passthrough_blocked)
-        return super()._wrap_command(prelude + command if prelude else command, cwd)  # type: ignore[misc]
+        return super()._wrap_command(prelude + command if prelude else command, cwd)

@@ -23,7 +23,7 @@ BACKOFF_S = 0.5  # the first pause; each later one doubles
 
 def pause_s(failures: int) -> float:
     """How long to wait after the ``failures``-th failure (1-based)."""
-    return BACKOFF_S * 2 ** (failures - 1)
+    return BACKOFF_S * 2.0 ** (failures - 1)
 
 
 def status_code(exc: BaseException) -> int | None:

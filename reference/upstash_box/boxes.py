@@ -10,12 +10,15 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from reference.common.credentials import ApiKeyAccount
 from reference.common.errors import ConnectionErrors
 from reference.common.redact import redact
 from reference.common.retry import ATTEMPTS, RATE_LIMITED_ATTEMPTS, retry, status_code
+
+if TYPE_CHECKING:  # the SDK is imported when a Box is first needed
+    from upstash_box import Box
 
 logger = logging.getLogger("reference.upstash_box")
 
@@ -59,11 +62,11 @@ class Account(ApiKeyAccount):
 
         return upstash_box
 
-    def find(self, name: str) -> Any | None:
+    def find(self, name: str) -> Box[Any] | None:
         """The Box named ``name``, or None (a deleted Box counts as none)."""
         sdk = self._sdk()
         try:
-            box = retry(lambda: sdk.Box.get_by_name(name, **self.options()), retryable=is_retryable_read)
+            box: Box[Any] = retry(lambda: sdk.Box.get_by_name(name, **self.options()), retryable=is_retryable_read)
         except sdk.BoxError as exc:
             if status_code(exc) == 404:
                 return None
@@ -74,8 +77,8 @@ class Account(ApiKeyAccount):
         return box
 
     def create(self, name: str, *, labels: tuple[str, ...], size: str, runtime: str | None,
-               keep_alive: bool) -> tuple[Any, bool]:
-        """Create a Box, or attach to the one another process just created under the
+               keep_alive: bool) -> tuple[Box[Any], bool]:
+        """Create a Box[Any], or attach to the one another process just created under the
         same name; returns (box, attached)."""
         sdk = self._sdk()
         config: dict[str, Any] = {**self.options(), "name": name, "labels": list(labels), "size": size}
@@ -103,7 +106,7 @@ class Account(ApiKeyAccount):
                         "`box list --label hermes` and delete the ones you no longer need")
             raise connection_error(f"creating Box {name} failed{hint}", exc, secrets=self.secrets) from None
 
-    def state(self, box: Any) -> str:
+    def state(self, box: Box[Any]) -> str:
         """The Box's status; "deleted" when the service no longer knows it."""
         sdk = self._sdk()
         try:
@@ -114,7 +117,7 @@ class Account(ApiKeyAccount):
             raise connection_error(f"reading the status of Box {box.id} failed", exc, secrets=self.secrets) from None
         return str((data or {}).get("status") or "unknown").lower()
 
-    def resume(self, box: Any) -> None:
+    def resume(self, box: Box[Any]) -> None:
         """Resume a paused Box and wait until it is usable again."""
         box.resume()
         deadline = time.monotonic() + RESUME_WAIT_S
@@ -127,7 +130,7 @@ class Account(ApiKeyAccount):
             time.sleep(0.2)
         raise connection_error(f"Box {box.id} did not resume within {RESUME_WAIT_S:.0f}s")
 
-    def pause(self, box: Any) -> None:
+    def pause(self, box: Box[Any]) -> None:
         sdk = self._sdk()
         try:
             box.pause()
@@ -135,7 +138,7 @@ class Account(ApiKeyAccount):
             if status_code(exc) != 404:  # already gone: nothing to pause
                 logger.warning("pausing Box %s failed: %s", box.id, redact(exc, self.secrets))
 
-    def delete(self, box: Any, *, attempts: int = ATTEMPTS) -> bool:
+    def delete(self, box: Box[Any], *, attempts: int = ATTEMPTS) -> bool:
         """Delete this Box by id; True when it is gone (a missing Box counts as deleted)."""
         sdk = self._sdk()
         try:

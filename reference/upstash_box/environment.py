@@ -15,7 +15,7 @@ import logging
 import shlex
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tools.environments.base import BaseEnvironment
 from tools.environments.base_output import _ThreadedProcessHandle
@@ -30,7 +30,15 @@ from reference.upstash_box import session
 from reference.upstash_box.boxes import USABLE, Account, BoxGone, connection_error
 from reference.upstash_box.settings import KEY_VAR, Settings
 
+if TYPE_CHECKING:
+    from upstash_box import Box
+
 logger = logging.getLogger("reference.upstash_box")
+
+
+def _finished(text: str, exit_code: int) -> _ThreadedProcessHandle:
+    """The handle of a command that did not start: ``text`` is its whole output."""
+    return _ThreadedProcessHandle(lambda: (text, exit_code))
 
 
 class UpstashBoxEnvironment(PassthroughEnvironment, CleanupOffThread, BaseEnvironment):
@@ -56,26 +64,27 @@ class UpstashBoxEnvironment(PassthroughEnvironment, CleanupOffThread, BaseEnviro
     # -- the Box ---------------------------------------------------------------------
     @property
     def box_id(self) -> str:
-        return self._box.id
+        box_id: str = self._box.id  # the SDK keeps the id untyped
+        return box_id
 
     def _name(self) -> str:
         return sandbox_name(self._settings.name_prefix, self._task_id, unique=not self._settings.persistent)
 
-    def _new_box(self, name: str) -> Any:
+    def _new_box(self, name: str) -> Box[Any]:
         s = self._settings
         box, attached = self._account.create(name, labels=s.labels, size=s.size, runtime=s.runtime,
                                              keep_alive=s.keep_alive)
         logger.info("using Box %s (%s) for task %s", box.id, name, self._task_id)
         return self._ready(box) if attached else box
 
-    def _acquire(self) -> Any:
+    def _acquire(self) -> Box[Any]:
         name = self._name()
         if not self._settings.persistent:
             return self._new_box(name)
         box = self._account.find(name)
         return self._new_box(name) if box is None else self._ready(box)
 
-    def _ready(self, box: Any) -> Any:
+    def _ready(self, box: Box[Any]) -> Box[Any]:
         """A found Box: resume it if paused; never replace one in the error state."""
         state = self._account.state(box)
         if state == "paused":
@@ -164,12 +173,12 @@ class UpstashBoxEnvironment(PassthroughEnvironment, CleanupOffThread, BaseEnviro
                 return report_stdin_error(session.start(self._box, argv, cwd=self._home, stdin_data=payload,
                                                         open_timeout_s=max(1.0, float(timeout))), stdin_failed)
             except session.OpenTimeout as exc:
-                return _ThreadedProcessHandle(lambda text=f"upstash_box: {exc}\n": (text, 124))
+                return _finished(f"upstash_box: {exc}\n", 124)
             except Exception as exc:
                 refusal = self._why_not_started(exc, retry=attempt == 1)
                 if refusal is None:
                     continue  # the Box was paused and is resumed: try once more
-                return _ThreadedProcessHandle(lambda text=refusal: (text, 1))
+                return _finished(refusal, 1)
         raise AssertionError("unreachable")
 
     def _why_not_started(self, exc: BaseException, *, retry: bool) -> str | None:

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from reference.common.stream_handle import StreamProcessHandle
+
+if TYPE_CHECKING:
+    from upstash_box import Box
 
 logger = logging.getLogger("reference.upstash_box")
 
@@ -27,7 +30,7 @@ class OpenTimeout(TimeoutError):
     """The service accepted the session but did not start it in time."""
 
 
-def _open(box: Any, argv: list[str], cwd: str, handle: StreamProcessHandle, within_s: float) -> Any:
+def _open(box: Box[Any], argv: list[str], cwd: str, handle: StreamProcessHandle, within_s: float) -> Any:
     """Open the exec session, giving up after ``within_s``: a silent service must not
     hold Hermes's thread past the command's timeout (Hermes's own timer starts only
     once this returns).  A session that opens after that is closed at once."""
@@ -60,7 +63,7 @@ def _open(box: Any, argv: list[str], cwd: str, handle: StreamProcessHandle, with
         return outcome["session"]
 
 
-def start(box: Any, argv: list[str], *, cwd: str, stdin_data: bytes | None,
+def start(box: Box[Any], argv: list[str], *, cwd: str, stdin_data: bytes | None,
           open_timeout_s: float = 120.0) -> StreamProcessHandle:
     """Start ``argv`` in ``box``; raises the SDK's BoxError if the session cannot start,
     OpenTimeout if it does not start within ``open_timeout_s``."""
@@ -108,7 +111,7 @@ def _await_exit(session: Any, handle: StreamProcessHandle) -> None:
     session.close()
 
 
-def capture(box: Any, argv: list[str], *, cwd: str, stdin_data: bytes | None = None,
+def capture(box: Box[Any], argv: list[str], *, cwd: str, stdin_data: bytes | None = None,
             timeout: float = 300.0) -> tuple[bytes, int]:
     """Run ``argv`` to completion and return (stdout + stderr bytes, exit code)."""
     chunks: list[bytes] = []

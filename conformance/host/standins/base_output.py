@@ -14,7 +14,7 @@ import subprocess
 import threading
 from collections import deque
 from collections.abc import Callable
-from typing import IO, Protocol
+from typing import IO, Any, Protocol
 
 # Default of tool_output.max_bytes: what the foreground terminal tool keeps.
 DEFAULT_MAX_OUTPUT_CHARS = 50_000
@@ -142,7 +142,7 @@ class _BoundedOutputCollector:
             return head + notice + tail + suffix, True
 
 
-def _pipe_stdin(proc: subprocess.Popen, data: str) -> threading.Thread:
+def _pipe_stdin(proc: subprocess.Popen[Any], data: str) -> threading.Thread:
     """Write ``data`` to the child's stdin from a thread, then close it (EOF).
 
     Text that cannot be encoded is a write failure, published as
@@ -174,7 +174,7 @@ def _pipe_stdin(proc: subprocess.Popen, data: str) -> threading.Thread:
     return thread
 
 
-def _popen_bash(cmd: list[str], stdin_data: str | None = None, **kwargs) -> subprocess.Popen:
+def _popen_bash(cmd: list[str], stdin_data: str | None = None, **kwargs: Any) -> subprocess.Popen[str]:
     proc = subprocess.Popen(
         cmd,
         stdout=subprocess.PIPE,

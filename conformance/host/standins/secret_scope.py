@@ -43,11 +43,11 @@ def is_multiplex_active() -> bool:
     return _multiplex
 
 
-def set_secret_scope(secrets: Mapping[str, str] | None) -> Token:
+def set_secret_scope(secrets: Mapping[str, str] | None) -> Token[Mapping[str, str] | None]:
     return _scope.set(secrets)
 
 
-def reset_secret_scope(token: Token) -> None:
+def reset_secret_scope(token: Token[Mapping[str, str] | None]) -> None:
     _scope.reset(token)
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterator
+from typing import overload
 
 _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 
@@ -130,6 +131,10 @@ def _rewrite_compound_background(command: str) -> str:
     return command
 
 
+@overload
+def _transform_sudo_command(command: str) -> tuple[str, str | None]: ...
+@overload
+def _transform_sudo_command(command: None) -> tuple[None, None]: ...
 def _transform_sudo_command(command: str | None) -> tuple[str | None, str | None]:
     if command is None:
         return None, None

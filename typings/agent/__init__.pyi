@@ -1,0 +1,1 @@
+"""Hermes's agent package, typed by the kit's stand-ins."""

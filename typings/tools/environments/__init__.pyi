@@ -1,0 +1,1 @@
+"""Hermes's tools.environments package, typed by the kit's stand-ins."""
