@@ -102,6 +102,7 @@ def _install_hermes(requested: str) -> HostInfo:
     if problem is not None:
         raise HostError(f"--host hermes needs an importable hermes-agent ({problem})",
                         "install it with `pip install 'hermes-backend-kit[hermes]'` or use --host builtin")
+    version: str | None
     try:
         version = importlib.metadata.version("hermes-agent")
     except importlib.metadata.PackageNotFoundError:

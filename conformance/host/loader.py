@@ -239,7 +239,7 @@ def _load(spec: str, registry: ProviderRegistry, config: dict[str, Any]) -> Load
         if not callable(getattr(module, "register", None)):
             raise LoadError(f"module {module_name} has no register(ctx)", f"name the provider as {module_name}:ATTR")
         directory = _module_dir(module)
-        manifest = read_manifest(directory) if directory and module.__file__.endswith("__init__.py") else None
+        manifest = read_manifest(directory) if directory and (module.__file__ or "").endswith("__init__.py") else None
         return _from_package(spec, "module", module, manifest, registry, config)
     try:
         target = getattr(module, attr)
