@@ -4,6 +4,7 @@
     nox -s conformance -- --backend X [--report PATH] [pytest options]
     nox -s tests                                # the kit's own tests (mutants included)
     nox -s lint
+    nox -s typecheck                            # mypy, configured in pyproject.toml
     nox -s host_equivalence                     # same verdicts on hermes-agent 0.19.0 and the stand-ins
     nox -s bench -- [--quick] [--backends a,b]  # benchmark matrix (not in the default sessions)
     nox -s soak -- [--commands N]               # 8-thread soak and long random sessions (not default)
@@ -114,6 +115,20 @@ def tests(session: nox.Session) -> None:
 def lint(session: nox.Session) -> None:
     session.install("ruff>=0.6")
     session.run("ruff", "check", ".")
+
+
+# mypy and the stubs are pinned: a new release's checks land by a deliberate bump, not by surprise.
+TYPECHECK_TOOLS = ("mypy==2.4.1", "types-PyYAML==6.0.12.20261122", "types-jsonschema==4.26.0.20261006")
+
+
+@nox.session
+def typecheck(session: nox.Session) -> None:
+    """mypy over conformance, fakes, reference and isolation ([tool.mypy] in pyproject.toml).
+
+    The vendor SDKs ship their types (py.typed), so they are installed rather than ignored.
+    """
+    session.install(".[upstash,deepinfra,sign]", *TYPECHECK_TOOLS)
+    session.run("mypy", *session.posargs)
 
 
 @nox.session(default=False)
