@@ -1,0 +1,274 @@
+"""Bad input is one KitError with a fix, printed as one line with a uniform exit code by every command.
+
+The command-line tests run the real console entry (``python -m conformance.cli``) in a subprocess:
+exit 2 and exactly one stderr line ``error: <what> — <fix>`` for bad input, 1 for a run whose answer
+is no, 3 for a bug, and a traceback only with --debug.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conformance import cli, config, contract, errors, waivers
+from conformance.host import loader
+from conformance.report import bench_plot, files
+
+CLI = [sys.executable, "-W", "ignore::DeprecationWarning", "-m", "conformance.cli"]
+BINARY = bytes(range(256)) * 4  # not UTF-8, not JSON, not YAML
+
+PROVIDER = '''
+from fakes.tempdir_box.box_provider import TempdirBoxProvider
+
+
+class Provider(TempdirBoxProvider):
+    name = "broken_box"
+{body}
+
+def register(ctx):
+    ctx.register_terminal_environment_provider(Provider())
+'''
+MANIFEST = 'name: broken_box\nversion: "1.0"\ndescription: a box for error tests\nkind: backend\n'
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "HERMES_", "TEMPDIR_BOX_"))}
+    return {**env, **extra}
+
+
+def _run(*args: object, cwd: Path, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([*CLI, *map(str, args)], capture_output=True, text=True, timeout=timeout, cwd=cwd,
+                          env=env or _env())
+
+
+def _plugin(root: Path, *, manifest: str = MANIFEST, body: str = "    pass\n", name: str = "broken_box") -> Path:
+    directory = root / name
+    directory.mkdir()
+    (directory / "plugin.yaml").write_text(manifest)
+    (directory / "__init__.py").write_text(PROVIDER.format(body=body))
+    return directory
+
+
+def _one_error_line(done: subprocess.CompletedProcess, *expected: str) -> str:
+    """The single stderr line of a bad-input exit: `error: <what> — <fix>`, no traceback."""
+    lines = done.stderr.splitlines()
+    assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
+    assert len(lines) == 1, done.stderr[-3000:]
+    assert lines[0].startswith("error: ") and " — " in lines[0], lines[0]
+    assert "Traceback" not in done.stdout + done.stderr and "INTERNALERROR" not in done.stdout + done.stderr
+    for text in expected:
+        assert text in lines[0], lines[0]
+    return lines[0]
+
+
+# ------------------------------------------------------------------ the hierarchy
+def test_every_kit_error_class_has_a_fix_and_the_docstring_tree_names_them_all():
+    classes = errors.all_classes()
+    assert {c.__name__ for c in classes} >= {"KitError", "ContractError", "BackendLoadError", "PluginManifestError",
+                                             "BackendConfigError", "WaiverError", "ReportFileError", "SignatureError",
+                                             "ScaffoldError", "BenchFileError"}
+    for cls in classes:
+        assert isinstance(cls.fix, str) and cls.fix.strip(), f"{cls.__name__} has no fix of its own"
+        error = cls.__new__(cls)
+        errors.KitError.__init__(error, "something is wrong")
+        assert error.fix == cls.fix and error.line() == f"something is wrong — {cls.fix}"
+    tree = errors.__doc__ or ""
+    defined = [n.name for n in ast.parse(Path(errors.__file__).read_text()).body if isinstance(n, ast.ClassDef)]
+    for name in defined:
+        assert f" {name} " in tree, f"{name} is missing from the tree in conformance/errors.py's docstring"
+
+
+def test_the_old_names_are_the_new_classes_and_still_the_builtin_kinds():
+    assert loader.LoadError is errors.BackendLoadError and issubclass(errors.PluginManifestError, loader.LoadError)
+    assert config.BackendConfigError is errors.BackendConfigError and contract.ContractError is errors.ContractError
+    assert waivers.WaiverError is errors.WaiverError and issubclass(bench_plot.BenchFileError, errors.InputFileError)
+    assert issubclass(errors.ContractError, ValueError) and issubclass(errors.BackendLoadError, RuntimeError)
+    assert issubclass(errors.RouteTableError, errors.BackendConfigError)
+
+
+def test_an_error_crosses_processes_as_its_own_class_with_what_why_and_fix():
+    sent = errors.ContractError("x.yaml is not a valid contract (2 problem(s))", "fix the named fields",
+                                why="clauses[0].level: bad; clauses[1].id: repeats")
+    back = errors.KitError.from_dict(json.loads(json.dumps(sent.to_dict())))
+    assert type(back) is errors.ContractError and (back.what, back.why, back.fix) == (sent.what, sent.why, sent.fix)
+    assert str(back) == "x.yaml is not a valid contract (2 problem(s)): clauses[0].level: bad; clauses[1].id: " \
+                        "repeats — fix the named fields"
+    unknown = errors.KitError.from_dict({"kind": "NoSuchError", "what": "w", "fix": ""})
+    assert type(unknown) is errors.KitError and unknown.fix == errors.KitError.fix
+
+
+@pytest.mark.parametrize("read, kind, expected", [
+    (lambda p: config.load(str(p), set()), errors.BackendConfigError, "not UTF-8 text"),
+    (lambda p: waivers.load(p, contract.load()), errors.WaiverError, "not UTF-8 text"),
+    (lambda p: files.read_report(p), errors.ReportFileError, "not UTF-8 text"),
+    (lambda p: contract.load(p.parent), errors.ContractFileError, "it is a directory"),
+    (lambda p: loader.read_manifest(p.parent), errors.PluginManifestError, "not UTF-8 text"),
+])
+def test_lower_layer_errors_become_the_most_specific_kit_error(tmp_path, read, kind, expected):
+    path = tmp_path / "plugin.yaml"
+    path.write_bytes(BINARY)
+    with pytest.raises(kind) as caught:
+        read(path)
+    assert expected in caught.value.what and caught.value.fix and caught.value.__cause__ is None
+
+
+# ------------------------------------------------------------------ the command line: exit 2, one line
+def test_certify_with_a_backend_that_does_not_exist(tmp_path):
+    done = _run("certify", "--backend", "./nonexistent", "--out", tmp_path / "out", cwd=tmp_path)
+    _one_error_line(done, "./nonexistent is not a directory — give a plugin directory")
+
+
+@pytest.mark.parametrize("manifest, expected", [
+    ("name: broken_box\n  version: [\n", "plugin.yaml is not valid YAML (line 2, column 10"),
+    ("- name\n- version\n", "must hold a mapping (name, version, description, kind), not a list — fix the file"),
+])
+def test_certify_with_a_broken_plugin_yaml(tmp_path, manifest, expected):
+    directory = _plugin(tmp_path, manifest=manifest)
+    done = _run("certify", "--backend", directory, "--fake", "tempdir", "--out", tmp_path / "out", cwd=tmp_path)
+    _one_error_line(done, str(directory / "plugin.yaml"), expected)
+
+
+def test_certify_with_a_plugin_directory_that_is_no_package(tmp_path):
+    directory = tmp_path / "no_init"
+    directory.mkdir()
+    (directory / "plugin.yaml").write_text(MANIFEST)
+    done = _run("certify", "--backend", directory, "--fake", "tempdir", "--out", tmp_path / "out", cwd=tmp_path)
+    _one_error_line(done, "has no __init__.py — make the directory a Python package")
+
+
+def test_a_setup_error_under_debug_shows_the_runs_traceback(tmp_path):
+    done = _run("--debug", "certify", "--backend", "./nonexistent", "--out", tmp_path / "out", cwd=tmp_path)
+    assert done.returncode == 2
+    assert "Traceback (most recent call last)" in done.stderr and "conformance/host/loader.py" in done.stderr
+    assert done.stderr.splitlines()[-1].startswith("error: ./nonexistent is not a directory — ")
+
+
+@pytest.mark.parametrize("content", [None, BINARY])
+@pytest.mark.parametrize("command", [["verify"], ["report", "compare"], ["report", "summary"], ["report", "matrix"],
+                                     ["report", "html"]])
+def test_report_commands_on_a_missing_or_binary_file(tmp_path, command, content):
+    path = tmp_path / "report.json"
+    if content is not None:
+        path.write_bytes(content)
+    args = [*command, path, *([path] if command[-1] == "compare" else []),
+            *(["--out", tmp_path / "page.html"] if command[-1] == "html" else [])]
+    line = _one_error_line(_run(*args, cwd=tmp_path), f"cannot read report {path}",
+                           "no such file" if content is None else "not UTF-8 text")
+    assert line.endswith("— pass a report.json written by `hermes-backend-kit certify` (or pytest --report)")
+
+
+def _bad_inputs(tmp_path: Path) -> dict[str, tuple[list[object], str]]:
+    existing = tmp_path / "key"
+    existing.write_text("mine")
+    return {
+        "backend-config": (["certify", "--backend", "tempdir_box", "--backend-config", tmp_path / "no.yaml",
+                            "--out", tmp_path / "out"], "--backend-config"),
+        "waivers": (["certify", "--backend", "tempdir_box", "--waivers", tmp_path / "no.yaml", "--out",
+                     tmp_path / "out"], "--waivers"),
+        "doctor": (["doctor", "--backend", "./nonexistent"], "is not a directory"),
+        "verify half": (["verify", tmp_path / "r.json", "--signature", tmp_path / "r.sig"],
+                        "--signature and --public-key go together"),
+        "sign": (["sign", tmp_path / "r.json", "--key", tmp_path / "no.key"], "private key"),
+        "keygen": (["keygen", "--key", existing], "keygen never overwrites a key"),
+        "contract show": (["contract", "show", "exec.nope"], "unknown clause 'exec.nope'"),
+        "contract validate": (["contract", "validate", tmp_path / "no.yaml"], "cannot read contract"),
+        "init-plugin": (["init-plugin", "Acme", "--dir", tmp_path / "p"], "'Acme' is not lowercase"),
+        "fake serve": (["fake", "serve", "cloudflare", "--max-sandboxes", "5"], "has no sandbox cap"),
+    }
+
+
+@pytest.mark.parametrize("case", ["backend-config", "waivers", "doctor", "verify half", "sign", "keygen",
+                                  "contract show", "contract validate", "init-plugin", "fake serve"])
+def test_every_command_reports_bad_input_the_same_way(tmp_path, case):
+    args, expected = _bad_inputs(tmp_path)[case]
+    done = _run(*args, cwd=tmp_path, timeout=120)
+    _one_error_line(done, expected)
+    assert "certifying" not in done.stdout  # certify refused before starting a run
+
+
+def test_debug_by_environment_variable(tmp_path):
+    done = _run("verify", tmp_path / "missing.json", cwd=tmp_path, env=_env(HERMES_KIT_DEBUG="1"))
+    assert done.returncode == 2 and "Traceback (most recent call last)" in done.stderr
+    assert "ReportFileError" in done.stderr and done.stderr.splitlines()[-1].startswith("error: cannot read report")
+
+
+def test_help_lists_the_exit_codes():
+    done = subprocess.run([*CLI, "--help"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0
+    for code, _ in cli.EXIT_CODES:
+        assert f"\n  {code:<4} " in done.stdout, done.stdout
+    assert "--debug" in done.stdout and "HERMES_KIT_DEBUG" in done.stdout
+
+
+# ------------------------------------------------------------------ exit 1 and exit 3
+def test_a_run_that_is_not_certified_exits_1(tmp_path):
+    """A plugin.yaml without a version loads (Hermes would load it too): the register.manifest check fails it.
+
+    PYTEST_ADDOPTS narrows the run to that one check, which keeps the test fast (a narrowed run is never
+    certified either; the reasons name the failing clause)."""
+    manifest = "name: broken_box\ndescription: no version\nkind: backend\n"
+    directory = _plugin(tmp_path, manifest=manifest)
+    out = tmp_path / "out"
+    done = _run("certify", "--backend", directory, "--fake", "tempdir", "--workers", "0", "--out", out, cwd=tmp_path,
+                env=_env(PYTEST_ADDOPTS="-k test_manifest_describes_a_backend"))
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    report = json.loads((out / "report.json").read_text())
+    verdicts = {c["id"]: c["verdict"] for c in report["clauses"]}
+    assert verdicts["register.manifest"] == "fail" and "MUST clause register.manifest failed" in \
+        report["not_certified_because"]
+    assert "error:" not in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_bug_is_one_line_and_exit_3_and_its_traceback_only_with_debug(monkeypatch, capsys):
+    def broken(args):
+        raise ZeroDivisionError("the kit divided by zero")
+
+    monkeypatch.setattr(cli, "cmd_backends", broken)
+    assert cli.main(["backends"]) == 3
+    err = capsys.readouterr().err
+    assert err.splitlines() == ["error: internal error (ZeroDivisionError: the kit divided by zero) — rerun with "
+                                "--debug and report it with the traceback"]
+    assert cli.main(["--debug", "backends"]) == 3
+    err = capsys.readouterr().err
+    assert "Traceback (most recent call last)" in err and "in broken" in err
+
+
+# ------------------------------------------------------------------ doctor: each row's own fix
+def test_doctor_names_the_unset_variable_the_plugin_requires(tmp_path):
+    manifest = MANIFEST + "requires_env:\n  - BROKEN_BOX_KEY\n"
+    body = "    def is_available(self):\n        return False\n"
+    done = _run("doctor", "--backend", _plugin(tmp_path, manifest=manifest, body=body), "--fake", "tempdir",
+                cwd=tmp_path, env=_env())
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "FAIL  is_available         is_available() returned False\n" in done.stdout
+    assert "      fix: set BROKEN_BOX_KEY (plugin.yaml requires_env)\n" in done.stdout
+    assert "None" not in done.stdout
+
+
+def test_doctor_fixes_come_from_each_rows_failure(tmp_path):
+    body = ("    def probe(self):\n"
+            "        return ('unreachable', 'the endpoint refused the connection')\n"
+            "    def doctor_checks(self):\n"
+            "        return [(True, 'sdk', 'installed'), (False, 'quota', '3 of 3 sandboxes in use')]\n"
+            "    def create_environment(self, *args, **kwargs):\n"
+            "        env = super().create_environment(*args, **kwargs)\n"
+            "        env.execute = lambda command, **kw: {'output': 'nothing ran'}\n"
+            "        return env\n")
+    done = _run("doctor", "--backend", _plugin(tmp_path, body=body), "--fake", "tempdir", cwd=tmp_path)
+    assert done.returncode == 1, done.stdout + done.stderr
+    rows = done.stdout.splitlines()
+    fixes = {rows[i - 1][6:26].strip(): line.removeprefix("      fix: ") for i, line in enumerate(rows)
+             if line.startswith("      fix: ")}
+    assert fixes == {
+        "probe": "fix what the probe reports: the endpoint refused the connection",
+        "doctor_checks": "fix what the backend's own check(s) quota report",
+        "round trip": "put the command's exit status under 'returncode'",
+    }, done.stdout
+    assert "FAIL  doctor_checks        quota: 3 of 3 sandboxes in use" in done.stdout
+    assert "None" not in done.stdout
