@@ -1,17 +1,24 @@
 // The container's command supervisor (container/hermes-exec), run here with the local python3.
 
 import assert from "node:assert/strict";
-import { spawn, spawnSync } from "node:child_process";
+import { type ChildProcess, spawn, spawnSync } from "node:child_process";
 import { randomUUID } from "node:crypto";
+import { existsSync, mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { test } from "node:test";
+import { after, test } from "node:test";
 
 const SUPERVISOR = fileURLToPath(new URL("../../container/hermes-exec", import.meta.url));
 const id = () => randomUUID().replaceAll("-", "");
+// The supervisor's request records go to a directory of this run's own, removed at the end.
+const RECORDS = mkdtempSync(join(tmpdir(), "hermes-exec-test-"));
+const ENV = { ...process.env, HERMES_EXEC_RECORDS: RECORDS };
+after(() => rmSync(RECORDS, { recursive: true, force: true }));
 
 function run(args: string[], input?: string) {
   const started = Date.now();
-  const result = spawnSync("python3", [SUPERVISOR, ...args], { input, encoding: "utf8", timeout: 20_000 });
+  const result = spawnSync("python3", [SUPERVISOR, ...args], { input, encoding: "utf8", timeout: 20_000, env: ENV });
   return { code: result.status, out: result.stdout, seconds: (Date.now() - started) / 1000 };
 }
 
@@ -42,18 +49,32 @@ test("background jobs do not hold the command open", () => {
   assert.ok(result.seconds < 3, `took ${result.seconds}s`);
 });
 
+/** Settles when the supervised command prints its first line.  The supervisor installs its signal
+ *  handlers before it starts bash, so from then on a signal sent to it is forwarded, not fatal; a
+ *  fixed sleep instead races python3's start-up, which takes seconds on a loaded machine. */
+function commandStarted(child: ChildProcess): Promise<void> {
+  return new Promise((resolve, reject) => {
+    child.stdout!.once("data", () => resolve());
+    child.once("exit", (code, signal) => reject(new Error(`the supervisor ended (${code ?? signal}) before its command started`)));
+  });
+}
+
 test("a forwarded SIGTERM ends the command with 143; --kill stops a recorded group", async () => {
   const rid = id();
-  const child = spawn("python3", [SUPERVISOR, "--id", rid, "30", "-c", "sleep 30"]);
-  const exited = new Promise<number | null>((resolve) => child.on("exit", (code) => resolve(code)));
-  await new Promise((r) => setTimeout(r, 300));
+  const child = spawn("python3", [SUPERVISOR, "--id", rid, "30", "-c", "echo started; sleep 30"], { env: ENV });
+  const exited = new Promise<[number | null, string | null]>((resolve) => child.on("exit", (code, signal) => resolve([code, signal])));
+  await commandStarted(child);
   child.kill("SIGTERM");
-  assert.equal(await exited, 143);
+  assert.deepEqual(await exited, [143, null]);
   const other = id();
-  const stuck = spawn("python3", [SUPERVISOR, "--id", other, "30", "-c", "trap '' TERM; sleep 30"]);
+  // The supervisor records its group after bash starts: the command waits for that record before it
+  // says it started, so --kill below finds it.
+  const stuck = spawn("python3", [SUPERVISOR, "--id", other, "30", "-c",
+    `trap '' TERM; until [ -s '${join(RECORDS, other)}' ]; do sleep 0.05; done; echo started; sleep 30`], { env: ENV });
   const gone = new Promise<string | null>((resolve) => stuck.on("exit", (_code, signal) => resolve(signal)));
-  await new Promise((r) => setTimeout(r, 300));
+  await commandStarted(stuck);
   assert.equal(run(["--kill", other]).code, 0);
   assert.equal(await gone, "SIGKILL");
+  assert.ok(!existsSync(join(RECORDS, other)), "--kill leaves the killed supervisor's record behind");
   assert.equal(run(["--kill", id()]).code, 0, "an unknown id is not an error");
 });
