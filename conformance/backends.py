@@ -1,7 +1,14 @@
-"""Backends the kit knows by name, and the fake service each runs against."""
+"""Backends the kit knows by name: what each loads, the fake it runs against and the extra it needs.
+
+The one list of them: the CLI, ``--backend``, noxfile.py, the bench, the soak
+and the kit's tests all read it here.  noxfile.py imports this module from the
+nox process before the project is installed anywhere, so it imports the
+standard library only (``import conformance`` runs nothing else either).
+"""
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass
 
 
@@ -11,16 +18,26 @@ class KnownBackend:
     spec: str  # what conformance.host.loader loads
     fake: str | None  # the fake service used unless --live
     description: str
+    extra: str | None = None  # the pip extra that installs its vendor SDK
+    sdk_module: str | None = None  # the module that extra makes importable
+    reference: bool = True  # a reference backend (reference/), not the kit's own tempdir_box
+
+    def missing_extra(self) -> str | None:
+        """Why this backend cannot load here (its SDK is not importable, and how to install it); None if it can."""
+        if self.sdk_module is None or importlib.util.find_spec(self.sdk_module) is not None:
+            return None
+        return (f"backend {self.name} needs its SDK, the '{self.extra}' extra: module {self.sdk_module!r} is not "
+                f"importable. Install it with: pip install 'hermes-backend-kit[{self.extra}]'")
 
 
 KNOWN_BACKENDS: dict[str, KnownBackend] = {
     "tempdir_box": KnownBackend(
         "tempdir_box", "fakes.tempdir_box", "tempdir",
-        "temp-dir boxes on this machine (the kit's default system under test)",
+        "temp-dir boxes on this machine (the kit's default system under test)", reference=False,
     ),
     "upstash_box": KnownBackend(
         "upstash_box", "reference.upstash_box", "upstash",
-        "reference Upstash Box backend (needs the upstash extra)",
+        "reference Upstash Box backend (needs the upstash extra)", extra="upstash", sdk_module="upstash_box",
     ),
     "cloudflare_sandbox": KnownBackend(
         "cloudflare_sandbox", "reference.cloudflare_sandbox", "cloudflare",
@@ -28,10 +45,15 @@ KNOWN_BACKENDS: dict[str, KnownBackend] = {
     ),
     "deepinfra": KnownBackend(
         "deepinfra", "reference.deepinfra", "deepinfra",
-        "reference DeepInfra sandbox backend (needs the deepinfra extra)",
+        "reference DeepInfra sandbox backend (needs the deepinfra extra)", extra="deepinfra", sdk_module="deepinfra",
     ),
 }
 DEFAULT_BACKEND = "tempdir_box"
+# What `nox -s conformance` certifies and the bench measures unless told otherwise: every known backend.
+DEFAULT_BACKENDS: tuple[str, ...] = tuple(KNOWN_BACKENDS)
+REFERENCE_BACKENDS: tuple[str, ...] = tuple(n for n, b in KNOWN_BACKENDS.items() if b.reference)
+# The extras that install every known backend's SDK, as pip spells them: ".[upstash,deepinfra]".
+EXTRAS: tuple[str, ...] = tuple(dict.fromkeys(b.extra for b in KNOWN_BACKENDS.values() if b.extra))
 
 
 def resolve(spec: str) -> tuple[str, str | None]:

@@ -39,7 +39,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-REFERENCE_BACKENDS = ("upstash_box", "cloudflare_sandbox", "deepinfra")
+from conformance import backends
+
 ENVS = 4  # two persistent, two not; THREADS share them, as Hermes's tools share one environment
 LIVE_STATES = ("running", "creating")
 
@@ -299,7 +300,7 @@ def _table(results: list[dict[str, Any]]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m conformance.soak", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--backends", default=",".join(REFERENCE_BACKENDS))
+    parser.add_argument("--backends", default=",".join(backends.REFERENCE_BACKENDS))
     parser.add_argument("--commands", type=int, default=int(os.environ.get("KIT_SOAK_COMMANDS", "10000")))
     parser.add_argument("--threads", type=int, default=8)
     parser.add_argument("--examples", type=int, default=int(os.environ.get("KIT_SOAK_EXAMPLES", "1000")),

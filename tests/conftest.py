@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from conformance import suite_command
+
 pytest_plugins = ["pytester"]
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -34,8 +36,7 @@ def run_suite(*args: str, cwd: Path, python: str = sys.executable, timeout: floa
               workers: int = 2, extra_env: dict[str, str] | None = None) -> SuiteRun:
     """Run the conformance suite in a fresh process, from ``cwd``, and read its report."""
     report = cwd / "report.json"
-    cmd = [python, "-m", "pytest", "--pyargs", "conformance.checks", "-p", "no:cacheprovider",
-           "-q", "--report", str(report), *(["-n", str(workers)] if workers else []), *args]
+    cmd = suite_command.command(*args, python=python, workers=workers, report=report)
     # The kit's own behaviour must not depend on the machine running it (CI changes --live).
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("PYTEST_", "TEMPDIR_BOX_", "HERMES_")) and k != "CI"}

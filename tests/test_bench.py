@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -103,7 +104,7 @@ def test_growth_rules():
 
 
 def test_missing_extra_is_named(monkeypatch):
-    monkeypatch.setattr(cli.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     with pytest.raises(SystemExit, match=r"upstash_box needs its SDK, the 'upstash' extra"):
         cli.check_extras(["tempdir_box", "upstash_box"])
     with pytest.raises(SystemExit, match="unknown backend"):

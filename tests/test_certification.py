@@ -12,7 +12,7 @@ import sys
 import pytest
 import yaml
 
-from conformance import cli, contract, manifest, traceability
+from conformance import backends, cli, contract, manifest, traceability
 from conformance.report import verify
 from conformance.waivers import WaiverError, load
 from tests.conftest import run_suite
@@ -126,7 +126,7 @@ def test_certify_with_a_waived_must_failure_and_verify(tmp_path):
 
 
 @pytest.mark.suite
-@pytest.mark.parametrize("backend", ["upstash_box", "cloudflare_sandbox", "deepinfra"])
+@pytest.mark.parametrize("backend", backends.REFERENCE_BACKENDS)
 def test_doctor_on_a_fake_backed_reference_backend(backend, tmp_path):
     proc = subprocess.run([sys.executable, "-W", "ignore", "-m", "conformance.cli", "doctor", "--backend",
                            backend], capture_output=True, text=True, timeout=60, cwd=tmp_path)
@@ -140,8 +140,7 @@ def test_doctor_on_a_fake_backed_reference_backend(backend, tmp_path):
 
 
 @pytest.mark.suite
-@pytest.mark.parametrize("backend, fake", [("tempdir_box", "tempdir"), ("upstash_box", "upstash"),
-                                           ("cloudflare_sandbox", "cloudflare"), ("deepinfra", "deepinfra")])
+@pytest.mark.parametrize("backend, fake", [(b.name, b.fake) for b in backends.KNOWN_BACKENDS.values()])
 def test_certify_writes_four_files_that_verify(backend, fake, tmp_path):
     """Every reference backend certifies against its fake (started by the run itself)."""
     out = tmp_path / "out"

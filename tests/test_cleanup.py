@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from conformance import suite_command
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.suite
@@ -153,9 +154,8 @@ def test_a_local_backend_without_isolation_never_works_in_the_users_home(tmp_pat
     plugin.mkdir(parents=True)
     (plugin / "plugin.yaml").write_text('name: host-shell\nversion: "1.0"\ndescription: local bash\nkind: backend\n')
     (plugin / "__init__.py").write_text(HOST_SHELL_PLUGIN)
-    result, scratch_tmp, scratch_home, output = _probe(
-        tmp_path, sys.executable, "-m", "pytest", "--pyargs", "conformance.checks", "-p", "no:cacheprovider",
-        "-q", "-n", "2", "--backend", "/tmp/host_shell", "-k", "test_exec or test_cwd or test_identity or test_persist")
+    result, scratch_tmp, scratch_home, output = _probe(tmp_path, *suite_command.command(
+        "--backend", "/tmp/host_shell", "-k", "test_exec or test_cwd or test_identity or test_persist", workers=2))
     assert "passed" in output, output[-3000:]
     _nothing_left(result, scratch_tmp, scratch_home, output, keep={"host_shell"})
 

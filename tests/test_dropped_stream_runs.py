@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from conformance import backends
 from conformance.checks._run_count import count_runs, counting, describe, drive
 from conformance.checks._support import rc, run
 from conformance.run import KitRun, RunOptions
@@ -58,7 +59,7 @@ def _runs_after_dropped_stream(kit: KitRun) -> tuple[int, str]:
     return count_runs(kit, env, record, expect=1).runs, describe(outcome)
 
 
-@pytest.mark.parametrize("backend", ["upstash_box", "cloudflare_sandbox", "deepinfra"])
+@pytest.mark.parametrize("backend", backends.REFERENCE_BACKENDS)
 def test_reference_backend_runs_a_dropped_command_once(kit_for, backend):
     runs, what = _runs_after_dropped_stream(kit_for(backend))
     assert runs == 1, f"{backend}: the command ran {runs} time(s) after its stream dropped: {what}"

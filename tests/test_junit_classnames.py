@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import xml.etree.ElementTree as ET
 
 import pytest
 
+from conformance import suite_command
 from tests.conftest import ROOT
 
 
@@ -20,9 +20,9 @@ def test_classnames_leave_out_the_path_from_the_rootdir(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "TEMPDIR_BOX_", "HERMES_"))}
     env["TEMPDIR_BOX_ROOT"] = str(tmp_path / "boxes")
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "--pyargs", "conformance.checks", "--backend", "fakes.tempdir_box:provider",
-         "-k", "test_exec_properties", "-p", "no:cacheprovider", "-q", "--rootdir", str(ROOT.parent),
-         "--junitxml", str(junit), "-o", "junit_family=xunit1"],  # xunit1 keeps the file attribute
+        suite_command.command("--backend", "fakes.tempdir_box:provider", "-k", "test_exec_properties",
+                              "--rootdir", str(ROOT.parent), "--junitxml", str(junit),
+                              "-o", "junit_family=xunit1"),  # xunit1 keeps the file attribute
         cwd=ROOT.parent, env=env, capture_output=True, text=True, timeout=600)
     assert junit.is_file(), proc.stdout[-3000:] + proc.stderr[-3000:]
     cases = ET.parse(junit).getroot().iter("testcase")

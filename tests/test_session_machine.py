@@ -17,9 +17,10 @@ from pathlib import Path
 
 import pytest
 
+from conformance import backends
 from conformance.session_model import Harness, SessionMachine, regression_json, replay, run_machine
 
-BACKENDS = ("tempdir_box", "upstash_box", "cloudflare_sandbox", "deepinfra")
+BACKENDS = backends.DEFAULT_BACKENDS
 EXAMPLES = int(os.environ.get("KIT_MACHINE_EXAMPLES", "200"))
 CHUNKS = 2
 STEPS = 6

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import statistics
@@ -16,15 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from conformance.backends import KNOWN_BACKENDS
+from conformance.backends import DEFAULT_BACKENDS, KNOWN_BACKENDS
 from conformance.bench import growth, report, suite, world
 from conformance.bench.measure import MIB, human_size, measured, parse_size, percentile, timed_ms
 from conformance.bench.report import Figure, TargetResult
 from conformance.bench.targets import KitBackend, LocalBash, Target, Unsupported, concurrent_floods
 
-ALL_BACKENDS = ("tempdir_box", "upstash_box", "cloudflare_sandbox", "deepinfra")
-# Backends whose vendor SDK comes from an extra: (importable module, extra name).
-EXTRAS = {"upstash_box": ("upstash_box", "upstash"), "deepinfra": ("deepinfra", "deepinfra")}
 REPEAT_UP_TO = 4 * MIB  # output sizes up to this are repeated (median of 3); larger ones run once
 
 
@@ -54,13 +50,11 @@ def check_extras(backends: list[str]) -> None:
     """Fail before measuring anything when a backend's SDK is not installed."""
     for name in backends:
         if name not in KNOWN_BACKENDS:
-            raise SystemExit(f"bench: unknown backend {name!r}; known: {', '.join(ALL_BACKENDS)}")
-        module, extra = EXTRAS.get(name, (None, None))
-        if module and importlib.util.find_spec(module) is None:
-            raise MissingExtra(
-                f"bench: backend {name} needs its SDK, the '{extra}' extra: module {module!r} is not "
-                f"importable. Install it with: pip install 'hermes-backend-kit[{extra}]' "
-                f"(or drop it: --backends {','.join(b for b in backends if b != name) or 'tempdir_box'})")
+            raise SystemExit(f"bench: unknown backend {name!r}; known: {', '.join(KNOWN_BACKENDS)}")
+        missing = KNOWN_BACKENDS[name].missing_extra()
+        if missing:
+            raise MissingExtra(f"bench: {missing} "
+                               f"(or drop it: --backends {','.join(b for b in backends if b != name) or 'tempdir_box'})")
 
 
 class Progress:
@@ -190,8 +184,8 @@ def _plan(args: argparse.Namespace) -> Plan:
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m conformance.bench",
                                 description="Benchmark matrix: backends on their fakes against local bash -c.")
-    p.add_argument("--backends", default=",".join(ALL_BACKENDS),
-                   help=f"comma-separated backends (default {','.join(ALL_BACKENDS)})")
+    p.add_argument("--backends", default=",".join(DEFAULT_BACKENDS),
+                   help=f"comma-separated backends (default {','.join(DEFAULT_BACKENDS)})")
     p.add_argument("--quick", action="store_true", help="smaller sizes, fewer rounds (about a minute)")
     p.add_argument("--skip-suite", action="store_true", help="do not time the conformance suite")
     p.add_argument("--out", default="bench/results.json", help="JSON path; the Markdown goes next to it (.md)")

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
+
+from conformance import suite_command
 
 SUITE_TIMEOUT_S = 1800
 
@@ -18,8 +19,7 @@ class SuiteRun:
 
 
 def command(backend: str, workers: int = 2) -> list[str]:
-    return [sys.executable, "-m", "pytest", "--pyargs", "conformance.checks", "-p", "no:cacheprovider",
-            "-q", "-n", str(workers), "--backend", backend]
+    return suite_command.command("--backend", backend, workers=workers)
 
 
 def run(backend: str, env: dict[str, str]) -> SuiteRun:
