@@ -1,10 +1,11 @@
 """nox sessions of hermes-backend-kit.
 
-    nox -s conformance                          # reference backends against their fakes
-    nox -s conformance -- --backend X [--report PATH] [pytest options]
+    nox -s conformance                          # certify every known backend against its fake
+    nox -s conformance -- --backend X [--out DIR] [certify options]
     nox -s tests                                # the kit's own tests (mutants included)
     nox -s lint
     nox -s typecheck                            # mypy, configured in pyproject.toml
+    nox -s worker                               # the reference Cloudflare Worker's own tests (npm)
     nox -s host_equivalence                     # same verdicts on hermes-agent 0.19.0 and the stand-ins
     nox -s bench -- [--quick] [--backends a,b]  # benchmark matrix (not in the default sessions)
     nox -s soak -- [--commands N]               # 8-thread soak and long random sessions (not default)
@@ -13,19 +14,34 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import nox
+
+# The backends the kit knows by name come from the kit itself.  conformance/backends.py imports
+# the standard library only, so this process (nox's own Python, before any session installs the
+# project) can read it straight from the source tree.
+sys.path.insert(0, str(Path(__file__).parent))
+from conformance import backends
 
 nox.options.sessions = ["lint", "tests", "conformance"]
 nox.options.reuse_existing_virtualenvs = True
 
 ROOT = Path(__file__).parent
 REPORTS = ROOT / "reports"
-# The embedded default of `nox -s conformance`: each reference backend on its fake.
-DEFAULT_BACKENDS = ("tempdir_box", "upstash_box", "cloudflare_sandbox", "deepinfra")
+WORKER = ROOT / "reference" / "cloudflare_sandbox" / "worker"
 WORKERS = os.environ.get("KIT_WORKERS", "2")
-PATH_OPTIONS = ("--backend", "--backend-config", "--report")
+PATH_OPTIONS = ("--backend", "--backend-config", "--out", "--waivers", "--sign-key", "--bench")
+
+
+def _project(*extras: str) -> str:
+    """The project with ``extras`` and every known backend's SDK extra, as pip spells it."""
+    return f".[{','.join(dict.fromkeys([*extras, *backends.EXTRAS]))}]"
+
+
+def _certify(*args: str) -> tuple[str, ...]:
+    return ("hermes-backend-kit", "certify", "--workers", WORKERS, *args)
 
 
 def _has_option(args: list[str], name: str) -> bool:
@@ -54,24 +70,22 @@ def _resolve(option: str, value: str, invoked_from: str) -> str:
 
 @nox.session
 def conformance(session: nox.Session) -> None:
-    """Run the conformance suite and write a certification report per backend."""
-    session.install(".[upstash,deepinfra]")
+    """Certify backends with `hermes-backend-kit certify`: every known backend on its fake, or the one
+    --backend names.  Each writes report.json, report.md, report.html, junit.xml and badge.json."""
+    session.install(_project())
     args = _from_caller(list(session.posargs), session.invoked_from)
-    base = ["python", "-m", "pytest", "--pyargs", "conformance.checks", "-p", "no:cacheprovider", "-q",
-            "-n", WORKERS]
     if _has_option(args, "--backend"):
-        if not _has_option(args, "--report"):
-            args += ["--report", str(REPORTS / "conformance.json")]
-        session.run(*base, *args)
+        if not _has_option(args, "--out"):
+            args += ["--out", str(REPORTS / "conformance")]
+        session.run(*_certify(*args))
         return
-    # Every backend runs even when one is not certified (pytest exits 1 then); the summary at the end
+    # Every backend runs even when one is not certified (certify exits 1 then); the summary at the end
     # fails the session unless all are.  A run that could not start (exit 2 and up) stops here.
     reports = []
-    for backend in DEFAULT_BACKENDS:
-        report = REPORTS / f"conformance-{backend}.json"
-        report.unlink(missing_ok=True)
-        session.run(*base, "--backend", backend, "--report", str(report), *args, success_codes=[0, 1])
-        reports.append(str(report))
+    for backend in backends.DEFAULT_BACKENDS:
+        out = REPORTS / f"conformance-{backend}"
+        session.run(*_certify("--backend", backend, "--out", str(out), *args), success_codes=[0, 1])
+        reports.append(str(out / "report.json"))
     session.run("hermes-backend-kit", "report", "matrix", *reports, "--out", str(REPORTS / "faults-matrix.md"),
                 success_codes=[0, 1])
     session.run("hermes-backend-kit", "report", "summary", *reports)
@@ -138,7 +152,7 @@ def bench(session: nox.Session) -> None:
     nox -s bench -- [--quick] [--backends tempdir_box,upstash_box] [--skip-suite]
     """
     # The profilers are for bench/PROFILE.md's method (py-spy record / pyinstrument), not the run itself.
-    session.install(".[upstash,deepinfra]", "pyinstrument>=4.6", "py-spy>=0.3.14")
+    session.install(_project(), "pyinstrument>=4.6", "py-spy>=0.3.14")
     session.run("python", "-W", "ignore::DeprecationWarning", "-m", "conformance.bench",
                 "--out", str(ROOT / "bench" / "results.json"), *session.posargs)
 
@@ -146,21 +160,36 @@ def bench(session: nox.Session) -> None:
 @nox.session(default=False)
 def soak(session: nox.Session) -> None:
     """10,000 commands from 8 threads per reference backend, leak and RSS counts, 1000 random sessions each."""
-    session.install(".[upstash,deepinfra]")
+    session.install(_project())
     session.run("python", "-W", "ignore::DeprecationWarning", "-m", "conformance.soak",
                 "--out", str(ROOT / "soak" / "results.json"), *session.posargs)
 
 
 @nox.session
 def host_equivalence(session: nox.Session) -> None:
-    """Run each default backend under hermes-agent 0.19.0 and under the stand-ins; compare verdicts."""
-    session.install(".[hermes,upstash,deepinfra]")
-    REPORTS.mkdir(exist_ok=True)
-    for backend in DEFAULT_BACKENDS:
+    """Certify each default backend under hermes-agent 0.19.0 and under the stand-ins; compare verdicts."""
+    session.install(_project("hermes"))
+    for backend in backends.DEFAULT_BACKENDS:
         reports = {}
         for host in ("hermes", "builtin"):
-            reports[host] = str(REPORTS / f"host-{host}-{backend}.json")
-            session.run("python", "-m", "pytest", "--pyargs", "conformance.checks", "-p", "no:cacheprovider",
-                        "-q", "-n", WORKERS, "--backend", backend, "--host", host, "--report", reports[host],
-                        *session.posargs, success_codes=[0, 1])  # failures are compared below, not fatal here
+            out = REPORTS / f"host-{host}-{backend}"
+            reports[host] = str(out / "report.json")
+            session.run(*_certify("--backend", backend, "--host", host, "--out", str(out), *session.posargs),
+                        success_codes=[0, 1])  # failures are compared below, not fatal here
         session.run("hermes-backend-kit", "report", "compare", reports["hermes"], reports["builtin"])
+
+
+@nox.session(python=False)
+def worker(session: nox.Session) -> None:
+    """The reference Cloudflare Worker's own tests: `npm ci` from the committed lockfile, then `npm test`
+    (tsc, then node --test).  npm's cache is build/tmp/npm-cache (ignored), never the user's home; once it
+    is warm, the install needs no network."""
+    import shutil
+
+    if not shutil.which("npm"):
+        session.error("npm is not on PATH: install Node.js 20 or later (with npm) to run the Worker's tests")
+    env = {"npm_config_cache": str(ROOT / "build" / "tmp" / "npm-cache"), "npm_config_update_notifier": "false",
+           "npm_config_fund": "false", "npm_config_audit": "false"}
+    session.chdir(WORKER)
+    session.run("npm", "ci", "--prefer-offline", env=env, external=True)
+    session.run("npm", "test", env=env, external=True)
