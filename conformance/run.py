@@ -363,7 +363,8 @@ def fake_errors(fix: str) -> Iterator[None]:
     try:
         yield
     except UnknownFake as exc:
-        raise FakeServiceError(str(exc).split(";", 1)[0], f"pass --fake {' or '.join(sorted(FAKES))}") from None
+        raise FakeServiceError(str(exc).split(";", 1)[0],
+                               f"pass --fake with one of the known fakes: {', '.join(sorted(FAKES))}") from None
     except FakeError as exc:
         raise FakeServiceError(str(exc), fix) from exc
 

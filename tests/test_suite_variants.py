@@ -32,9 +32,11 @@ def test_entry_point_name_must_match_the_manifest(tmp_path, name, verdict):
     "args, message",
     [
         (("--backend", "no_such_backend_pkg"), "no module 'no_such_backend_pkg'"),
-        (("--fake", "nope"), "unknown fake 'nope'; known fakes: cloudflare, deepinfra, tempdir, upstash"),
+        (("--fake", "nope"), "unknown fake 'nope' — pass --fake with one of the known fakes: cloudflare, deepinfra, "
+                             "tempdir, upstash"),
         (("--live", "--fake", "tempdir"), "--live and --fake exclude each other"),
-        (("--backend-config", "{config}"), "unknown key(s) terminl; allowed: capabilities, disclaims, env, persistent_path, terminal"),
+        (("--backend-config", "{config}"),
+         "unknown key(s) terminl — use only capabilities, disclaims, env, persistent_path, terminal"),
     ],
 )
 def test_setup_problems_are_one_clear_message(tmp_path, args, message):
