@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from conformance import suite_command
 from conformance.host.calls import CallHung
 from conformance.host.loader import LoadError, load
 from conformance.host.registry import ProviderRegistry
@@ -186,9 +187,8 @@ def _one_error_line(output: str, expected: str) -> None:
 @pytest.mark.parametrize("case", ["path", "plugin.yaml", "register", "backend-config"])
 def test_a_setup_error_under_xdist_is_one_line(tmp_path, case):
     args, expected = _bad_setups(tmp_path)[case]
-    proc = subprocess.run([sys.executable, "-m", "pytest", "--pyargs", "conformance.checks", "-p", "no:cacheprovider",
-                           "-q", "-n", "2", *args], capture_output=True, text=True, timeout=300, cwd=tmp_path,
-                          env=_kit_env())
+    proc = subprocess.run(suite_command.command(*args, workers=2), capture_output=True, text=True, timeout=300,
+                          cwd=tmp_path, env=_kit_env())
     assert proc.returncode == 4, proc.stdout[-2000:] + proc.stderr[-2000:]
     _one_error_line(proc.stdout + proc.stderr, expected)
 

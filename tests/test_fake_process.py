@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 from upstash_box import Box, BoxError
 
+from conformance import suite_command
 from fakes import process
 from fakes.control import RemoteObject
 from fakes.services import FakeError, FakeOptions
@@ -319,8 +320,7 @@ def test_the_suite_certifies_deepinfra_against_a_fake_started_by_hand(tmp_path):
 def test_a_finalizer_that_calls_its_fake_stalls_no_check(tmp_path):
     selection = "test_exec or test_transport_faults or test_lifecycle"
     backend = ("--backend", "fakes.mutants.finalizer_calls_fake:provider", "--fake", "deepinfra")
-    listed = subprocess.run([sys.executable, "-m", "pytest", "--pyargs", "conformance.checks", "-p",
-                             "no:cacheprovider", "-q", "--collect-only", *backend, "-k", selection],
+    listed = subprocess.run(suite_command.command("--collect-only", *backend, "-k", selection),
                             cwd=tmp_path, capture_output=True, text=True, timeout=120)
     selected = {line.split("::", 1)[1] for line in listed.stdout.splitlines() if "::" in line}
     assert len(selected) > 30, listed.stdout[-2000:]

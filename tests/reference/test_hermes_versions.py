@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conformance import contract
+from conformance import backends, contract
 
-BACKENDS = ("upstash_box", "cloudflare_sandbox", "deepinfra")
+BACKENDS = backends.REFERENCE_BACKENDS
 ROOT = Path(__file__).resolve().parents[2]
 FLOOR = contract.load().requires_hermes
 
