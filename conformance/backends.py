@@ -37,7 +37,7 @@ KNOWN_BACKENDS: dict[str, KnownBackend] = {
     ),
     "upstash_box": KnownBackend(
         "upstash_box", "reference.upstash_box", "upstash",
-        "reference Upstash Box backend (needs the upstash extra)", extra="upstash", sdk_module="upstash_box",
+        "reference Upstash Box backend", extra="upstash", sdk_module="upstash_box",
     ),
     "cloudflare_sandbox": KnownBackend(
         "cloudflare_sandbox", "reference.cloudflare_sandbox", "cloudflare",
@@ -45,7 +45,7 @@ KNOWN_BACKENDS: dict[str, KnownBackend] = {
     ),
     "deepinfra": KnownBackend(
         "deepinfra", "reference.deepinfra", "deepinfra",
-        "reference DeepInfra sandbox backend (needs the deepinfra extra)", extra="deepinfra", sdk_module="deepinfra",
+        "reference DeepInfra sandbox backend", extra="deepinfra", sdk_module="deepinfra",
     ),
 }
 DEFAULT_BACKEND = "tempdir_box"

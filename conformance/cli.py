@@ -186,7 +186,8 @@ def cmd_report_html(args: argparse.Namespace) -> int:
 
 def cmd_backends(args: argparse.Namespace) -> int:
     for known in backends.KNOWN_BACKENDS.values():
-        print(f"{known.name:<20} fake: {known.fake or '-':<10} {known.description}")
+        needs = f" (needs the {known.extra} extra: pip install 'hermes-backend-kit[{known.extra}]')" if known.extra else ""
+        print(f"{known.name:<20} fake: {known.fake or '-':<10} {known.description}{needs}")
     return 0
 
 
