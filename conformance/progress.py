@@ -292,6 +292,7 @@ class Progress:
         self.tally.expect((nodeid, manifest_group(nodeid)) for nodeid in ids)
 
     # -- what happens
+    @pytest.hookimpl(tryfirst=True)  # the first line (or the display) comes before pytest's own for the check
     def pytest_runtest_logstart(self, nodeid: str, location: Any) -> None:
         if self.mode == "off":
             return
