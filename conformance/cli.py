@@ -315,8 +315,11 @@ def cmd_certify(args: argparse.Namespace) -> int:
     because = report["not_certified_because"]
     more = f"; and {len(because) - 5} more (see report.md)" if len(because) > 5 else ""
     print(f"{line}: " + "; ".join(because[:5]) + more, file=sys.stderr)
-    for hang in _hangs(report):
+    hangs = _hangs(report)
+    for hang in hangs[:3]:
         print(f"the backend hung: {hang}", file=sys.stderr)
+    if len(hangs) > 3:
+        print(f"the backend hung: and {len(hangs) - 3} more call(s) (see report.md)", file=sys.stderr)
     return 1
 
 
@@ -328,7 +331,7 @@ def _hangs(report: dict[str, Any]) -> list[str]:
             text = str(check.get("excerpt") or "")
             if "did not return within" in text:
                 found[text.split("CallHung: ", 1)[-1].split("; after that hang", 1)[0]] = None
-    return list(found)[:3]
+    return list(found)
 
 
 def cmd_verify(args: argparse.Namespace) -> int:

@@ -235,7 +235,8 @@ def _decision(report: dict[str, Any], kit_contract: contract.Contract) -> list[s
     certified, profile, because = verdicts.certification({**report, "profiles": rows, "undeclared": probes})
     if certified != report["certified"] or profile != report["profile"]:
         found.append(f"certified is {report['certified']} (profile {report['profile']}) but the verdicts say "
-                     f"{certified} (profile {profile})" + (f": {'; '.join(because[:5])}" if because else ""))
+                     f"{certified} (profile {profile})" + (f": {'; '.join(because[:5])}" if because else "")
+                     + (f"; and {len(because) - 5} more" if len(because) > 5 else ""))
     elif because != report["not_certified_because"]:
         found.append("not_certified_because does not match the verdicts")
     return found
