@@ -591,6 +591,7 @@ def report_error(exc: KitError, *, debug: bool) -> None:
     """``error: <what> — <fix>`` (and ``  why: ...``) on stderr, redacted; the traceback first when debugging."""
     from conformance import redact
 
+    redact.register_environ()  # a message or traceback may quote a value from the user's environment
     if debug:
         remote = getattr(exc, "remote_traceback", "")
         print(redact.redact(remote or "".join(traceback.format_exception(exc))), file=sys.stderr, end="")
@@ -614,6 +615,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:
         from conformance import redact
 
+        redact.register_environ()
         if debug:
             print(redact.redact("".join(traceback.format_exception(exc))), file=sys.stderr, end="")
         problem = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]

@@ -198,6 +198,13 @@ def test_debug_by_environment_variable(tmp_path):
     assert "ReportFileError" in done.stderr and done.stderr.splitlines()[-1].startswith("error: cannot read report")
 
 
+def test_an_error_line_never_shows_a_credential(tmp_path):
+    secret = "sk-kit-canary-7Qm2Zr9x"
+    done = _run("verify", tmp_path / f"{secret}.json", cwd=tmp_path, env=_env(ACME_API_KEY=secret))
+    line = _one_error_line(done, "cannot read report")
+    assert secret not in done.stderr and "***.json" in line
+
+
 def test_help_lists_the_exit_codes():
     done = subprocess.run([*CLI, "--help"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0
