@@ -24,8 +24,9 @@ from conformance.errors import KitError, ReportFileError, UsageError
 EXIT_CODES = (
     (0, "success: certified, verified, no difference, nothing wrong"),
     (1, "the command ran and its answer is no: not certified, a report that does not verify, reports that "
-        "differ, a doctor step or a contract that fails"),
-    (2, "bad input: an option, a file, the backend, its plugin.yaml or config, a contract (one `error:` line)"),
+        "differ, a failing doctor step, a contract `contract validate` finds invalid"),
+    (2, "bad input: an option, a file, the backend, its plugin.yaml, --backend-config or --waivers (one "
+        "`error:` line)"),
     (3, "internal error: a bug in the kit (rerun with --debug and report it)"),
     (130, "interrupted (Ctrl-C)"),
 )
@@ -578,7 +579,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _exit_codes_help() -> str:
-    rows = "\n".join(f"  {code:<4} {meaning}" for code, meaning in EXIT_CODES)
+    rows = "\n".join(textwrap.fill(meaning, 96, initial_indent=f"  {code:<4} ", subsequent_indent=" " * 7)
+                     for code, meaning in EXIT_CODES)
     return (f"exit codes (every command):\n{rows}\n\nBad input is one line on stderr, `error: WHAT — FIX`; "
             f"--debug or {DEBUG_VAR}=1 adds the traceback.")
 
@@ -602,8 +604,12 @@ def report_error(exc: KitError, *, debug: bool) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; its exit code is one of EXIT_CODES."""
-    args = build_parser().parse_args(argv)  # a usage error exits 2 here, as argparse does
-    debug = _debugging(args)
+    words = list(sys.argv[1:] if argv is None else argv)
+    # --debug is accepted after the command too (`certify ... --debug`), where a user adds it when a run fails.
+    late_debug = "--debug" in words[1:]
+    words = words[:1] + [w for w in words[1:] if w != "--debug"]
+    args = build_parser().parse_args(words)  # a usage error exits 2 here, as argparse does
+    debug = args.debug = late_debug or _debugging(args)
     try:
         return int(args.func(args) or 0)
     except KitError as exc:

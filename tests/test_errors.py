@@ -241,9 +241,10 @@ def test_a_bug_is_one_line_and_exit_3_and_its_traceback_only_with_debug(monkeypa
     err = capsys.readouterr().err
     assert err.splitlines() == ["error: internal error (ZeroDivisionError: the kit divided by zero) — rerun with "
                                 "--debug and report it with the traceback"]
-    assert cli.main(["--debug", "backends"]) == 3
-    err = capsys.readouterr().err
-    assert "Traceback (most recent call last)" in err and "in broken" in err
+    for argv in (["--debug", "backends"], ["backends", "--debug"]):
+        assert cli.main(argv) == 3
+        err = capsys.readouterr().err
+        assert "Traceback (most recent call last)" in err and "in broken" in err
 
 
 # ------------------------------------------------------------------ doctor: each row's own fix
