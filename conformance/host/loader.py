@@ -191,7 +191,11 @@ def load(spec: str, registry: ProviderRegistry, *, config: dict[str, Any] | None
         except CallHung as exc:
             raise LoadError(str(exc), "register(ctx) must only register the provider: no network, no waiting") from None
         except Exception as exc:
-            if _import_failed(exc):
+            if _import_failed(exc) and isinstance(exc, ModuleNotFoundError) and exc.name:
+                fix = (f"install what provides the module {exc.name!r} (the backend's SDK, often a pip extra), "
+                       "or fix the import")
+                where = "importing it"
+            elif _import_failed(exc):
                 fix = "fix the import error (importing the plugin's module by hand shows the traceback)"
                 where = "importing it"
             else:
