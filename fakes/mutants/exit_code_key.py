@@ -4,6 +4,9 @@ from fakes.mutants._base import provider_with
 from fakes.tempdir_box.environment import TempdirBoxEnvironment
 
 WHAT = "execute() returns exit_code instead of returncode"
+# Scope: every check of a non-zero status: cwd, errors, exec (and exec_properties), faults, persist, timeout;
+# background jobs report exit statuses too.
+SCOPE = "test_cwd or test_errors or test_exec or test_faults or test_persist or test_timeout or test_background"
 
 
 class Env(TempdirBoxEnvironment):

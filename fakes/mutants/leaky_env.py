@@ -6,6 +6,8 @@ from fakes.mutants._base import provider_with
 from fakes.tempdir_box.environment import TempdirBoxEnvironment
 
 WHAT = "the host environment (credentials included) leaks into the box"
+# Scope: the env checks, and the passthrough and redaction checks that also look at what reaches the box.
+SCOPE = "test_env or test_passthrough or test_errors"
 
 
 class Env(TempdirBoxEnvironment):

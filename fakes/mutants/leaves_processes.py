@@ -10,6 +10,8 @@ from fakes.mutants._base import provider_with
 from fakes.tempdir_box.environment import TempdirBoxEnvironment
 
 WHAT = "timeouts kill only the shell and cleanup leaves every process of the box running"
+# Scope: the kill checks, and the background-job and cleanup checks, whose processes it also leaves running.
+SCOPE = "test_timeout or test_background or test_lifecycle"
 
 
 class Env(TempdirBoxEnvironment):

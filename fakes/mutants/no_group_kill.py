@@ -4,6 +4,8 @@ from fakes.mutants._base import provider_with
 from fakes.tempdir_box.environment import TempdirBoxEnvironment
 
 WHAT = "a timeout kills the shell but leaves its children running"
+# Scope: the kill checks, and background jobs, which a kill must leave alone.
+SCOPE = "test_timeout or test_background"
 
 
 class Env(TempdirBoxEnvironment):
