@@ -30,7 +30,7 @@ from typing import IO, Any
 
 import pytest
 
-from conformance import redact
+from conformance import manifest, redact
 
 MODES = ("auto", "live", "plain", "off")
 OTHER = "other"  # the group of a collected check the manifest does not know, until its report says
@@ -68,16 +68,14 @@ def install(config: pytest.Config) -> None:
     terminal reporter exists: the form is chosen when the session starts)."""
     check_usage(config)
     if hasattr(config, "workerinput") or config.option.progress == "off" or config.option.collectonly:
-        return  # an xdist worker: its controller shows the progress
+        return  # an xdist worker's controller shows its progress; --collect-only runs no check
     config.pluginmanager.register(Progress(config), "hermes-backend-kit-progress")
 
 
 # ------------------------------------------------------------------ counting
 def check_name(nodeid: str) -> str:
     """``test_exec.py::test_x[3]`` for a node id from any rootdir."""
-    from conformance.manifest import check_key
-
-    return check_key(nodeid)
+    return manifest.check_key(nodeid)
 
 
 def report_group(report: Any) -> str | None:
@@ -90,8 +88,6 @@ def report_group(report: Any) -> str | None:
 
 def manifest_group(nodeid: str) -> str:
     """The group of a check node id per the shipped manifest; ``other`` for a check it does not list."""
-    from conformance import manifest
-
     cites = manifest.shipped().get("cites", {}).get(check_name(nodeid))
     return str(cites[0]).split(".", 1)[0] if cites else OTHER
 
@@ -173,8 +169,8 @@ class Tally:
         return self.groups[name]
 
     def expect(self, checks: Iterable[tuple[str, str]]) -> None:
-        """The checks this run will run, as (node id, group); a second call (another xdist worker's
-        collection of the same checks) replaces the first."""
+        """The checks this run will run, as (node id, group); a later call (another xdist worker's
+        collection of the same checks, a replaced worker's) changes nothing."""
         with self.lock:
             if self.expected:
                 return  # every worker collects the same checks
