@@ -216,6 +216,14 @@ def _setup_error(path: Path) -> KitError | None:
     return error
 
 
+def _live_terminal(stream: Any) -> bool:
+    """Whether certify's output is a terminal that can show the run's live progress."""
+    try:
+        return bool(stream.isatty()) and os.environ.get("TERM", "") not in ("", "dumb")
+    except (AttributeError, ValueError):
+        return False
+
+
 def _relay(stream: Any, to: Any) -> None:
     """Copy the run's output line by line, redacted (the run redacts too; this catches what it cannot)."""
     from conformance import redact
@@ -249,6 +257,8 @@ def cmd_certify(args: argparse.Namespace) -> int:
                                 "--host", args.host, "--junitxml", str(out / "junit.xml"),
                                 "--basetemp", str(run_root / "pytest"),
                                 "--kit-error-file", str(run_root / "setup-error.json"), report=report_path)
+    if _live_terminal(sys.stdout):
+        cmd.append("--progress=live")  # the child's output is a pipe to the relay: it cannot see the terminal
     workers = args.workers
     control = args.fake_control or os.environ.get("HERMES_KIT_FAKE_CONTROL")
     if control and workers > 1:
@@ -272,6 +282,9 @@ def cmd_certify(args: argparse.Namespace) -> int:
     # The child runs in the run root, so nothing lands in the caller's directory; a module:attr
     # backend next to the caller still imports.
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (os.getcwd(), os.environ.get("PYTHONPATH")) if p)}
+    if _live_terminal(sys.stdout):
+        size = os.get_terminal_size(sys.stdout.fileno())
+        env.update(COLUMNS=str(size.columns), LINES=str(size.lines))  # what the live display may fill
     print(f"certifying {args.backend} ...", flush=True)
     try:
         proc = subprocess.Popen(cmd, cwd=run_root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

@@ -174,14 +174,17 @@ def test_plain_progress_without_xdist_shows_the_failing_group_and_every_failing_
     assert not ANSI.search(progress_text)
 
 
-def _run_on_a_terminal(args: list[str], cwd: Path, timeout: float = 600) -> tuple[int, str]:
-    """Run ``python -m pytest ARGS`` with a pseudo-terminal (120x40) as its stdout and stderr; its output and status."""
+def _run_on_a_terminal(args: list[str], cwd: Path, timeout: float = 600, *, program: tuple[str, ...] = (),
+                       extra_env: dict[str, str] | None = None) -> tuple[int, str]:
+    """Run ``python -m pytest ARGS`` (or ``PROGRAM ARGS``) with a pseudo-terminal (120x40) as its stdout and
+    stderr; its output and status."""
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("PYTEST_", "TEMPDIR_BOX_", "HERMES_")) and k not in ("CI", "NO_COLOR")}
     env["TERM"] = "xterm-256color"
-    proc = subprocess.Popen([sys.executable, "-m", "pytest", *args], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+    env.update(extra_env or {})
+    proc = subprocess.Popen([*(program or (sys.executable, "-m", "pytest")), *args], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
                             stdout=slave, stderr=slave, start_new_session=True)
     os.close(slave)
     chunks = []
@@ -225,3 +228,18 @@ def test_live_progress_on_a_terminal_draws_groups_and_gives_the_cursor_back(tmp_
     rows = {m.group(1): (m.group(2), m.group(3)) for m in re.finditer(r"^([a-z]+)\s+(\d+)/(\d+)", final, re.M)}
     assert {"cwd", "identity", "all"} <= set(rows) and all(done == total for done, total in rows.values()), final
     assert re.search(r"\d+ passed", plain[table_start:])  # pytest's summary follows the display
+
+
+@pytest.mark.suite
+def test_certify_on_a_terminal_shows_the_live_display(tmp_path):
+    """certify relays its run through a pipe; on a terminal it still asks the run for the live display."""
+    returncode, output = _run_on_a_terminal(
+        ["certify", "--backend", "tempdir_box", "--out", str(tmp_path / "out")], tmp_path,
+        program=(sys.executable, "-c", "import sys; from conformance.cli import main; sys.exit(main())"),
+        extra_env={"PYTEST_ADDOPTS": "-k test_identity"})
+    assert returncode == 1, output[-3000:]  # a narrowed run is not complete, so not certified
+    hide, show = output.rfind("\x1b[?25l"), output.rfind("\x1b[?25h")
+    assert hide != -1, "certify on a terminal drew no live display"
+    assert show > hide, "the cursor was left hidden"
+    plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", output)
+    assert re.search(r"^identity\s+3/3", plain, re.M), plain[-3000:]
