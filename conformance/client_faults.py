@@ -52,7 +52,7 @@ from respx.mocks import HTTPCoreMocker
 from conformance import fault_routes
 from conformance.damage import UNIT_KINDS, Cutter, alines, lines
 from conformance.fault_proxy import FaultProxy
-from conformance.fault_routes import IGNORE, RouteTable
+from conformance.fault_routes import IGNORE, Route, RouteTable
 from conformance.verdicts import UNVERIFIED_PREFIX
 from fakes.fault_script import Armed, FaultScript
 from fakes.faults import Fault, Faults
@@ -206,6 +206,7 @@ class ClientFaults(FaultScript):
 
     def _decide_tunnel(self, path: str | None, tls: bool) -> Fault | None:
         """The fault a WebSocket tunnel meets (the proxy's question)."""
+        matches: list[tuple[Route, str | None]]
         if tls:
             matches = [(route, None) for route in self.table.opaque_websocket()]
         else:

@@ -107,7 +107,7 @@ class Harness:
         self.examples = itertools.count()
         # rule -> times run and seconds spent (reported by soak, to see where a run's time goes)
         self.steps: collections.Counter[str] = collections.Counter()
-        self.seconds: collections.Counter[str] = collections.Counter()
+        self.seconds: collections.defaultdict[str, float] = collections.defaultdict(float)
         self.persistence = self.kit.has("persistence")
 
     @contextlib.contextmanager
@@ -315,7 +315,7 @@ class SessionMachine(RuleBasedStateMachine):
         if enter:
             self.model.cwd = rel
 
-    def _shell_then(self, command: str, update: Callable[[], None], expect_rc: int = 0) -> str:
+    def _shell_then(self, command: str, update: Callable[[], object], expect_rc: int = 0) -> str:
         """Update the model first (the dump checks the new state), run, and keep it."""
         update()
         return self._shell(command, expect_rc=expect_rc)
@@ -339,15 +339,17 @@ class SessionMachine(RuleBasedStateMachine):
     @rule(name=st.sampled_from(VARS), value=VALUES)
     @_traced
     def export(self, name: str, value: str) -> None:
-        assert self.model
-        self._shell_then(f"export {name}={shlex.quote(value)}", lambda: self.model.vars.__setitem__(name, value))
+        model = self.model
+        assert model
+        self._shell_then(f"export {name}={shlex.quote(value)}", lambda: model.vars.__setitem__(name, value))
 
     @precondition(lambda self: self.model.alive)
     @rule(name=st.sampled_from(VARS))
     @_traced
     def unset(self, name: str) -> None:
-        assert self.model
-        self._shell_then(f"unset {name}", lambda: self.model.vars.pop(name, None))
+        model = self.model
+        assert model
+        self._shell_then(f"unset {name}", lambda: model.vars.pop(name, None))
 
     @precondition(lambda self: self.model.alive)
     @rule(code=st.integers(0, 3))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -106,9 +107,9 @@ def measure(target: Target, plan: Plan, progress: Progress) -> TargetResult:
     def output(mode: str) -> dict[str, Figure]:
         bounded = mode == "bounded"
         sizes = sorted(set(plan.sizes) | {plan.stream})
-        points = []
+        points: list[dict[str, Any]] = []
         for size in sizes:
-            runs = [measured(lambda s=size: target.flood(s, bounded=bounded))
+            runs = [measured(functools.partial(target.flood, size, bounded=bounded))
                     for _ in range(3 if size <= REPEAT_UP_TO else 1)]
             latency = statistics.median(r.seconds for r in runs) * 1000
             rss = max(r.rss_growth_mib for r in runs)
@@ -127,9 +128,9 @@ def measure(target: Target, plan: Plan, progress: Progress) -> TargetResult:
         return {f"output_{mode}_mib_s": Figure(rate), f"rss_{mode}_mib": Figure(at["rss_mib"])}
 
     def concurrency() -> dict[str, Figure]:
-        points = []
+        points: list[dict[str, Any]] = []
         for n in plan.concurrency:
-            sample = measured(lambda n=n: concurrent_floods(target, n, plan.per_call))
+            sample = measured(functools.partial(concurrent_floods, target, n, plan.per_call))
             rate = n * plan.per_call / MIB / sample.seconds
             points.append({"n": n, "mib_s": round(rate, 2), "call_p50_ms": round(percentile(sample.value, 50), 2),
                            "rss_mib": round(sample.rss_growth_mib, 2)})

@@ -12,7 +12,7 @@ import platform
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from conformance.bench import world
 from conformance.bench.measure import human_size
@@ -31,7 +31,16 @@ class Spec:
     floor: float = 0.0  # the ratio's denominator is at least this
 
 
-def specs(sizes: dict[str, int]) -> list[Spec]:
+class Sizes(TypedDict):
+    """The workload the figures' labels name: stream and stdin in bytes, sync as (small files, bytes
+    each, big file bytes)."""
+
+    stream: int
+    stdin: int
+    sync: tuple[int, int, int]
+
+
+def specs(sizes: Sizes) -> list[Spec]:
     out, stdin, sync = human_size(sizes["stream"]), human_size(sizes["stdin"]), sizes["sync"]
     return [
         Spec("cold_start_ms", "cold start: create to first result", "ms", "lower"),
@@ -71,7 +80,7 @@ def ratio(spec: Spec, value: float | None, base: float | None) -> float | None:
     return _round(max(value, spec.floor) / denominator) if denominator > 0 else None
 
 
-def to_json(results: list[TargetResult], sizes: dict[str, int], options: dict[str, Any]) -> dict[str, Any]:
+def to_json(results: list[TargetResult], sizes: Sizes, options: dict[str, Any]) -> dict[str, Any]:
     spec_list = specs(sizes)
     base = next(r for r in results if r.name == BASELINE)
     targets = {}

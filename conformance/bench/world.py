@@ -40,7 +40,8 @@ def measure(rounds: int = DEFAULT_ROUNDS, root: Path | None = None) -> tuple[dic
             for _ in range(5):  # warm up: the box's init, caches, the first fork of each kind
                 spawn()
                 bash_c()
-            boxed, plain = [], []
+            boxed: list[float] = []
+            plain: list[float] = []
             for _ in range(rounds):
                 for call, samples in ((spawn, boxed), (bash_c, plain)):
                     started = time.perf_counter()

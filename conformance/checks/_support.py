@@ -6,7 +6,7 @@ import hashlib
 import secrets
 import shlex
 import time
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 
@@ -59,12 +59,12 @@ def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def not_applicable(reason: str) -> None:
+def not_applicable(reason: str) -> NoReturn:
     """The clause does not apply to this backend for a reason only the check can see."""
     pytest.skip(f"{NA_PREFIX} ({reason})")
 
 
-def unverified(reason: str) -> None:
+def unverified(reason: str) -> NoReturn:
     """The harness could not make the clause's situation happen (a fault that never fired): no verdict."""
     pytest.skip(f"{UNVERIFIED_PREFIX} (harness: {reason})")
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shlex
+from typing import Any
 
 import pytest
 
@@ -82,7 +83,7 @@ def test_terminal_call_keeps_cd(env):
 
 @pytest.mark.clause("cwd.marker-hidden")
 def test_marker_never_in_output(env):
-    cases = [
+    cases: list[tuple[str, dict[str, Any]]] = [
         ("printf abc", {}),
         ("true", {}),
         ("echo line; echo err >&2", {}),

@@ -27,7 +27,7 @@ SPECIALS = ("'", '"', "$", "$HOME", "${x}", "\\", "\\n", "\r\n", "\r", "`", "%s"
 ASCII_WORD = st.text(string.ascii_letters + string.digits, min_size=1, max_size=8)
 
 text = st.lists(
-    st.one_of(st.text(st.characters(exclude_categories=("Cs",), exclude_characters="\x00"), max_size=12),
+    st.one_of(st.text(st.characters(exclude_categories=["Cs"], exclude_characters="\x00"), max_size=12),
               st.sampled_from(SPECIALS)),
     max_size=6,
 ).map("".join)

@@ -15,11 +15,14 @@ def test_prompt_probe_completes_or_fails_cleanly(kit):
     assert outcome.seconds < 10, f"the probe took {outcome.seconds:.1f}s"
     if outcome.error is not None:
         assert isinstance(outcome.error, Exception), f"the probe failed with {outcome.error!r}"
-    elif returncode(outcome.result) == 0:
+        return
+    result = outcome.result
+    assert result is not None, "prompt_probe returned neither a result nor an error"
+    if returncode(result) == 0:
         missing = [f for f in FIELDS if f not in outcome.fields]
-        assert not missing, f"probe output lacks {missing}: {outcome.result.get('output')!r}"
+        assert not missing, f"probe output lacks {missing}: {result.get('output')!r}"
     else:  # a clean refusal: the host falls back to env_description
-        assert outcome.result.get("output", "").strip(), f"the probe failed silently: {outcome.result!r}"
+        assert result.get("output", "").strip(), f"the probe failed silently: {result!r}"
 
 
 @pytest.mark.clause("probe.released")

@@ -12,7 +12,7 @@ import time
 import urllib.request
 from collections.abc import Iterator, MutableMapping
 from contextlib import contextmanager
-from types import CodeType
+from types import CodeType, FrameType
 from typing import Any
 
 import pytest
@@ -37,9 +37,9 @@ PROBE_STATUSES = ("ready", "needs_setup", "unavailable")
 # The standard library's proxy lookup walks the whole environment for *_proxy variables
 # (httpx.Client() and requests call it); a read made from inside it is not reading a key.
 _PROXY_READERS: frozenset[CodeType] = frozenset(
-    fn.__code__ for fn in (getattr(urllib.request, name, None) for name in
-                           ("getproxies_environment", "proxy_bypass_environment", "getproxies", "proxy_bypass"))
-    if hasattr(fn, "__code__")
+    code for code in (getattr(getattr(urllib.request, name, None), "__code__", None) for name in
+                      ("getproxies_environment", "proxy_bypass_environment", "getproxies", "proxy_bypass"))
+    if isinstance(code, CodeType)
 )
 _PROXY_FRAMES = 6  # _note, the mapping method, ItemsView/KeysView, the reader, and some slack
 
@@ -126,10 +126,11 @@ class _RecordingEnviron(MutableMapping[str, str]):
     standard library's proxy lookup."""
 
     def __init__(self, real: MutableMapping[str, str]):
-        self.real, self.read = real, set()
+        self.real = real
+        self.read: set[str] = set()
 
     def _note(self, key: object) -> None:
-        frame = sys._getframe(1)
+        frame: FrameType | None = sys._getframe(1)
         for _ in range(_PROXY_FRAMES):
             if frame is None:
                 break
@@ -183,7 +184,7 @@ def _recording_reads() -> Iterator[set[str]]:
     try:
         yield recorder.read
     finally:
-        os.environ = real_environ  # type: ignore[assignment]  # noqa: B003
+        os.environ = real_environ  # noqa: B003
         scope_module.reset_secret_scope(token)
 
 

@@ -157,7 +157,7 @@ READ_LOOP_MAX = 32 * 1024  # bash reads a pipe byte by byte; keep the loop fast
 atoms = st.one_of(
     st.binary(min_size=1, max_size=24),
     st.sampled_from(SPECIAL_ATOMS),
-    st.text(st.characters(exclude_categories=("Cs",)), min_size=1, max_size=6).map(str.encode),
+    st.text(st.characters(exclude_categories=["Cs"]), min_size=1, max_size=6).map(str.encode),
 )
 sizes = st.one_of(st.sampled_from([0, 4095, 65537, MIB + 3, 3 * MIB + 1]), st.integers(1, 300))
 

@@ -183,7 +183,7 @@ def test_unscoped_secret_read_is_survived_not_bypassed(kit):
     try:
         _calls(kit, "multiplexing with no secret scope")
     finally:
-        os.environ = real_environ  # type: ignore[assignment]  # noqa: B003
+        os.environ = real_environ  # noqa: B003
         scope.set_multiplex_active(False)
     bypassed = sorted(credentials & recorder.read)
     assert not bypassed, (

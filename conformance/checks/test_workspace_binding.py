@@ -21,7 +21,7 @@ from conformance.checks._support import nonce, out, rc, run
 from conformance.host.standins import terminal_env_provider as standin
 
 
-def binding_class() -> type:
+def binding_class() -> type[Any]:
     """The active host's WorkspaceBinding, or the kit's stand-in when the host has none."""
     host = getattr(importlib.import_module("agent.terminal_env_provider"), "WorkspaceBinding", None)
     return host if isinstance(host, type) else standin.WorkspaceBinding
@@ -33,7 +33,7 @@ def binding(host_path: str, source: str = "task") -> Any:
 
 def _forced(host_path: str, source: str) -> Any:
     """An instance of the binding class whose fields skipped its validation."""
-    cls = binding_class()
+    cls: Any = binding_class()  # the host's class or the stand-in: its own __new__, whatever it is
     value = cls.__new__(cls)
     object.__setattr__(value, "host_path", host_path)
     object.__setattr__(value, "source", source)

@@ -16,7 +16,10 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the active host's class; typed as the stand-in it models
+    from agent.terminal_env_provider import TerminalEnvironmentProvider
 
 logger = logging.getLogger("hermes_cli.plugins")
 
@@ -49,8 +52,9 @@ RESERVED_NAMES = frozenset({
 })
 
 
-def provider_base_class() -> type:
-    cls: type = importlib.import_module("agent.terminal_env_provider").TerminalEnvironmentProvider
+def provider_base_class() -> type[TerminalEnvironmentProvider]:
+    module = importlib.import_module("agent.terminal_env_provider")
+    cls: type[TerminalEnvironmentProvider] = module.TerminalEnvironmentProvider
     return cls
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import platform
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from conformance import __version__, verdicts
@@ -40,7 +40,7 @@ def fingerprint() -> dict[str, Any]:
 
 def build(contract: Contract, outcomes: Iterable[CheckOutcome], context: dict[str, Any], *,
           duration_s: float, started_at: float, spec: str, host_requested: str,
-          waivers: list[Waiver] = (), complete: bool = False, incomplete: list[str] = (),
+          waivers: Sequence[Waiver] = (), complete: bool = False, incomplete: Sequence[str] = (),
           checks_sha256: str = "") -> dict[str, Any]:
     outcomes = list(outcomes)
     by_clause: dict[str, list[CheckOutcome]] = {}

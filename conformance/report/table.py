@@ -24,7 +24,7 @@ def group_counts(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def render(report: dict[str, Any]) -> list[str]:
     groups = group_counts(report)
-    rows = [HEAD]
+    rows: list[tuple[str, ...]] = [HEAD]
     for group, row in groups.items():
         rows.append((group, *(str(row[c]) for c in COLUMNS), ", ".join(row["must_failed"]) or "-"))
     totals = {c: sum(r[c] for r in groups.values()) for c in COLUMNS}

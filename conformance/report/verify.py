@@ -184,7 +184,7 @@ def _skip_problem(kit_contract: contract.Contract, evidence: dict[str, Any], cit
         return (f"{evidence['id']} claims {excerpt!r}, but the run has every capability its clauses need "
                 f"({', '.join(sorted(present)) or 'none'})")
     if evidence["outcome"] == "skipped" and excerpt.startswith(_HOST_PREFIX):
-        lacking = {kit_contract.get(cid).host_feature for cid in cited} - {None}
+        lacking = {feature for cid in cited if (feature := kit_contract.get(cid).host_feature) is not None}
         if not any(features.get(f) is False for f in lacking):
             return f"{evidence['id']} claims the host lacks a feature, but the report's host has all its clauses need"
     return None

@@ -13,6 +13,7 @@ import keyword
 import re
 from dataclasses import dataclass
 from importlib import resources
+from importlib.resources.abc import Traversable
 from pathlib import Path
 
 from conformance import contract
@@ -73,7 +74,7 @@ def _template_files(template: str) -> list[tuple[str, str]]:
     root = resources.files("conformance.scaffold") / "templates"
     files: dict[str, str] = {}
 
-    def walk(node, prefix: str) -> None:  # type: ignore[no-untyped-def]
+    def walk(node: Traversable, prefix: str) -> None:
         for child in sorted(node.iterdir(), key=lambda c: c.name):
             rel = f"{prefix}{child.name}"
             if child.is_dir():
