@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from conformance.backends import DEFAULT_BACKENDS, KNOWN_BACKENDS
-from conformance.bench import growth, report, suite, world
+from conformance.bench import cold, goals, growth, minimal, report, suite, world
+from conformance.bench.cold import Contender, Scope
 from conformance.bench.measure import MIB, human_size, measured, parse_size, percentile, timed_ms
 from conformance.bench.report import Figure, TargetResult
 from conformance.bench.targets import KitBackend, LocalBash, Target, Unsupported, concurrent_floods
@@ -34,13 +35,13 @@ class Plan:
     concurrency: list[int]
     per_call: int
     rounds: int
-    cold_samples: int
+    cold_samples: int  # interleaved rounds of the cold-start figure
 
 
 FULL = Plan([1024, 16 * 1024, 256 * 1024, 4 * MIB, 64 * MIB, 100 * MIB], 100 * MIB, 50 * MIB,
-            (1000, 1024, 50 * MIB), [1, 2, 4, 8, 16], 4 * MIB, 50, 3)
+            (1000, 1024, 50 * MIB), [1, 2, 4, 8, 16], 4 * MIB, 50, 9)
 QUICK = Plan([1024, 16 * 1024, 256 * 1024, 4 * MIB], 4 * MIB, 4 * MIB,
-             (100, 1024, 4 * MIB), [1, 2, 4], 256 * 1024, 10, 2)
+             (100, 1024, 4 * MIB), [1, 2, 4], 256 * 1024, 10, 5)
 
 
 class MissingExtra(SystemExit):
@@ -84,19 +85,20 @@ def _attempt(result: TargetResult, keys: list[str], progress: Progress, figure: 
         traceback.print_exc(file=sys.stderr)
 
 
-def measure(target: Target, plan: Plan, progress: Progress) -> TargetResult:
-    result = TargetResult(target.name, target.label)
-    name = target.name
+def cold_figure(contender: Contender | None) -> Figure:
+    """The cold-start figure from the interleaved rounds (cold.py)."""
+    if contender is None:
+        return Figure(na="not measured")
+    if contender.error is not None:
+        return Figure(na=f"failed: {contender.error}")
+    return Figure(contender.result_ms, detail=contender.detail())
 
-    def cold() -> dict[str, Figure]:
-        samples = []
-        for _ in range(plan.cold_samples):
-            started = time.perf_counter()
-            target.cold_start()
-            samples.append((time.perf_counter() - started) * 1000)
-        value = statistics.median(samples)
-        progress(name, "cold start", f"{value:.1f} ms (median of {len(samples)})")
-        return {"cold_start_ms": Figure(value, detail={"samples_ms": [round(s, 2) for s in samples]})}
+
+def measure(target: Target, plan: Plan, progress: Progress, cold_start: Figure) -> TargetResult:
+    """Every figure of ``target`` but the cold start, which is measured interleaved beforehand."""
+    result = TargetResult(target.name, target.label)
+    result.figures["cold_start_ms"] = cold_start
+    name = target.name
 
     def rtt() -> dict[str, Figure]:
         samples = timed_ms(target.round_trip, plan.rounds)
@@ -159,7 +161,6 @@ def measure(target: Target, plan: Plan, progress: Progress) -> TargetResult:
         return {"sync_push_s": Figure(got.push_s, detail={"files": want}),
                 "sync_back_s": Figure(got.back_s)}
 
-    _attempt(result, ["cold_start_ms"], progress, "cold start", cold)
     _attempt(result, ["rtt_p50_ms", "rtt_p95_ms"], progress, "round trip", rtt)
     _attempt(result, ["output_bounded_mib_s", "rss_bounded_mib"], progress, "output bounded",
              lambda: output("bounded"))
@@ -198,7 +199,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--concurrency", help="concurrent execute() calls, e.g. 1,2,4,8,16")
     p.add_argument("--per-call-size", help="output per concurrent call (default 4M; quick 256K)")
     p.add_argument("--rounds", type=int, help="round trips of `true` (default 50; quick 10)")
-    p.add_argument("--cold-samples", type=int, help="cold starts per backend (default 3; quick 2)")
+    p.add_argument("--cold-samples", type=int,
+                   help="interleaved rounds of cold starts, one per target and minimal client each (default 9; quick 5)")
     p.add_argument("--world-rounds", type=int, default=world.DEFAULT_ROUNDS,
                    help=f"samples of the box world's spawn-to-exit figure (default {world.DEFAULT_ROUNDS})")
     p.add_argument("--world-only", action="store_true",
@@ -227,6 +229,46 @@ def world_only(args: argparse.Namespace) -> int:
     return 0
 
 
+def _start_backends(backends: list[str], workdir: Path, progress: Progress, clean: Scope
+                    ) -> tuple[dict[str, tuple[KitBackend, Scope]], dict[str, TargetResult]]:
+    """Every backend on its fake, all at once (the cold start is interleaved across them), each with the
+    environment its run set up; a backend that cannot start becomes a result with its error."""
+    kits: dict[str, tuple[KitBackend, Scope]] = {}
+    failed: dict[str, TargetResult] = {}
+    for name in backends:
+        clean.apply()
+        progress(name, "start", f"{KNOWN_BACKENDS[name].description}; starting its fake")
+        try:
+            target = KitBackend(name, workdir / name)
+        except Exception as exc:
+            failed[name] = TargetResult(name, name, error=f"{type(exc).__name__}: {exc}")
+            progress(name, "start", f"failed: {exc}")
+            continue
+        kits[name] = (target, Scope.capture())
+    return kits, failed
+
+
+def _contenders(local: LocalBash, kits: dict[str, tuple[KitBackend, Scope]]
+                ) -> tuple[dict[str, Contender], dict[str, Contender]]:
+    """The cold-start contenders: local bash, each backend, and each reference backend's minimal client."""
+    contenders = {"local": Contender("local", local.cold_start)}
+    minimal_contenders: dict[str, Contender] = {}
+    for name, (target, scope) in kits.items():
+        contenders[name] = Contender(name, target.cold_start, scope)
+        fake_env = dict(getattr(target.run.fake, "env", None) or {})
+        client = minimal.for_backend(name, fake_env) if fake_env else None
+        if client is not None:
+            minimal_contenders[name] = Contender(client.name, client.cold_start, scope)
+    return contenders, minimal_contenders
+
+
+def _minimal_entry(contender: Contender) -> dict[str, Any]:
+    if contender.error is not None:
+        return {"label": contender.name, "cold_start_ms": None, "error": contender.error}
+    return {"label": contender.name, "cold_start_ms": report.round_figure(contender.result_ms),
+            "created_ms": report.round_figure(contender.created_ms), "detail": contender.detail()}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.world_only:
@@ -235,26 +277,38 @@ def main(argv: list[str] | None = None) -> int:
     check_extras(backends)
     plan = _plan(args)
     clean_env = dict(os.environ)  # each KitRun exports its fake's variables into this process
+    clean = Scope.capture()
     progress = Progress()
     results: list[TargetResult] = []
     world_figures = _measure_world(args, progress)
+    minimal_figures: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="kit-bench-") as tmp:
-        progress("local", "start", "baseline: bash -c through subprocess")
-        results.append(measure(LocalBash(Path(tmp)), plan, progress))
-        for name in backends:
-            progress(name, "start", f"{KNOWN_BACKENDS[name].description}; starting its fake")
-            try:
-                target = KitBackend(name, Path(tmp) / name)
-            except Exception as exc:
-                results.append(TargetResult(name, name, error=f"{type(exc).__name__}: {exc}"))
-                progress(name, "start", f"failed: {exc}")
-                continue
-            try:
-                results.append(measure(target, plan, progress))
-            finally:
+        local = LocalBash(Path(tmp))
+        kits, failed = _start_backends(backends, Path(tmp), progress, clean)
+        try:
+            contenders, minimal_contenders = _contenders(local, kits)
+            progress("all", "cold start", f"{plan.cold_samples} interleaved rounds of {len(contenders)} targets "
+                     f"and {len(minimal_contenders)} minimal clients")
+            cold.interleave([*contenders.values(), *minimal_contenders.values()], plan.cold_samples, progress)
+            minimal_figures.update({b: _minimal_entry(c) for b, c in minimal_contenders.items()})
+            progress("local", "start", "baseline: bash -c through subprocess")
+            results.append(measure(local, plan, progress, cold_figure(contenders.get("local"))))
+            for name in backends:
+                if name in failed:
+                    results.append(failed[name])
+                    continue
+                target, scope = kits.pop(name)
+                scope.apply()
+                try:
+                    results.append(measure(target, plan, progress, cold_figure(contenders.get(name))))
+                finally:
+                    target.close()
+                    clean.apply()
+        finally:
+            for target, scope in kits.values():  # left by a failure above: closed all the same
+                scope.apply()
                 target.close()
-                os.environ.clear()
-                os.environ.update(clean_env)
+            clean.apply()
     results[0].figures["suite_s"] = Figure(na="the baseline is not a backend: there is no suite to run")
     for r in results[1:]:
         if args.skip_suite:
@@ -271,6 +325,8 @@ def main(argv: list[str] | None = None) -> int:
                                "rounds": plan.rounds, "cold_samples": plan.cold_samples}
     data = report.to_json(results, {"stream": plan.stream, "stdin": plan.stdin, "sync": plan.sync}, options)
     data.update(world_figures)
+    data["minimal"] = minimal_figures
+    data["goals"] = goals.evaluate(data, minimal_figures)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(data, indent=2) + "\n")

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
-from conformance.bench import world
+from conformance.bench import goals, world
 from conformance.bench.measure import human_size
 
 SCHEMA = "hermes-backend-kit/bench/v2"
@@ -77,7 +77,7 @@ def ratio(spec: Spec, value: float | None, base: float | None) -> float | None:
     if value is None or base is None:
         return None
     denominator = max(base, spec.floor)
-    return _round(max(value, spec.floor) / denominator) if denominator > 0 else None
+    return round_figure(max(value, spec.floor) / denominator) if denominator > 0 else None
 
 
 def to_json(results: list[TargetResult], sizes: Sizes, options: dict[str, Any]) -> dict[str, Any]:
@@ -89,7 +89,7 @@ def to_json(results: list[TargetResult], sizes: Sizes, options: dict[str, Any]) 
         for s in spec_list:
             f = r.figures.get(s.key, Figure(na="not measured"))
             b = base.figures.get(s.key, Figure())
-            entry: dict[str, Any] = {"value": _round(f.value), "unit": s.unit, "better": s.better,
+            entry: dict[str, Any] = {"value": round_figure(f.value), "unit": s.unit, "better": s.better,
                                      "ratio": ratio(s, f.value, b.value)}
             if f.na:
                 entry["na"] = f.na
@@ -134,7 +134,7 @@ def to_markdown(data: dict[str, Any]) -> str:
         lines.append(f"| {spec['label']} | " + " | ".join(cells) + " |")
     if notes:
         lines += ["", *[f"[{i}] {note}" for i, note in enumerate(notes, 1)]]
-    lines += ["", *world.markdown(data), *_growth_markdown(data)]
+    lines += ["", *goals.markdown(data), *world.markdown(data), *_growth_markdown(data)]
     return "\n".join(lines) + "\n"
 
 
@@ -174,7 +174,7 @@ def _fmt(v: float | None) -> str:
     return f"{v:.2f}"
 
 
-def _round(v: float | None) -> float | None:
+def round_figure(v: float | None) -> float | None:
     return None if v is None else float(f"{v:.6g}")  # six significant digits at any magnitude
 
 

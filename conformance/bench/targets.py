@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from conformance.bench.measure import flood_command
+from conformance.bench.minimal import ColdSample
 
 # Slack over a call's own timeout before the bench calls a backend hung.
 GRACE_S = 30.0
@@ -75,7 +76,7 @@ class Target(Protocol):
     name: str
     label: str
 
-    def cold_start(self) -> None: ...
+    def cold_start(self) -> ColdSample: ...
     def round_trip(self) -> None: ...
     def flood(self, size: int, *, bounded: bool) -> int: ...
     def stdin(self, data: str) -> int: ...
@@ -100,11 +101,15 @@ class LocalBash:
     def __init__(self, workdir: Path):
         self.workdir = workdir
 
-    def cold_start(self) -> None:
+    def cold_start(self) -> ColdSample:
         # A fresh working directory and the first command in it.
+        started = time.perf_counter()
         box = Path(tempfile.mkdtemp(prefix="cold-", dir=self.workdir))
+        created = time.perf_counter() - started
         subprocess.run(["bash", "-c", "true"], cwd=box, check=True)
+        done = time.perf_counter() - started
         shutil.rmtree(box)
+        return ColdSample(created, done)
 
     def round_trip(self) -> None:
         subprocess.run(["bash", "-c", "true"], check=True)
@@ -185,12 +190,17 @@ class KitBackend:
             raise RuntimeError(f"{self.name}: {what} exited {code}: {str(result.get('output'))[-300:]!r}")
         return result
 
-    def cold_start(self) -> None:
+    def cold_start(self) -> ColdSample:
+        """create_environment() and the first ``true``; the release afterwards is not timed."""
+        started = time.perf_counter()
         env = self.run.create(persistent=False)
         try:
+            created = time.perf_counter() - started
             self._ok(self._execute(env, "true"), "first command")
+            done = time.perf_counter() - started
         finally:
             self.run.release(env)
+        return ColdSample(created, done)
 
     def round_trip(self) -> None:
         self._ok(self._execute(self.env, "true"), "true")

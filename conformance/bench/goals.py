@@ -1,0 +1,101 @@
+"""The reference backends' targets, met or missed, as reported figures (never asserted by a test).
+
+Per reference backend, from one bench run:
+
+- cold start at most 1.1x its vendor's minimal client (minimal.py): what the
+  backend does beyond the vendor's fewest calls costs at most a tenth more;
+- cold start at most 2x tempdir_box's (the kit's own backend, no network);
+- output of 100 MiB with bounded capture at least 100 MiB/s on its fake.
+
+Both cold-start ratios come from the interleaved measurement (cold.py): the
+same rounds, so the machine's load falls on both sides alike.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from conformance.bench.measure import MIB, human_size
+
+COLD_VS_MINIMAL_MAX = 1.1
+COLD_VS_TEMPDIR_MAX = 2.0
+BOUNDED_MIN_MIB_S = 100.0
+BOUNDED_SIZE = 100 * MIB
+TEMPDIR = "tempdir_box"
+
+
+def _ratio(value: float | None, base: float | None) -> float | None:
+    if value is None or base is None or base <= 0:
+        return None
+    return float(f"{value / base:.4g}")
+
+
+def _check(value: float | None, limit: float, *, at_most: bool, na: str | None = None) -> dict[str, Any]:
+    if value is None:
+        return {"value": None, "limit": limit, "met": None, "na": na or "not measured"}
+    return {"value": value, "limit": limit, "met": value <= limit if at_most else value >= limit}
+
+
+def evaluate(data: dict[str, Any], minimal: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The targets per reference backend in ``minimal`` (backend -> its minimal client's figures)."""
+    targets = data["targets"]
+    stream = int(data["options"]["stream"])
+
+    def cold(name: str) -> float | None:
+        figure = targets.get(name, {}).get("figures", {}).get("cold_start_ms", {})
+        return figure.get("value") if figure.get("detail", {}).get("interleaved") else None
+
+    tempdir = cold(TEMPDIR)
+    goals: dict[str, Any] = {}
+    for backend, base in minimal.items():
+        if backend not in targets:
+            continue
+        value = cold(backend)
+        bounded = targets[backend]["figures"].get("output_bounded_mib_s", {}).get("value")
+        size_na = None if stream >= BOUNDED_SIZE else f"measured at {human_size(stream)}, not {human_size(BOUNDED_SIZE)}"
+        goals[backend] = {
+            "cold_start_ms": value,
+            "minimal_ms": base.get("cold_start_ms"),
+            "tempdir_box_ms": tempdir,
+            "checks": {
+                "cold_vs_minimal": _check(_ratio(value, base.get("cold_start_ms")), COLD_VS_MINIMAL_MAX,
+                                          at_most=True, na=base.get("error")),
+                "cold_vs_tempdir_box": _check(_ratio(value, tempdir), COLD_VS_TEMPDIR_MAX, at_most=True,
+                                              na=None if TEMPDIR in targets else "tempdir_box not in this run"),
+                "bounded_mib_s": _check(None if size_na else bounded, BOUNDED_MIN_MIB_S, at_most=False, na=size_na),
+            },
+        }
+    return goals
+
+
+def markdown(data: dict[str, Any]) -> list[str]:
+    goals = data.get("goals") or {}
+    if not goals:
+        return []
+    lines = ["## Targets", "",
+             f"Reference backends on their fakes, one run. Cold start (create to the first result) is measured "
+             f"interleaved with each vendor's minimal client and tempdir_box; targets: at most "
+             f"{COLD_VS_MINIMAL_MAX}x the minimal client, at most {COLD_VS_TEMPDIR_MAX:g}x tempdir_box, and "
+             f"bounded output of {human_size(BOUNDED_SIZE)} at least {BOUNDED_MIN_MIB_S:g} MiB/s. Figures, not "
+             "assertions: no test checks them.", "",
+             "| backend | cold start | minimal client | vs minimal | tempdir_box | vs tempdir_box | "
+             f"bounded {human_size(BOUNDED_SIZE)} |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for backend, goal in goals.items():
+        checks = goal["checks"]
+        lines.append(f"| {backend} | {_ms(goal['cold_start_ms'])} | {_ms(goal['minimal_ms'])} | "
+                     f"{_cell(checks['cold_vs_minimal'], 'x')} | {_ms(goal['tempdir_box_ms'])} | "
+                     f"{_cell(checks['cold_vs_tempdir_box'], 'x')} | {_cell(checks['bounded_mib_s'], ' MiB/s')} |")
+    return [*lines, ""]
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f} ms"
+
+
+def _cell(check: dict[str, Any], unit: str) -> str:
+    if check["value"] is None:
+        return f"n/a ({check.get('na', 'not measured')})"
+    sign = "≤" if unit == "x" else "≥"
+    verdict = "pass" if check["met"] else "miss"
+    return f"{check['value']:.2f}{unit} ({verdict}, {sign} {check['limit']:g}{unit})"
