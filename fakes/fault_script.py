@@ -18,6 +18,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from fakes.faults import KINDS, Fault, Faults
 
@@ -48,7 +49,7 @@ class FaultScript:
         self._armed: list[Armed] = []
         self._lock = threading.Lock()
 
-    def arm(self, kind: str, role: str, *, sandbox: str | None = None, times: int = 1, **params: object) -> Armed:
+    def arm(self, kind: str, role: str, *, sandbox: str | None = None, times: int = 1, **params: Any) -> Armed:
         """Arm ``kind`` on every route of ``role`` (``times`` firings each; -1: until cleared)."""
         if kind not in KINDS:
             raise ValueError(f"unknown fault kind {kind!r}; one of {', '.join(KINDS)}")

@@ -14,7 +14,7 @@ import os
 import signal
 import threading
 from collections import deque
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -98,13 +98,18 @@ async def wait_exit(proc: BoxProcess) -> Exit:
     return Exit(proc.wait(), cpu)
 
 
+def _resolve(fut: asyncio.Future[int], code: int) -> None:
+    if not fut.done():
+        fut.set_result(code)
+
+
 async def _wait_in_thread(proc: BoxProcess) -> Exit:
     loop = asyncio.get_running_loop()
     fut: asyncio.Future[int] = loop.create_future()
 
     def waiter() -> None:
         code = proc.wait()
-        loop.call_soon_threadsafe(lambda: fut.done() or fut.set_result(code))
+        loop.call_soon_threadsafe(_resolve, fut, code)
 
     threading.Thread(target=waiter, daemon=True, name=f"wait-{proc.pid}").start()
     return Exit(await fut, 0)
@@ -150,7 +155,7 @@ def close_io(proc: BoxProcess) -> None:
 
 
 async def output_events(streams: Sequence[tuple[str, int]], exited: asyncio.Future[Any], *, chunk: int,
-                        quiet_s: float, max_drain_s: float) -> AsyncIterator[tuple[str, bytes]]:
+                        quiet_s: float, max_drain_s: float) -> AsyncGenerator[tuple[str, bytes], None]:
     """Yield (stream, bytes) in arrival order until the output is over.
 
     Over means every stream is at EOF, or the main process has exited and then

@@ -80,7 +80,7 @@ class Context:
         """The box the path's {id} names, found the vendor's way (``svc.require``: 404 if the account has none)."""
         if self.key is None:
             raise self.svc.error(404, self.svc.no_box_in_path)
-        return self.svc.require(self.account, self.key)  # type: ignore[no-any-return]
+        return self.svc.require(self.account, self.key)
 
 
 class VendorService:

@@ -95,7 +95,7 @@ class FakeServer:
 
     @property
     def paths_note(self) -> str:
-        return self.world.paths_note  # type: ignore[no-any-return]
+        return self.world.paths_note
 
     def _close_service(self) -> None:
         raise NotImplementedError

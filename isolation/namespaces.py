@@ -409,7 +409,9 @@ class NamespaceDriver:
     def open_pty(self, box: NamespaceBox) -> tuple[int, int]:
         """A terminal of the box's own devpts (its name is valid inside); a host PTY if that fails."""
         try:
-            (master,) = box.request({"op": "pty", "reply": True})["fds"]
+            answer = box.request({"op": "pty", "reply": True})
+            assert answer is not None  # a request that wants a reply gets one or raises
+            (master,) = answer["fds"]
         except (OSError, ValueError):
             return _host_pty()
         try:

@@ -92,7 +92,7 @@ class ExitSlot:
 Launcher = Callable[[list[str], dict[str, str], str, list[int], bool], ExitSlot]
 
 
-class BoxPopen(subprocess.Popen):  # type: ignore[type-arg]
+class BoxPopen(subprocess.Popen):
     def __init__(self, args: Any, *, launch: Launcher, tty: bool = False, **kwargs: Any):
         self._launch = launch
         self._tty = tty
@@ -128,7 +128,7 @@ class BoxPopen(subprocess.Popen):  # type: ignore[type-arg]
         finally:
             if devnull != -1:
                 os.close(devnull)
-            self._close_pipe_fds(p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite)
+            self._close_pipe_fds(p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite)  # type: ignore[attr-defined]  # Popen's own helper, private so not in typeshed
         self._slot = slot
         self.pid = slot.host_pid
         self.box_pid = slot.box_pid
@@ -144,9 +144,10 @@ class BoxPopen(subprocess.Popen):  # type: ignore[type-arg]
         slot = self._slot
         if self.returncode is None and slot is not None:
             if not slot.wait(timeout):
-                raise subprocess.TimeoutExpired(self.args, timeout)  # type: ignore[arg-type]
+                assert timeout is not None  # only a bounded wait runs out
+                raise subprocess.TimeoutExpired(self.args, timeout)
             self.returncode = slot.code
-        return self.returncode  # type: ignore[return-value]
+        return self.returncode
 
     def send_signal(self, sig: int) -> None:
         self.poll()

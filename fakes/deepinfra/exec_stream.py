@@ -36,7 +36,7 @@ from fakes.faults import Fault
 from fakes.rest_skeleton import Context, endpoint
 from fakes.world import Box, BoxProcess
 
-from .service import ApiError, ExecRun, Service
+from .service import ApiError, ExecRun, Service, epoch
 from .settings import MAX_COMMAND_TIMEOUT_S, ROUTE_EXEC
 
 HEADERS = [(b"content-type", b"application/x-ndjson"), (b"cache-control", b"no-store")]
@@ -89,14 +89,18 @@ class ExecStream:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         svc = self.svc
-        run = ExecRun(self.box, int(self.box.meta.get("epoch", 0)))  # type: ignore[call-overload]
+        run = ExecRun(self.box, epoch(self.box))
         try:
             proc = self._spawn()
         except (OSError, ValueError) as exc:
             await Delivery(send, receive, None, svc.closing).start(200, HEADERS)
             await send({"type": "http.response.body", "body": line({"error": f"could not start: {exc}"})})
             return
-        run.kill = lambda: (proc.signal(signal.SIGCONT), proc.signal(signal.SIGKILL))  # type: ignore[func-returns-value]
+        def kill() -> None:
+            proc.signal(signal.SIGCONT)
+            proc.signal(signal.SIGKILL)
+
+        run.kill = kill
         svc.track(run)
         if run.ended_by:  # stopped between the request and the spawn
             run.kill()

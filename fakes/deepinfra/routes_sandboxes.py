@@ -9,6 +9,7 @@ from starlette.routing import Route
 
 from fakes.rest_skeleton import Context, endpoint
 
+from .service import tags
 from .settings import (
     PLANS,
     ROUTE_CATALOG,
@@ -24,7 +25,7 @@ from .settings import (
 @endpoint(ROUTE_CREATE)
 async def create_sandbox(request: Request, ctx: Context) -> Response:
     box = await run_in_threadpool(ctx.svc.create, ctx.account, await ctx.svc.json_body(request))
-    return JSONResponse({"sandbox_id": box.id, "tags": dict(box.meta.get("tags") or {})})  # type: ignore[call-overload]
+    return JSONResponse({"sandbox_id": box.id, "tags": tags(box)})
 
 
 @endpoint(ROUTE_LIST)

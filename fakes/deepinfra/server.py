@@ -40,7 +40,7 @@ class DeepInfraServer(FakeServer):
 
     @property
     def service(self) -> Service:
-        return self.app.state.service  # type: ignore[no-any-return]
+        return self.app.state.service
 
     @property
     def paths_note(self) -> str:

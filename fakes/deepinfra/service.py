@@ -58,6 +58,17 @@ class ApiError(rest_skeleton.ApiError):
         return {"detail": {"error": self.message}} if self.shape == "detail" else {"error": self.message}
 
 
+# The vendor fields this fake keeps in Box.meta, read back typed.
+def epoch(box: Box) -> int:
+    """How often the box's runs were ended (stop, restart): a run of an older epoch is stale."""
+    value = box.meta.get("epoch", 0)
+    return value if isinstance(value, int) else 0
+
+
+def tags(box: Box) -> dict[str, str]:
+    value = box.meta.get("tags")
+    return dict(value) if isinstance(value, dict) else {}
+
 
 @dataclass
 class ExecRun:
@@ -107,8 +118,9 @@ class Service(VendorService):
         box = self.world.get(sandbox_id, include_deleted=True)
         if box is None or box.owner != account.digest or box.id != sandbox_id:
             return None
-        if box.state == DELETED and time.monotonic() - float(box.meta.get("deleted_at", 0.0)) > \
-                self.settings.deleted_visible_s:
+        deleted_at = box.meta.get("deleted_at", 0.0)
+        if box.state == DELETED and isinstance(deleted_at, float) and \
+                time.monotonic() - deleted_at > self.settings.deleted_visible_s:
             return None
         return box
 
@@ -132,7 +144,7 @@ class Service(VendorService):
     def info(self, box: Box) -> dict[str, Any]:
         """SandboxInfo as the SDK reads it."""
         return {"sandbox_id": box.id, "plan": box.meta.get("plan", DEFAULT_PLAN), "image": IMAGE,
-                "state": box.state, "tags": dict(box.meta.get("tags") or {}),  # type: ignore[call-overload]
+                "state": box.state, "tags": tags(box),
                 "created_at": box.created_at // 1000, "provider": PROVIDER}
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -228,7 +240,7 @@ class Service(VendorService):
         timer.start()
 
     def _end_runs(self, box: Box, why: str) -> None:
-        box.meta["epoch"] = int(box.meta.get("epoch", 0)) + 1  # type: ignore[call-overload]
+        box.meta["epoch"] = epoch(box) + 1
         for run in self._runs.get(box.id, []):
             run.ended_by = run.ended_by or why
 
@@ -263,7 +275,7 @@ class Service(VendorService):
     def track(self, run: ExecRun) -> None:
         with self._lock:
             self._runs.setdefault(run.box.id, []).append(run)
-            if run.epoch != int(run.box.meta.get("epoch", 0)):  # type: ignore[call-overload]
+            if run.epoch != epoch(run.box):
                 run.ended_by = "stopped"
 
     def forget(self, run: ExecRun) -> None:

@@ -10,6 +10,7 @@ and a box in the error state is reported and left alone.
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import shutil
@@ -138,7 +139,8 @@ class TempdirBoxEnvironment(CleanupOffThread, BaseEnvironment):
         proc._hermes_stdin_errors = errors  # type: ignore[attr-defined]
 
         def write() -> None:
-            pipe = proc.stdin.buffer if proc.stdin is not None else None  # type: ignore[union-attr]
+            stdin = proc.stdin  # text mode (_run_bash), so a TextIOWrapper over the byte pipe
+            pipe = stdin.buffer if isinstance(stdin, io.TextIOWrapper) else None
             try:
                 payload = data.encode("utf-8", "surrogateescape")
                 if pipe is not None:

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import errno
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 from starlette.requests import Request
@@ -52,7 +52,7 @@ def _spawn(svc: Service, box: Box, argv: list[str], cwd: str) -> BoxProcess:
     return proc
 
 
-def _events(svc: Service, proc: BoxProcess, exited: asyncio.Future[Any]) -> AsyncIterator[tuple[str, bytes]]:
+def _events(svc: Service, proc: BoxProcess, exited: asyncio.Future[Any]) -> AsyncGenerator[tuple[str, bytes], None]:
     s = svc.settings
     return procio.output_events(procio.output_fds(proc), exited, chunk=s.chunk_bytes,
                                 quiet_s=s.drain_quiet_s, max_drain_s=s.drain_max_s)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import stat
 import tempfile
 import time
@@ -225,7 +226,7 @@ class _Upload:
         await self._check_paths()
         for rank, spool in self.spooled:
             spool.seek(0)
-            await _disk(self.svc, self.fs.write, self.paths[rank], iter(lambda s=spool: s.read(_CHUNK), b""))
+            await _disk(self.svc, self.fs.write, self.paths[rank], iter(functools.partial(spool.read, _CHUNK), b""))
         return self.paths
 
     def close(self) -> None:

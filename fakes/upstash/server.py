@@ -47,7 +47,7 @@ class UpstashServer(FakeServer):
 
     @property
     def service(self) -> Service:
-        return self.app.state.service  # type: ignore[no-any-return]
+        return self.app.state.service
 
     def exports(self) -> dict[str, str]:
         """The variables that point the SDK (and hermes-box) at this fake."""

@@ -24,6 +24,7 @@ import json
 import logging
 import secrets
 import signal
+from collections.abc import Mapping
 from typing import Any
 
 from starlette.responses import JSONResponse
@@ -214,7 +215,7 @@ class Session:
         return None
 
     def _spawn(self, start: dict[str, Any]) -> BoxProcess:
-        argv, cmd = start.get("argv"), start.get("cmd")
+        argv, cmd = start.get("argv") or [], start.get("cmd")
         if argv:
             if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
                 raise ApiError(400, "argv must be a list of strings")
@@ -224,10 +225,10 @@ class Session:
         tty = start.get("tty") is True
         rows, cols = _dimension(start.get("rows")), _dimension(start.get("cols"))
         try:
-            if argv:
-                bodies.argv_without_nul(argv, "argv")
-            else:
+            if isinstance(cmd, str):
                 bodies.no_nul(cmd, "cmd")
+            else:
+                bodies.argv_without_nul(argv, "argv")
             cwd = self.svc.command_cwd(self.box, start.get("cwd"))
         except bodies.BadInput as exc:
             raise ApiError(400, str(exc))
@@ -319,7 +320,7 @@ class Session:
                 proc.terminate(grace)
 
 
-def _parse(message: dict[str, Any], max_depth: int) -> tuple[dict[str, Any] | None, str]:
+def _parse(message: Mapping[str, Any], max_depth: int) -> tuple[dict[str, Any] | None, str]:
     """(the frame as a JSON object, or None; what is wrong with it otherwise)."""
     raw = message.get("text")
     if raw is None and message.get("bytes") is not None:
