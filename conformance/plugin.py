@@ -433,7 +433,7 @@ class _Recorder:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         redact_report(self.config, report)
         junit.name_by_module(self.config, report)
-        props = dict(report.user_properties)
+        props: dict[str, Any] = dict(report.user_properties)  # what the kit's own checks recorded
         ids = props.get("clauses")
         if not ids:
             return

@@ -473,14 +473,17 @@ class LiveDisplay:
         self.console.print(text, overflow="ellipsis", no_wrap=True, crop=True)
 
     def render(self) -> Any:
+        from rich.console import JustifyMethod
         from rich.table import Table
         from rich.text import Text
 
         self._size()
         now = self.tally.clock()
         table = Table(box=None, show_header=True, header_style="bold", pad_edge=False, expand=False)
-        for title, justify in (("group", "left"), ("checks", "right"), ("pass", "right"), ("fail", "right"),
-                               ("skip", "right"), ("time", "right"), ("slowest running", "left")):
+        columns: tuple[tuple[str, JustifyMethod], ...] = (
+            ("group", "left"), ("checks", "right"), ("pass", "right"), ("fail", "right"), ("skip", "right"),
+            ("time", "right"), ("slowest running", "left"))
+        for title, justify in columns:
             table.add_column(title, justify=justify, no_wrap=True,
                              overflow="ellipsis" if title == "slowest running" else "fold")
         with self.tally.lock:
