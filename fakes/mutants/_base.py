@@ -13,7 +13,7 @@ from fakes.tempdir_box.box_provider import TempdirBoxProvider
 
 def provider_with(env_class: type, mutant: str) -> TempdirBoxProvider:
     provider = TempdirBoxProvider()
-    provider.name = f"mutant_{mutant}"  # type: ignore[misc]
+    provider.name = f"mutant_{mutant}"
     provider.environment_class = env_class
     return provider
 
@@ -26,7 +26,7 @@ def recast(provider_class: type, env_class: type) -> Any:
     """
     base = env_class.__mro__[1]
 
-    class Provider(provider_class):  # type: ignore[misc, valid-type]
+    class Provider(provider_class):
         def create_environment(self, **kwargs: Any) -> Any:
             env = super().create_environment(**kwargs)
             if isinstance(env, base):

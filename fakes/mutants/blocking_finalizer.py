@@ -15,6 +15,6 @@ def _cleanup_here(self):
         pass
 
 
-DeepInfraEnvironment.__del__ = _cleanup_here
+DeepInfraEnvironment.__del__ = _cleanup_here  # type: ignore[method-assign]  # the mutation
 provider = DeepInfraProvider()
 BREAKS = frozenset({"faults.silent-finalizer"})

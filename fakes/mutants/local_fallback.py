@@ -6,7 +6,7 @@ from fakes.tempdir_box.environment import TempdirBoxEnvironment
 WHAT = "a backend that says it is remote silently runs commands locally"
 
 provider = provider_with(TempdirBoxEnvironment, "local_fallback")
-provider.is_remote = True  # type: ignore[misc]
+provider.is_remote = True
 # Its commands also miss Hermes's passthrough prelude, which a remote backend owes them.
 BREAKS = frozenset({
     "identity.remote-not-local",

@@ -18,7 +18,7 @@ class Env(TempdirBoxEnvironment):
         self.persistent = self._persistent
         self._persistent = False
 
-    def cleanup(self):
+    def cleanup(self):  # type: ignore[override]  # no force_remove: adding it would change how the host calls it
         self._persistent = self.persistent  # its own teardown reads its own name
         try:
             super().cleanup()

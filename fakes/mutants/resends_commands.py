@@ -44,9 +44,9 @@ _original_init = streaming.CommandRun.__init__
 
 
 def _init(self, account, *args, **kwargs):
-    _original_init(self, _Account(account), *args, **kwargs)
+    _original_init(self, _Account(account), *args, **kwargs)  # type: ignore[arg-type]  # forwards to the real Account
 
 
-streaming.CommandRun.__init__ = _init
+streaming.CommandRun.__init__ = _init  # type: ignore[method-assign]  # the mutation
 provider = DeepInfraProvider()
 BREAKS = frozenset({"faults.exec-5xx-not-retried"})

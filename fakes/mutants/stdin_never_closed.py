@@ -9,7 +9,7 @@ WHAT = "stdin is written but never closed"
 # Scope: every check that streams stdin: stdin (and stdin_error), the file tools, the kernel launch,
 # execute_code.
 SCOPE = "test_stdin or test_files or test_kernel or test_exec_code"
-_KEEP_OPEN = []  # holding the pipe objects keeps them from being closed by gc
+_KEEP_OPEN: list[object] = []  # holding the pipe objects keeps them from being closed by gc
 
 
 class Env(TempdirBoxEnvironment):
