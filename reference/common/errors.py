@@ -28,6 +28,10 @@ class SettingsError(ValueError):
         self.setting, self.problem, self.fix = setting, problem, fix
         super().__init__(f"{setting} {problem}; {fix}")
 
+    def __reduce__(self) -> tuple[type[SettingsError], tuple[str, str, str]]:
+        # Copied or pickled (the class made by ``refused`` is not importable): a plain SettingsError.
+        return SettingsError, (self.setting, self.problem, self.fix)
+
 
 def host_error_class() -> type[Exception]:
     """The host's EnvironmentConnectionError; RuntimeError on a host without it."""
