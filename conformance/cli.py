@@ -9,12 +9,15 @@ line on stderr, ``error: <what> — <fix>``, without a traceback unless
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import signal
 import sys
 import textwrap
+import threading
 import traceback
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +31,7 @@ EXIT_CODES = (
     (2, "bad input: an option, a file, the backend, its plugin.yaml, --backend-config or --waivers (one "
         "`error:` line)"),
     (3, "internal error: a bug in the kit (rerun with --debug and report it)"),
-    (130, "interrupted (Ctrl-C)"),
+    (130, "interrupted (Ctrl-C); 143 and 129 when stopped by SIGTERM or SIGHUP, after the same cleanup"),
 )
 DEBUG_VAR = "HERMES_KIT_DEBUG"
 
@@ -282,6 +285,10 @@ def cmd_certify(args: argparse.Namespace) -> int:
     # The child runs in the run root, so nothing lands in the caller's directory; a module:attr
     # backend next to the caller still imports.
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (os.getcwd(), os.environ.get("PYTHONPATH")) if p)}
+    # Everything the run creates lives under the run root, so stopping it (even by SIGKILL of its
+    # workers) leaves nothing behind once the root is removed.
+    (run_root / "tmp").mkdir()
+    env["TMPDIR"] = str(run_root / "tmp")
     if _live_terminal(sys.stdout):
         size = os.get_terminal_size(sys.stdout.fileno())
         env.update(COLUMNS=str(size.columns), LINES=str(size.lines))  # what the live display may fill
@@ -615,6 +622,33 @@ def report_error(exc: KitError, *, debug: bool) -> None:
         print(redact.redact(f"  why: {' '.join(exc.why.split())}"), file=sys.stderr)
 
 
+class Stopped(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised where the command is so that its cleanup runs as for Ctrl-C."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def _stopped_by_signals() -> Iterator[None]:
+    """Turn SIGTERM and SIGHUP into Stopped while a command runs: a run stopped by CI, nox or a closed
+    terminal still ends its processes and removes its temp root (exit 128 + the signal's number)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, _frame: Any) -> None:
+        raise Stopped(signum)
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; its exit code is one of EXIT_CODES."""
     words = list(sys.argv[1:] if argv is None else argv)
@@ -624,13 +658,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(words)  # a usage error exits 2 here, as argparse does
     debug = args.debug = late_debug or _debugging(args)
     try:
-        return int(args.func(args) or 0)
+        with _stopped_by_signals():
+            return int(args.func(args) or 0)
     except KitError as exc:
         report_error(exc, debug=debug)
         return 2
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        signum = getattr(exc, "signum", signal.SIGINT)
+        print(f"interrupted ({signal.Signals(signum).name})", file=sys.stderr)
+        return 128 + signum
     except Exception as exc:
         from conformance import redact
 

@@ -10,13 +10,15 @@ from __future__ import annotations
 import ast
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from conformance import cli, config, contract, errors, waivers
+from conformance import cli, config, contract, errors, leftovers, waivers
 from conformance.host import loader
 from conformance.report import bench_plot, files
 
@@ -280,3 +282,30 @@ def test_doctor_fixes_come_from_each_rows_failure(tmp_path):
     }, done.stdout
     assert "FAIL  doctor_checks        quota: 3 of 3 sandboxes in use" in done.stdout
     assert "None" not in done.stdout
+
+
+@pytest.mark.suite
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_certify_stopped_by_a_signal_ends_its_run_and_removes_its_temp_root(tmp_path, sig):
+    """CI, nox or a closed terminal stops certify: its run's processes end and its temp root goes."""
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    proc = subprocess.Popen([*CLI, "certify", "--backend", "tempdir_box", "--out", str(tmp_path / "out")],
+                            cwd=tmp_path, env=_env(TMPDIR=str(temp)), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 240
+        # Wait until the run is under way: its temp root holds pytest's per-worker directories.
+        while not list(temp.glob("hermes-kit-certify-*/pytest/popen-gw*")):
+            assert proc.poll() is None and time.monotonic() < deadline, "the run did not start"
+            time.sleep(0.2)
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 128 + sig, err[-2000:]
+    assert f"interrupted ({signal.Signals(sig).name})" in err
+    assert list(temp.iterdir()) == [], "certify left its temp root behind"
+    assert not leftovers.processes_under(temp), "certify left processes of its run"
