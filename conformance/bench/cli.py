@@ -258,7 +258,7 @@ def _contenders(local: LocalBash, kits: dict[str, tuple[KitBackend, Scope]]
         fake_env = dict(getattr(target.run.fake, "env", None) or {})
         client = minimal.for_backend(name, fake_env) if fake_env else None
         if client is not None:
-            minimal_contenders[name] = Contender(client.name, client.cold_start, scope)
+            minimal_contenders[name] = Contender(client.name, client.cold_start, scope, close=client.close)
     return contenders, minimal_contenders
 
 
@@ -285,6 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="kit-bench-") as tmp:
         local = LocalBash(Path(tmp))
         kits, failed = _start_backends(backends, Path(tmp), progress, clean)
+        minimal_contenders: dict[str, Contender] = {}
         try:
             contenders, minimal_contenders = _contenders(local, kits)
             progress("all", "cold start", f"{plan.cold_samples} interleaved rounds of {len(contenders)} targets "
@@ -305,6 +306,9 @@ def main(argv: list[str] | None = None) -> int:
                     target.close()
                     clean.apply()
         finally:
+            for contender in minimal_contenders.values():
+                if contender.close is not None:
+                    contender.close()
             for target, scope in kits.values():  # left by a failure above: closed all the same
                 scope.apply()
                 target.close()

@@ -12,6 +12,12 @@ the WebSocket exec session; DeepInfra: the NDJSON exec stream; Cloudflare:
 the bridge's exec stream), so the ratio compares like with like.  Releasing
 the sandbox afterwards is not part of the figure.
 
+"From nothing" means no sandbox: an HTTP client (its connection pool and TLS
+context) is process state, built once per minimal client as a long-lived
+process would, wherever the SDK accepts one (deepinfra's DeepInfraClient, an
+httpx client for the bridge).  upstash-box's ``Box.create`` builds its own
+client on every call, in the backend as here.
+
 A client reads the fake's address and key from the variables the fake exports
 (``FakeService.env``), the same ones the backend reads.
 """
@@ -41,6 +47,7 @@ class MinimalClient(Protocol):
     backend: str  # the reference backend it is the baseline of
 
     def cold_start(self) -> ColdSample: ...
+    def close(self) -> None: ...
 
 
 def _timed(create: Callable[[], Any], run: Callable[[Any], int], release: Callable[[Any], None],
@@ -91,6 +98,9 @@ class MinimalUpstash:
         return _timed(lambda: Box.create(name=_name(), api_key=self.api_key, base_url=self.base_url), run, release,
                       self.name)
 
+    def close(self) -> None:
+        return None
+
 
 class MinimalDeepInfra:
     """deepinfra SDK: ``Sandbox.create(wait=True)`` (create, then GET until running), one ``exec``."""
@@ -99,21 +109,25 @@ class MinimalDeepInfra:
     backend = "deepinfra"
 
     def __init__(self, env: Mapping[str, str]):
+        from deepinfra import DeepInfraClient
+
         from fakes.deepinfra.settings import KEY_VAR, URL_VAR
 
-        self.api_key, self.base_url = env[KEY_VAR], env[URL_VAR]
+        self.client = DeepInfraClient(api_key=env[KEY_VAR], base_url=env[URL_VAR], timeout=EXEC_TIMEOUT_S)
 
     def cold_start(self) -> ColdSample:
-        from deepinfra import DeepInfraClient, Sandbox
+        from deepinfra import Sandbox
 
         def create() -> Any:
-            client = DeepInfraClient(api_key=self.api_key, base_url=self.base_url, timeout=EXEC_TIMEOUT_S)
-            return Sandbox.create(tags={"bench": "minimal"}, wait=True, client=client)
+            return Sandbox.create(tags={"bench": "minimal"}, wait=True, client=self.client)
 
         def run(sandbox: Any) -> int:
             return int(sandbox.exec("true", timeout=EXEC_TIMEOUT_S).returncode)
 
         return _timed(create, run, lambda sandbox: sandbox.terminate(), self.name)
+
+    def close(self) -> None:
+        self.client.close()
 
 
 class MinimalCloudflare:
@@ -123,21 +137,21 @@ class MinimalCloudflare:
     backend = "cloudflare_sandbox"
 
     def __init__(self, env: Mapping[str, str]):
-        self.endpoint = env["HERMES_CF_ENDPOINT"]
-        self.headers = {"Authorization": f"Bearer {env['HERMES_CF_TOKEN']}", "Accept": "application/json",
-                        "User-Agent": "hermes-backend-kit-bench/minimal"}
-
-    def cold_start(self) -> ColdSample:
         import httpx
 
-        def create() -> tuple[Any, str]:
-            client = httpx.Client(base_url=self.endpoint, headers=self.headers, timeout=EXEC_TIMEOUT_S)
+        headers = {"Authorization": f"Bearer {env['HERMES_CF_TOKEN']}", "Accept": "application/json",
+                   "User-Agent": "hermes-backend-kit-bench/minimal"}
+        self.client = httpx.Client(base_url=env["HERMES_CF_ENDPOINT"], headers=headers, timeout=EXEC_TIMEOUT_S)
+
+    def cold_start(self) -> ColdSample:
+        client = self.client
+
+        def create() -> str:
             sid = _name()
             client.post(f"/v1/sandboxes/{sid}", json={"persistent": False}).raise_for_status()
-            return client, sid
+            return sid
 
-        def run(made: tuple[Any, str]) -> int:
-            client, sid = made
+        def run(sid: str) -> int:
             body = {"request_id": uuid.uuid4().hex, "command": "true", "timeout": EXEC_TIMEOUT_S}
             with client.stream("POST", f"/v1/sandboxes/{sid}/exec", json=body) as response:
                 response.raise_for_status()
@@ -149,14 +163,13 @@ class MinimalCloudflare:
                         raise RuntimeError(f"{self.name}: the exec ended with {event.get('code')!r}")
             raise RuntimeError(f"{self.name}: the exec stream ended without an exit event")
 
-        def release(made: tuple[Any, str]) -> None:
-            client, sid = made
-            try:
-                client.request("DELETE", f"/v1/sandboxes/{sid}", json={"confirm": True})
-            finally:
-                client.close()
+        def release(sid: str) -> None:
+            client.request("DELETE", f"/v1/sandboxes/{sid}", json={"confirm": True})
 
         return _timed(create, run, release, self.name)
+
+    def close(self) -> None:
+        self.client.close()
 
 
 MINIMAL_CLIENTS: dict[str, Callable[[Mapping[str, str]], MinimalClient]] = {

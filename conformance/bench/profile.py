@@ -4,6 +4,9 @@
         python -m conformance.bench.profile run --backend deepinfra --path output --size 100M
     python -m conformance.bench.profile summary prof.txt
 
+``--path cold`` repeats the cold start (create to the first result, then the
+release); ``cold-minimal`` the vendor's minimal client (minimal.py) on the same fake.
+
 py-spy samples every thread, which matters here: the backend's readers and
 the host's drain thread run in their own threads of this process, and the
 fake's event loop in the fake's own process, which ``--subprocesses`` adds
@@ -24,7 +27,7 @@ from pathlib import Path
 
 from conformance.bench.measure import MIB, parse_size
 
-PATHS = ("output", "output-full", "rtt", "stdin")
+PATHS = ("output", "output-full", "rtt", "stdin", "cold", "cold-minimal")
 _FRAME = re.compile(r"^(?P<func>.*) \((?P<file>[^()]*?)(?::\d+)?\)$")
 # py-spy shortens paths to the module's own: "reference/...", "httpcore/...", "threading.py".
 HOST_FILES = ("standins/", "conformance/", "factory.py", "calls.py", "drivers.py")
@@ -44,6 +47,7 @@ def area(file: str) -> str:
 
 
 def run_path(backend: str, path: str, size: int, repeat: int) -> None:
+    from conformance.bench import minimal
     from conformance.bench.targets import KitBackend
 
     with tempfile.TemporaryDirectory(prefix="kit-profile-") as tmp:
@@ -51,9 +55,16 @@ def run_path(backend: str, path: str, size: int, repeat: int) -> None:
         try:
             target.round_trip()  # warm: environment created outside the measured loop
             data = ("y" * 1023 + "\n") * (size // 1024) if path == "stdin" else ""
+            client = minimal.for_backend(backend, dict(target.run.fake.env)) if path == "cold-minimal" else None
+            if path == "cold-minimal" and client is None:
+                raise SystemExit(f"{backend} has no minimal client (known: {', '.join(minimal.MINIMAL_CLIENTS)})")
             started = time.perf_counter()
             for _ in range(repeat):
-                if path == "rtt":
+                if path == "cold":
+                    target.cold_start()
+                elif client is not None:
+                    client.cold_start()
+                elif path == "rtt":
                     target.round_trip()
                 elif path == "stdin":
                     target.stdin(data)
@@ -63,7 +74,7 @@ def run_path(backend: str, path: str, size: int, repeat: int) -> None:
         finally:
             target.close()
     per = elapsed / repeat
-    rate = f", {size / MIB / per:.1f} MiB/s" if path != "rtt" else ""
+    rate = f", {size / MIB / per:.1f} MiB/s" if path in ("output", "output-full", "stdin") else ""
     print(f"{backend} {path}: {per * 1000:.1f} ms per call{rate} ({repeat} calls)")
 
 

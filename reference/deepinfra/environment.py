@@ -85,8 +85,8 @@ class DeepInfraEnvironment(PassthroughEnvironment, CleanupOffThread, BaseEnviron
         return self._account.create(self._task_id, self._settings.plan)
 
     def _prepare(self) -> None:
-        """Transfer directories, Hermes's files, the session snapshot."""
-        self._files.prepare()
+        """Hermes's files, then the session snapshot (every command's launcher makes the directories
+        the backend relies on, so no exec of its own is spent on them)."""
         self._start_sync()
         self.init_session()
 

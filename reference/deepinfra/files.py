@@ -2,8 +2,8 @@
 
 - bulk upload: one tar of every changed file (member names are the remote
   absolute paths without "/"), written to /workspace/.hermes_sync through the
-  fs API and unpacked there with ``tar``; above BULK_MAX the files go one by
-  one instead (the service creates parent directories on write);
+  fs API, then unpacked and removed by one exec; above BULK_MAX the files go
+  one by one instead (the service creates parent directories on write);
 - delete: ``rm -f`` with the paths as argv;
 - download for sync-back: ``tar`` of /workspace/.hermes into the transfer
   directory, read back through the fs API (in parts when it is larger than
@@ -29,6 +29,8 @@ MIB = 1024 * 1024
 BULK_MAX = 80 * MIB  # headroom under the 100 MiB per fs call
 PART_BYTES = 64 * MIB  # sync-back archives bigger than one fs call are read in parts
 DELETE_BATCH = 200
+# Unpack the uploaded archive and remove it in the same exec; the status is tar's.
+UNPACK = 'tar -xf "$1" -C / --no-same-owner; rc=$?; rm -f -- "$1"; exit $rc'
 
 
 class SandboxFiles:
@@ -43,12 +45,6 @@ class SandboxFiles:
             detail = (result.stderr or result.stdout or "").strip()[-300:]
             raise RuntimeError(f"{argv[0]} in the sandbox exited {result.returncode}: {detail}")
         return result
-
-    def prepare(self) -> None:
-        """The directories the backend relies on (they live in /workspace, so they survive a stop)."""
-        from reference.deepinfra.settings import TEMP_DIR
-
-        self._exec("mkdir", "-p", TRANSFER_DIR, TEMP_DIR)
 
     def upload(self, host_path: str, remote_path: str) -> None:
         self._current().fs.write(remote_path, Path(host_path).read_bytes())
@@ -65,12 +61,13 @@ class SandboxFiles:
         remote_tar = f"{TRANSFER_DIR}/up-{uuid.uuid4().hex}.tar"
         self._current().fs.write(remote_tar, archive)
         try:
-            self._exec("tar", "-xf", remote_tar, "-C", "/", "--no-same-owner")
-        finally:
-            try:
+            self._exec("bash", "-c", UNPACK, "hermes-unpack", remote_tar)
+        except Exception:
+            try:  # the exec may not have run at all: remove the archive on its own
                 self._current().exec("rm", "-f", "--", remote_tar, timeout=60)
             except Exception:
                 pass  # a stray archive in the transfer directory is harmless
+            raise
 
     def delete(self, remote_paths: list[str]) -> None:
         for i in range(0, len(remote_paths), DELETE_BATCH):

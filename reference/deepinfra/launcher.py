@@ -15,8 +15,11 @@ cancel.  Each Hermes command therefore runs under a small bash launcher that
    and unlinked at once, and the command reads it as its stdin, so any bytes
    (binary, NUL, no trailing newline) arrive exactly.  Without stdin the
    command gets /dev/null;
-4. sets HOME to /workspace, the only directory that survives a stop, and runs
-   ``bash -c`` (or ``bash -l -c``) with the Hermes command text;
+4. makes the backend's directories under /workspace when they are missing
+   (Hermes's temp dir for the session snapshot, the transfer directory: a
+   test builtin when they exist, so a new sandbox needs no exec of its own
+   for them), sets HOME to /workspace, the only directory that survives a
+   stop, and runs ``bash -c`` (or ``bash -l -c``) with the Hermes command text;
 5. empties the group record (a builtin, no extra process: empty means
    "ended") and exits with the command's status.
 """
@@ -27,7 +30,7 @@ import base64
 import secrets
 from dataclasses import dataclass
 
-from reference.deepinfra.settings import TRANSFER_DIR, WORKSPACE
+from reference.deepinfra.settings import TEMP_DIR, TRANSFER_DIR, WORKSPACE
 
 # stdin at most this big travels inside the argv; larger stdin is staged through the fs API.
 # The service's argv limits are unknown, so the inline part stays well below Linux's 128 KiB per argument.
@@ -54,12 +57,13 @@ case $mode in
     rm -f "$1" ;;
   *) exec 3</dev/null ;;
 esac
+[ -d @TEMP@ ] && [ -d @TRANSFER@ ] || mkdir -p @TEMP@ @TRANSFER@ 2>/dev/null
 export HOME="$home"
 if [ "$login" = 1 ]; then bash -l -c "$cmd" <&3 3<&-; else bash -c "$cmd" <&3 3<&-; fi
 rc=$?
 : 2>/dev/null > "/tmp/.hermes-runs/$run"
 exit $rc
-"""
+""".replace("@TEMP@", TEMP_DIR).replace("@TRANSFER@", TRANSFER_DIR)
 
 # Exit 0: the group was killed; 3: no such run (it ended, or never started); 4: bad record.
 KILLER = r"""

@@ -68,18 +68,40 @@ def is_transient(exc: BaseException) -> bool:
 connection_error = ConnectionErrors("deepinfra", HINT)
 
 
+# One SDK client per key and endpoint for the whole process: building one costs a TLS context
+# (the CA bundle parsed again) and fresh connections, and every environment of a session talks to
+# the same endpoint with the same key.  The SDK's httpx client is thread-safe.  Bounded: a client
+# no longer cached is dropped, not closed (an environment may still hold it), and closes once unused.
+_CLIENTS_MAX = 8
+_clients: dict[tuple[str, str | None], Any] = {}
+_clients_lock = threading.Lock()
+
+
+def shared_client(api_key: str, base_url: str | None) -> Any:
+    """The process's DeepInfraClient for this key and endpoint."""
+    from deepinfra import DeepInfraClient
+
+    with _clients_lock:
+        client = _clients.get((api_key, base_url))
+        if client is None:
+            while len(_clients) >= _CLIENTS_MAX:
+                _clients.pop(next(iter(_clients)))
+            client = _clients[(api_key, base_url)] = DeepInfraClient(api_key=api_key, base_url=base_url,
+                                                                     timeout=HTTP_TIMEOUT_S)
+        return client
+
+
 @dataclass
 class Account(ApiKeyAccount):
-    """The key, the endpoint and one SDK client for an environment."""
+    """The key, the endpoint and the SDK client for an environment (shared by every environment with
+    the same key and endpoint)."""
 
     _client: Any = field(default=None, repr=False)
 
     @property
     def client(self) -> Any:
         if self._client is None:
-            from deepinfra import DeepInfraClient
-
-            self._client = DeepInfraClient(api_key=self.api_key, base_url=self.base_url, timeout=HTTP_TIMEOUT_S)
+            self._client = shared_client(self.api_key, self.base_url)
         return self._client
 
     def explain(self, message: str, exc: BaseException | None = None) -> Exception:
