@@ -120,7 +120,8 @@ def output_fds(proc: BoxProcess) -> list[tuple[str, int]]:
     if proc.pty_master is not None:
         pairs = [("stdout", proc.pty_master)]
     else:
-        pairs = [("stdout", proc.stdout.fileno()), ("stderr", proc.stderr.fileno())]
+        _, stdout, stderr = proc.pipes()
+        pairs = [("stdout", stdout.fileno()), ("stderr", stderr.fileno())]
     for _, fd in pairs:
         os.set_blocking(fd, False)
     return pairs
@@ -214,7 +215,7 @@ class StdinWriter:
 
     def __init__(self, proc: BoxProcess, *, limit: int):
         self._proc = proc
-        self._fd = proc.pty_master if proc.pty_master is not None else proc.stdin.fileno()
+        self._fd = proc.pty_master if proc.pty_master is not None else proc.pipes()[0].fileno()
         os.set_blocking(self._fd, False)
         self._limit = limit
         self._queue: deque[bytes | None] = deque()

@@ -40,6 +40,7 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO, overload
 
 from isolation import Bind, BoxSpec, IsolationError, NamespaceBox, NamespaceDriver
 
@@ -132,16 +133,23 @@ class BoxProcess:
         self._group_gone = False
 
     @property
-    def stdin(self):  # type: ignore[no-untyped-def]
+    def stdin(self) -> IO[bytes] | None:
         return self.popen.stdin
 
     @property
-    def stdout(self):  # type: ignore[no-untyped-def]
+    def stdout(self) -> IO[bytes] | None:
         return self.popen.stdout
 
     @property
-    def stderr(self):  # type: ignore[no-untyped-def]
+    def stderr(self) -> IO[bytes] | None:
         return self.popen.stderr
+
+    def pipes(self) -> tuple[IO[bytes], IO[bytes], IO[bytes]]:
+        """stdin, stdout and stderr of a command spawned without a terminal."""
+        stdin, stdout, stderr = self.popen.stdin, self.popen.stdout, self.popen.stderr
+        if stdin is None or stdout is None or stderr is None:
+            raise RuntimeError("this command runs on a PTY, which has no pipes: use pty_master")
+        return stdin, stdout, stderr
 
     def owns_group(self) -> bool:
         """Whether process group ``pid`` can still be this command's.
@@ -200,7 +208,7 @@ class BoxProcess:
         return _shell_code(self.popen.poll())
 
     def wait(self, timeout: float | None = None) -> int:
-        return _shell_code(self.popen.wait(timeout))  # type: ignore[return-value]
+        return _shell_code(self.popen.wait(timeout))
 
     def group_alive(self) -> bool:
         if not self.owns_group():
@@ -223,6 +231,10 @@ def _take_controlling_tty() -> None:
     fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
 
+@overload
+def _shell_code(code: int) -> int: ...
+@overload
+def _shell_code(code: None) -> None: ...
 def _shell_code(code: int | None) -> int | None:
     """Report a signal death the way a shell does: 128 + N."""
     return 128 - code if code is not None and code < 0 else code

@@ -25,7 +25,7 @@ CAPABILITIES = frozenset({"world", "world-states", "transport-faults"})
 
 
 class WorldView:
-    capabilities: ClassVar[frozenset[str]] = CAPABILITIES
+    capabilities: frozenset[str] = CAPABILITIES  # an adapter adds "isolation" when its world has it
     vendor: ClassVar[str] = "vendor"
 
     def __init__(self, faults: Faults, routes: Mapping[str, tuple[str, ...]]):

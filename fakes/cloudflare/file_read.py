@@ -15,7 +15,7 @@ import contextlib
 import re
 import signal
 import time
-from typing import BinaryIO
+from typing import IO, BinaryIO
 
 from starlette.types import Receive, Scope, Send
 
@@ -35,9 +35,10 @@ def _stat(ws: Workspace, path: str) -> tuple[BoxProcess, int]:
     config = ws.require_config()
     box, _ = ws.ensure_running(config)
     proc = ws.world.spawn(box, argv=["/usr/bin/stat", "-L", "-c", "%s %F", "--", path])
-    proc.stdin.close()
-    described = proc.stdout.read().decode("utf-8", "replace").strip()
-    proc.stderr.read()
+    stdin, stdout, stderr = proc.pipes()
+    stdin.close()
+    described = stdout.read().decode("utf-8", "replace").strip()
+    stderr.read()
     match = _STAT.fullmatch(described)
     if proc.wait() != 0 or not match:
         raise ApiError(404, "file_not_found", "No such file")
@@ -77,19 +78,20 @@ async def open_read(ws: Workspace, request: ReadRequest, fault: Fault | None) ->
         if opened is not None:
             return FileStream(ws, active, opened, None, size, fault)
         cat = ws.world.spawn(box, argv=["/usr/bin/cat", "--", request.path])
-        cat.stdin.close()
+        cat_in, cat_out, _ = cat.pipes()
+        cat_in.close()
     except BaseException:
         if opened is not None:
             opened.close()
         ws.finish(active)
         raise
-    return FileStream(ws, active, cat.stdout, cat, size, fault)
+    return FileStream(ws, active, cat_out, cat, size, fault)
 
 
 class FileStream:
     """The body: ``source`` (cat's stdout, or the file itself) read up to ``size`` bytes."""
 
-    def __init__(self, ws: Workspace, active: Active, source: BinaryIO, cat: BoxProcess | None, size: int,
+    def __init__(self, ws: Workspace, active: Active, source: IO[bytes], cat: BoxProcess | None, size: int,
                  fault: Fault | None):
         self.ws, self.active, self.source, self.cat, self.size, self.fault = ws, active, source, cat, size, fault
 

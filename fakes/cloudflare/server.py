@@ -7,8 +7,10 @@ a fake server class: ``(host=, port=, api_keys=)``, ``start()``, ``stop()``,
 
 from __future__ import annotations
 
+import enum
 import secrets
 from pathlib import Path
+from typing import Literal
 
 from fakes.delivery import HIDE_DROPS
 from fakes.faults import Faults
@@ -22,7 +24,13 @@ from .settings import ENDPOINT_VAR, TOKEN_VAR, Settings
 # The container of the public repository: user hermes, HOME /home/hermes,
 # WORKDIR /workspace (worker/container/Dockerfile).
 LAYOUT = PathLayout(home="/home/hermes", workspace="/workspace", user="hermes")
-_GENERATE = object()
+
+
+class _Token(enum.Enum):
+    GENERATE = enum.auto()  # the default: a fresh token
+
+
+_GENERATE = _Token.GENERATE
 
 
 class BridgeServer(FakeServer):
@@ -36,12 +44,12 @@ class BridgeServer(FakeServer):
 
     log_filters = (HIDE_DROPS,)
 
-    def __init__(self, *, token: str | object | None = _GENERATE, settings: Settings | None = None,
+    def __init__(self, *, token: str | Literal[_Token.GENERATE] | None = _GENERATE, settings: Settings | None = None,
                  world: World | None = None, root: Path | None = None, host: str = "127.0.0.1",
                  port: int = 0, namespaces: bool | None = None, api_keys: list[str] | None = None):
         if api_keys:
             token = api_keys[0]
-        self.token: str | None = secrets.token_urlsafe(48) if token is _GENERATE else token  # type: ignore[assignment]
+        self.token: str | None = secrets.token_urlsafe(48) if token is _GENERATE else token
         self._owns_world = world is None
         self.world = world or World(root, layout=LAYOUT, namespaces=namespaces)
         self.faults = Faults()

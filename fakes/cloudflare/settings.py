@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 PROTOCOL_VERSION = 1
 ENDPOINT_VAR = "HERMES_CF_ENDPOINT"  # the plugin's variables
@@ -95,11 +96,11 @@ class Settings:
                 raise ValueError(f"{name} must be positive")
 
     @classmethod
-    def quick(cls, **overrides: object) -> Settings:
+    def quick(cls, **overrides: Any) -> Settings:
         """Short intervals for the conformance suite and tests; kill and drain timings
         stay the Worker's because checks measure them."""
         base = cls(heartbeat_s=1.0, idle_s=30.0, alarm_retry_s=5.0, hard_deadline_grace_s=8.0)
-        return replace(base, **overrides)  # type: ignore[arg-type]
+        return replace(base, **overrides)
 
     def health(self) -> dict[str, object]:
         """The /health body: v1's, plus the offered extensions and their limits when there are any."""

@@ -161,7 +161,8 @@ class CommandRun:
         s = self.settings
         decoder_out = codecs.getincrementaldecoder("utf-8")("replace")
         decoder_err = codecs.getincrementaldecoder("utf-8")("replace")
-        for pipe, decoder in ((proc.stdout, decoder_out), (proc.stderr, decoder_err)):
+        _, stdout, stderr = proc.pipes()
+        for pipe, decoder in ((stdout, decoder_out), (stderr, decoder_err)):
             os.set_blocking(pipe.fileno(), False)
             self._fds[pipe.fileno()] = (pipe, decoder)
         self._feed_stdin(proc)
@@ -241,7 +242,7 @@ class CommandRun:
 
     # -- pipes ------------------------------------------------------------------------------
     def _feed_stdin(self, proc: BoxProcess) -> None:
-        pipe = proc.stdin
+        pipe = proc.pipes()[0]
         if self.request.stdin is None:
             pipe.close()
             return

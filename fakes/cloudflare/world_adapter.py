@@ -30,7 +30,7 @@ class CloudflareWorld(WorldView):
     def __init__(self, bridge: Bridge):
         super().__init__(bridge.faults, FAULT_ROUTES)
         self.bridge = bridge
-        self.capabilities = self.capabilities | ({"isolation"} if bridge.world.isolated else set())  # type: ignore[misc]
+        self.capabilities = self.capabilities | ({"isolation"} if bridge.world.isolated else set())
 
     @property
     def paths_note(self) -> str:

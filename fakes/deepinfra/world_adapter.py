@@ -40,7 +40,7 @@ class DeepInfraWorld(BoxWorldView):
     def __init__(self, service: Service):
         super().__init__(service.world, service.faults, FAULT_ROUTES)
         self.service = service
-        self.capabilities = self.capabilities | ({"isolation"} if service.world.isolated else set())  # type: ignore[misc]
+        self.capabilities = self.capabilities | ({"isolation"} if service.world.isolated else set())
 
     def sandboxes(self) -> dict[str, str]:
         """Every sandbox that is not deleted, in the kit's state names."""

@@ -262,7 +262,7 @@ class Service(VendorService):
             "agent": meta.get("agent"),
             "enabled_skills": meta.get("enabled_skills") or [],
             "customer_id": "cus_" + (box.owner or "")[:12],
-            "total_cpu_ns": int(meta.get("total_cpu_ns", 0) or 0),  # type: ignore[call-overload]
+            "total_cpu_ns": _cpu_ns(box),
         }
         if meta.get("ephemeral"):
             data["ephemeral"] = True
@@ -271,7 +271,8 @@ class Service(VendorService):
 
     def box_env(self, box: Box) -> dict[str, str]:
         """The variables every command in the box sees, before a start frame's overlay."""
-        env: dict[str, str] = dict(box.meta.get("env_vars") or {})  # type: ignore[call-overload]
+        env_vars = box.meta.get("env_vars")
+        env: dict[str, str] = dict(env_vars) if isinstance(env_vars, dict) else {}
         token = box.meta.get("blob_token")
         if isinstance(token, str):
             env["UPSTASH_BLOB_TOKEN"] = token
@@ -291,5 +292,10 @@ class Service(VendorService):
         return env
 
     def add_cpu(self, box: Box, cpu_ns: int) -> None:
-        box.meta["total_cpu_ns"] = int(box.meta.get("total_cpu_ns", 0) or 0) + cpu_ns  # type: ignore[call-overload]
+        box.meta["total_cpu_ns"] = _cpu_ns(box) + cpu_ns
 
+
+def _cpu_ns(box: Box) -> int:
+    """The CPU time the box's commands have used (Box.meta keeps it as an int)."""
+    value = box.meta.get("total_cpu_ns")
+    return value if isinstance(value, int) else 0

@@ -20,7 +20,7 @@ class UpstashWorld(BoxWorldView):
 
     def __init__(self, world: World, faults: Faults | None = None):
         super().__init__(world, faults or Faults(), FAULT_ROUTES)
-        self.capabilities = self.capabilities | ({"isolation"} if world.isolated else set())  # type: ignore[misc]
+        self.capabilities = self.capabilities | ({"isolation"} if world.isolated else set())
 
     def sandboxes(self) -> dict[str, str]:
         """Every box that is not deleted, with its state (idle, running, paused, error, ...)."""
