@@ -2,12 +2,15 @@
 
 Most are tempdir_box with its environment class swapped.  Transport-fault
 mutants are a reference backend with one function patched (in the suite's own
-process only), run against that backend's fake: ``FAKE`` names it, and
-``SCOPE`` (a ``-k`` expression) limits the run to the checks the breakage can
-reach.  Each module exposes ``provider`` (select it with ``--backend
+process only), run against that backend's fake: ``FAKE`` names it.  Each
+module exposes ``provider`` (select it with ``--backend
 fakes.mutants.<name>:provider --fake <FAKE or tempdir>``), ``BREAKS``: the
-clauses it must fail, exactly, and ``WHAT``: the breakage in one line.
-tests/test_mutants.py runs the suite against every mutant and compares.
+clauses it must fail, exactly, ``WHAT``: the breakage in one line, and
+``SCOPE``: a ``-k`` expression that limits its run to the checks the breakage
+can reach (every check of its BREAKS, tests/test_mutant_scopes.py makes sure,
+and the neighbouring checks it could plausibly break too).
+tests/test_mutants.py runs the suite against every mutant, within its scope,
+and compares.
 """
 
 MUTANTS = (

@@ -4,6 +4,9 @@ from fakes.mutants._base import provider_with
 from fakes.tempdir_box.environment import TempdirBoxEnvironment
 
 WHAT = "a second cleanup() raises"
+# Scope: the lifecycle checks (atexit, repeated cleanup, wait_for_cleanup), and the other checks that clean
+# one environment up more than once: black-box cleanup, force_remove, the prompt probe.
+SCOPE = "test_lifecycle or test_black_box or test_force_remove or test_probe"
 
 
 class Env(TempdirBoxEnvironment):

@@ -5,6 +5,9 @@ from fakes.tempdir_box.boxes import list_boxes
 from fakes.tempdir_box.environment import TempdirBoxEnvironment
 
 WHAT = "cleanup() deletes by task id (a list call), taking other sessions' boxes with it"
+# Scope: both checks of delete-own-only (world and black-box), and the task-id isolation and persistence
+# checks that share sandboxes between sessions.
+SCOPE = "test_lifecycle or test_black_box or test_identity or test_persist"
 
 
 class Env(TempdirBoxEnvironment):

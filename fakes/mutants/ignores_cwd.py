@@ -4,6 +4,9 @@ from fakes.mutants._base import provider_with
 from fakes.tempdir_box.environment import TempdirBoxEnvironment
 
 WHAT = "execute(cmd, cwd=D) runs in env.cwd instead of D"
+# Scope: the cwd checks, the kernel (its launch cds into its directory) and execute_code, which runs in a cwd
+# too.
+SCOPE = "test_cwd or test_kernel or test_exec_code"
 
 
 class Env(TempdirBoxEnvironment):

@@ -4,6 +4,8 @@ from fakes.mutants._base import provider_with
 from fakes.tempdir_box.environment import TempdirBoxEnvironment
 
 WHAT = "a backend that says it is remote silently runs commands locally"
+# Scope: the identity checks and the passthrough prelude a remote backend owes.
+SCOPE = "test_identity or test_passthrough"
 
 provider = provider_with(TempdirBoxEnvironment, "local_fallback")
 provider.is_remote = True

@@ -10,6 +10,8 @@ from fakes.mutants._base import provider_with
 from fakes.tempdir_box.environment import TempdirBoxEnvironment
 
 WHAT = "sets self.persistent instead of _persistent and declares no persistence"
+# Scope: the flag check, and every check of a persistent sandbox (kept, found again, force-removed).
+SCOPE = "test_lifecycle or test_persist or test_identity or test_force_remove"
 
 
 class Env(TempdirBoxEnvironment):

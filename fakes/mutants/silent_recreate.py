@@ -4,6 +4,8 @@ from fakes.mutants._base import provider_with
 from fakes.tempdir_box.environment import TempdirBoxEnvironment
 
 WHAT = "a box deleted behind its back is recreated without environment_recreated"
+# Scope: both checks of deleted-replaced (world and black-box), and the other deleted-sandbox checks.
+SCOPE = "test_persist or test_black_box or test_faults"
 
 
 class Env(TempdirBoxEnvironment):

@@ -4,6 +4,8 @@ from fakes.mutants._base import provider_with
 from fakes.tempdir_box.environment import TempdirBoxEnvironment, _kill_group
 
 WHAT = "a timeout or interrupt kills everything in the box, background jobs included"
+# Scope: the kill checks, and background jobs, which this mutant kills too.
+SCOPE = "test_timeout or test_background"
 
 
 class Env(TempdirBoxEnvironment):

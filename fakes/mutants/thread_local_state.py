@@ -17,6 +17,8 @@ from fakes.mutants._base import provider_with
 from fakes.tempdir_box.environment import TempdirBoxEnvironment
 
 WHAT = "the error-state refusal travels in a thread-local and is lost when the host spawns on a worker thread"
+# Scope: the error-state check, and the other checks of a broken or vanished sandbox.
+SCOPE = "test_persist or test_errors or test_faults"
 
 
 class Env(TempdirBoxEnvironment):
