@@ -6,7 +6,8 @@ with a random suffix and deletes exactly that Box on cleanup.  A Box paused
 behind Hermes's back is resumed once; a deleted one is reported by the command
 that finds it (which does not run), and the next command runs in a new Box
 with ``environment_recreated``; a Box in the error state is reported and left
-alone.  Hermes files go up as one tar archive over an exec session.
+alone.  Hermes files go up as one tar archive over an exec session; in a
+new Box that is the same session that reports its home directory.
 """
 
 from __future__ import annotations
@@ -52,13 +53,14 @@ class UpstashBoxEnvironment(PassthroughEnvironment, CleanupOffThread, BaseEnviro
         self._closed = False
         self._replace_next = False
         self._sync: Any = None
+        self._contact: session.FirstContact | None = None  # a new Box's first session, while it is open
         self._persistent = settings.persistent
         # A per-session Box lasts the whole session: no teardown after each turn.
         self._session_scoped = not settings.persistent
         self._box = self._acquire()
         super().__init__(cwd=cwd, timeout=timeout)
-        self._home = self._detect_home()
-        self._start_sync()
+        self._home = ""
+        self._first_contact()
         self.init_session()
 
     # -- the Box ---------------------------------------------------------------------
@@ -98,12 +100,23 @@ class UpstashBoxEnvironment(PassthroughEnvironment, CleanupOffThread, BaseEnviro
             )
         return box
 
-    def _detect_home(self) -> str:
-        out, code = self._capture(["bash", "-c", 'printf %s "$HOME"'])
-        home = out.decode("utf-8", "replace").strip()
-        if code != 0 or not home.startswith("/"):
-            raise connection_error(f"Box {self._box.id} did not report its home directory (exit {code})")
-        return home
+    def _first_contact(self) -> None:
+        """Learn the Box's home directory and push Hermes's files there, in one exec session."""
+        try:
+            contact = session.FirstContact(self._box)
+        except Exception as exc:
+            raise connection_error(f"Box {self._box.id} did not start a session", exc,
+                                   secrets=self._account.secrets) from None
+        try:
+            home, code = contact.home()
+            if not home.startswith("/"):
+                raise connection_error(f"Box {self._box.id} did not report its home directory (exit {code})")
+            self._home = home
+            self._contact = contact
+            self._start_sync()  # its first archive goes through this session
+        finally:
+            self._contact = None
+            contact.close()
 
     def _capture(self, argv: list[str], stdin_data: bytes | None = None) -> tuple[bytes, int]:
         return session.capture(self._box, argv, cwd="/", stdin_data=stdin_data)
@@ -123,7 +136,12 @@ class UpstashBoxEnvironment(PassthroughEnvironment, CleanupOffThread, BaseEnviro
         self._sync.sync(force=True)
 
     def _upload_archive(self, pairs: list[tuple[str, str]]) -> None:
-        out, code = self._capture(["tar", "-xf", "-", "-C", "/", "--no-same-owner"], tar_transfer.pack(pairs))
+        archive = tar_transfer.pack(pairs)
+        contact, self._contact = self._contact, None
+        if contact is not None:
+            out, code = contact.unpack(archive)
+        else:
+            out, code = self._capture(["tar", "-xf", "-", "-C", "/", "--no-same-owner"], archive)
         if code != 0:
             raise RuntimeError(f"unpacking the Hermes files in the Box failed: {out[-300:]!r}")
 
@@ -159,8 +177,7 @@ class UpstashBoxEnvironment(PassthroughEnvironment, CleanupOffThread, BaseEnviro
         mark = getattr(self, "_mark_recreated", None)
         if callable(mark):
             mark()
-        self._home = self._detect_home()
-        self._start_sync()
+        self._first_contact()
         self._snapshot_ready = False
         self.init_session()
 

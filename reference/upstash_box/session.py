@@ -5,12 +5,17 @@ so Hermes sees them merged; the SDK's reader thread blocks while Hermes's pipe
 is full, which is the backpressure.  stdin is streamed in chunks and then
 always closed.  A stop (timeout or interrupt) sends KILL to the process tree
 through the session and closes it shortly after, off Hermes's thread.
+
+``FirstContact`` is a new Box's first session: it reports ``$HOME`` and then
+unpacks at most one tar archive from its stdin, so learning where Hermes's
+files go and putting them there is one session, not two.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import TYPE_CHECKING, Any
 
 from reference.common.stream_handle import StreamProcessHandle
@@ -24,6 +29,12 @@ STDIN_CHUNK = 256 * 1024
 CLOSE_GRACE_S = 2.0
 STDIN_RACE_S = 2.0  # how long a failed stdin send waits to learn whether the command had already ended
 LOST = "\n[upstash_box: the exec session ended without an exit status (connection lost or server error)]\n"
+
+
+# Print $HOME, then unpack the archive that follows a "tar" line on stdin (bash's read takes no byte
+# past the newline from a pipe); any other line, or none, ends the session with nothing unpacked.
+CONTACT = ('printf "%s\\n" "$HOME"; IFS= read -r next || exit 0; [ "$next" = tar ] || exit 0; '
+           'exec tar -xf - -C / --no-same-owner')
 
 
 class OpenTimeout(TimeoutError):
@@ -134,3 +145,78 @@ def capture(box: Box[Any], argv: list[str], *, cwd: str, stdin_data: bytes | Non
     finally:
         session.close()
     return b"".join(chunks), code
+
+
+class FirstContact:
+    """One session in a new Box: its home directory first, then at most one archive unpacked."""
+
+    def __init__(self, box: Box[Any]):
+        self._lock = threading.Lock()
+        self._stdout = bytearray()
+        self._stderr = bytearray()
+        self._line = threading.Event()
+        self._used = False
+        self._session = box.exec.session(argv=["bash", "-c", CONTACT], cwd="/", on_stdout=self._out,
+                                         on_stderr=self._err)
+
+    def _out(self, data: bytes) -> None:
+        with self._lock:
+            self._stdout += data
+            if b"\n" in self._stdout:
+                self._line.set()
+
+    def _err(self, data: bytes) -> None:
+        with self._lock:
+            self._stderr += data[:4096]
+
+    def home(self, timeout: float = 60.0) -> tuple[str, int | None]:
+        """(the first line of output, None) once it came; ("", exit code) if the session ended first."""
+        deadline = time.monotonic() + timeout
+        while not self._line.wait(0.02):
+            try:
+                code = self._session.wait(0)
+            except TimeoutError:
+                code = None
+            if code is not None and not self._line.is_set():
+                return "", int(code)
+            if time.monotonic() > deadline:
+                return "", -1
+        with self._lock:
+            line = bytes(self._stdout).split(b"\n", 1)[0]
+        return line.decode("utf-8", "replace").strip(), None
+
+    def unpack(self, archive: bytes, timeout: float = 300.0) -> tuple[bytes, int]:
+        """Send ``archive`` to tar; (its output, exit code).  Once per session."""
+        if self._used:
+            raise RuntimeError("the first session of a Box unpacks one archive only")
+        self._used = True
+        try:
+            self._session.write(b"tar\n")
+            view = memoryview(archive)
+            while view:
+                self._session.write(bytes(view[:STDIN_CHUNK]))
+                view = view[STDIN_CHUNK:]
+            self._session.end_stdin()
+        except Exception:
+            pass  # tar may have ended early (a bad archive): its exit code tells
+        try:
+            code = int(self._session.wait(timeout))
+        except TimeoutError:
+            self._session.kill("KILL")
+            code = -1
+        with self._lock:
+            said = bytes(self._stdout).split(b"\n", 1)[-1] + bytes(self._stderr)
+        return said, code
+
+    def close(self) -> None:
+        """End the session: nothing more to unpack, if nothing was."""
+        try:
+            if not self._used:
+                self._used = True
+                self._session.write(b"none\n")
+                self._session.end_stdin()
+                self._session.wait(CLOSE_GRACE_S)
+        except Exception:
+            pass  # closing below ends the process in any case
+        finally:
+            self._session.close()
