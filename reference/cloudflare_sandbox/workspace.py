@@ -2,7 +2,11 @@
 HTTP client, what the Worker offers, and its lifecycle calls.
 
 Init is idempotent and boots nothing; the first command starts (or restores)
-the container.  ``finish`` releases the workspace on cleanup: a persistent one
+the container.  What /health offers is a property of the Worker's deployment,
+not of a workspace: it is asked once per Worker and credentials and kept for
+FEATURES_TTL_S, so a new environment costs one call (init) before its first
+command.  A Worker redeployed without an extension is noticed sooner: the
+refused field makes the command ask /health again (``refresh_features``).  ``finish`` releases the workspace on cleanup: a persistent one
 is snapshotted and stopped, an ephemeral one destroyed and forgotten, and with
 ``delete`` (Hermes's force_remove) any workspace is discarded.
 """
@@ -23,6 +27,29 @@ from .settings import Settings
 
 logger = logging.getLogger("reference.cloudflare_sandbox")
 BUSY_BACKOFF_S = (0.05, 0.1, 0.2, 0.4, 0.8)
+FEATURES_TTL_S = 300.0
+
+# (endpoint, token, access headers) -> (what /health offered, when it was asked)
+_features: dict[tuple[str, str, tuple[str, str] | None], tuple[Features, float]] = {}
+_features_lock = threading.Lock()
+
+
+def _features_key(settings: Settings) -> tuple[str, str, tuple[str, str] | None]:
+    return (settings.endpoint, settings.token, settings.access)
+
+
+def known_features(settings: Settings) -> Features | None:
+    """What this Worker offered within the last FEATURES_TTL_S, if it was asked."""
+    with _features_lock:
+        cached = _features.get(_features_key(settings))
+    if cached is None or time.monotonic() - cached[1] > FEATURES_TTL_S:
+        return None
+    return cached[0]
+
+
+def remember_features(settings: Settings, features: Features) -> None:
+    with _features_lock:
+        _features[_features_key(settings)] = (features, time.monotonic())
 
 
 def _passing(exc: BaseException) -> bool:
@@ -47,11 +74,16 @@ class Workspace:
         return self.settings.secrets
 
     def open(self) -> None:
-        """Negotiate extensions and initialise the workspace; EnvironmentConnectionError on failure."""
+        """Negotiate extensions (unless this Worker's are known) and initialise the workspace;
+        EnvironmentConnectionError on failure."""
         try:
             # Both calls are safe to repeat: /health reads, and init is keyed by the workspace id.
             # Rate limits among the failures: as many attempts as a refused request gets.
-            self.features = retry(self.client.health, attempts=RATE_LIMITED_ATTEMPTS, retryable=_passing)
+            known = known_features(self.settings)
+            if known is None:
+                known = retry(self.client.health, attempts=RATE_LIMITED_ATTEMPTS, retryable=_passing)
+                remember_features(self.settings, known)
+            self.features = known
             retry(lambda: self.client.init(self.id, self.config), attempts=RATE_LIMITED_ATTEMPTS,
                   retryable=_passing)
         except BridgeError as exc:
@@ -65,7 +97,9 @@ class Workspace:
         try:
             self.features = self.client.health()
         except BridgeError:
-            self.features = Features()
+            self.features = Features()  # plain v1 for this workspace; the next one asks again
+            return
+        remember_features(self.settings, self.features)
 
     def recreate(self, generation: int) -> bool:
         """Initialise the workspace again after workspace_missing; once per loss, however many
