@@ -8,6 +8,8 @@ no ownership token (many tasks collapse to "default"), so:
 - a failed create is cleaned up by its creation id only, never by task;
 - a new environment reattaches a stopped sandbox only when exactly one
   sandbox of this session carries its task tag; otherwise it creates fresh.
+  A task this process never created a sandbox for has none of this session
+  to find, so that lookup is skipped (``created_here``).
 
 Every sandbox this process creates or reattaches is terminated when the
 process exits (the end of the Hermes session), whether or not an
@@ -145,6 +147,8 @@ class Account(ApiKeyAccount):
                         continue
                 raise self.explain("creating a DeepInfra sandbox failed", exc) from None
             own(self, sandbox.id)
+            with _owned_lock:
+                _tasks_created.add((SESSION_ID, task_id))
             logger.info("created DeepInfra sandbox %s for task %s", sandbox.id, task_id)
             return sandbox
 
@@ -166,6 +170,8 @@ class Account(ApiKeyAccount):
         """This session's stopped sandbox for ``task_id``, started again, if exactly one such sandbox exists."""
         import deepinfra
 
+        if not created_here(task_id):
+            return None  # only this process makes sandboxes with this session's tag: none exists for the task
         try:
             found = retry(lambda: deepinfra.Sandbox.list(tags={TASK_TAG: task_id, SESSION_TAG: SESSION_ID},
                                                          client=self.client),
@@ -316,6 +322,13 @@ class Account(ApiKeyAccount):
 # -- sandboxes this process owns: terminated when the session ends -------------------------------
 _owned: dict[str, Account] = {}
 _owned_lock = threading.Lock()
+_tasks_created: set[tuple[str, str]] = set()  # (session id, task id) this process created a sandbox for
+
+
+def created_here(task_id: str) -> bool:
+    """Whether this process created a sandbox for ``task_id`` under the current session id."""
+    with _owned_lock:
+        return (SESSION_ID, task_id) in _tasks_created
 
 
 def own(account: Account, sandbox_id: str) -> None:
