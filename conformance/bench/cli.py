@@ -248,18 +248,37 @@ def _start_backends(backends: list[str], workdir: Path, progress: Progress, clea
     return kits, failed
 
 
-def _contenders(local: LocalBash, kits: dict[str, tuple[KitBackend, Scope]]
-                ) -> tuple[dict[str, Contender], dict[str, Contender]]:
-    """The cold-start contenders: local bash, each backend, and each reference backend's minimal client."""
-    contenders = {"local": Contender("local", local.cold_start)}
-    minimal_contenders: dict[str, Contender] = {}
-    for name, (target, scope) in kits.items():
-        contenders[name] = Contender(name, target.cold_start, scope)
+def _minimal_clients(kits: dict[str, tuple[KitBackend, Scope]]) -> dict[str, minimal.MinimalClient]:
+    """Each reference backend's minimal client, pointed at that backend's fake."""
+    clients: dict[str, minimal.MinimalClient] = {}
+    for name, (target, _) in kits.items():
         fake_env = dict(getattr(target.run.fake, "env", None) or {})
         client = minimal.for_backend(name, fake_env) if fake_env else None
         if client is not None:
-            minimal_contenders[name] = Contender(client.name, client.cold_start, scope, close=client.close)
+            clients[name] = client
+    return clients
+
+
+def _contenders(local: LocalBash, kits: dict[str, tuple[KitBackend, Scope]],
+                clients: dict[str, minimal.MinimalClient]) -> tuple[dict[str, Contender], dict[str, Contender]]:
+    """The cold-start contenders: local bash, each backend, and each reference backend's minimal client."""
+    contenders = {"local": Contender("local", local.cold_start)}
+    contenders.update({name: Contender(name, target.cold_start, scope) for name, (target, scope) in kits.items()})
+    minimal_contenders = {name: Contender(client.name, client.cold_start, kits[name][1])
+                          for name, client in clients.items()}
     return contenders, minimal_contenders
+
+
+def _minimal_stream(client: minimal.MinimalClient, size: int, progress: Progress) -> dict[str, Any]:
+    """The minimal client's output throughput at ``size`` (one run, as the backends' large sizes)."""
+    try:
+        rate = size / MIB / client.stream(size)
+    except Exception as exc:
+        reason = f"failed: {type(exc).__name__}: {str(exc)[:300]}"
+        progress(client.name, f"stream {human_size(size)}", reason)
+        return {"output_mib_s": None, "output_na": reason}
+    progress(client.name, f"stream {human_size(size)}", f"{rate:.1f} MiB/s (no host, no capture)")
+    return {"output_mib_s": report.round_figure(rate)}
 
 
 def _minimal_entry(contender: Contender) -> dict[str, Any]:
@@ -285,9 +304,10 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="kit-bench-") as tmp:
         local = LocalBash(Path(tmp))
         kits, failed = _start_backends(backends, Path(tmp), progress, clean)
-        minimal_contenders: dict[str, Contender] = {}
+        clients: dict[str, minimal.MinimalClient] = {}
         try:
-            contenders, minimal_contenders = _contenders(local, kits)
+            clients = _minimal_clients(kits)
+            contenders, minimal_contenders = _contenders(local, kits, clients)
             progress("all", "cold start", f"{plan.cold_samples} interleaved rounds of {len(contenders)} targets "
                      f"and {len(minimal_contenders)} minimal clients")
             cold.interleave([*contenders.values(), *minimal_contenders.values()], plan.cold_samples, progress)
@@ -301,14 +321,15 @@ def main(argv: list[str] | None = None) -> int:
                 target, scope = kits.pop(name)
                 scope.apply()
                 try:
+                    if name in clients and name in minimal_figures:
+                        minimal_figures[name].update(_minimal_stream(clients[name], plan.stream, progress))
                     results.append(measure(target, plan, progress, cold_figure(contenders.get(name))))
                 finally:
                     target.close()
                     clean.apply()
         finally:
-            for contender in minimal_contenders.values():
-                if contender.close is not None:
-                    contender.close()
+            for client in clients.values():
+                client.close()
             for target, scope in kits.values():  # left by a failure above: closed all the same
                 scope.apply()
                 target.close()

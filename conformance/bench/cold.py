@@ -63,7 +63,6 @@ class Contender:
     name: str
     start: Callable[[], ColdSample]
     scope: Scope | None = None
-    close: Callable[[], None] | None = None  # what it holds (a minimal client's HTTP client), for the end
     samples: list[ColdSample] = field(default_factory=list)
     error: str | None = None
 

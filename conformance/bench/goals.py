@@ -8,7 +8,10 @@ Per reference backend, from one bench run:
 - output of 100 MiB with bounded capture at least 100 MiB/s on its fake.
 
 Both cold-start ratios come from the interleaved measurement (cold.py): the
-same rounds, so the machine's load falls on both sides alike.
+same rounds, so the machine's load falls on both sides alike.  Beside the
+bounded-output figure stands the minimal client's own stream of the same size
+(no host, no capture): when that is below the target too, the vendor's
+protocol on its fake, not the backend, is what holds the figure down.
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ def evaluate(data: dict[str, Any], minimal: dict[str, dict[str, Any]]) -> dict[s
             "cold_start_ms": value,
             "minimal_ms": base.get("cold_start_ms"),
             "tempdir_box_ms": tempdir,
+            "minimal_output_mib_s": base.get("output_mib_s"),
             "checks": {
                 "cold_vs_minimal": _check(_ratio(value, base.get("cold_start_ms")), COLD_VS_MINIMAL_MAX,
                                           at_most=True, na=base.get("error")),
@@ -79,14 +83,19 @@ def markdown(data: dict[str, Any]) -> list[str]:
              f"bounded output of {human_size(BOUNDED_SIZE)} at least {BOUNDED_MIN_MIB_S:g} MiB/s. Figures, not "
              "assertions: no test checks them.", "",
              "| backend | cold start | minimal client | vs minimal | tempdir_box | vs tempdir_box | "
-             f"bounded {human_size(BOUNDED_SIZE)} |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
+             f"bounded {human_size(BOUNDED_SIZE)} | minimal client's stream |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for backend, goal in goals.items():
         checks = goal["checks"]
         lines.append(f"| {backend} | {_ms(goal['cold_start_ms'])} | {_ms(goal['minimal_ms'])} | "
                      f"{_cell(checks['cold_vs_minimal'], 'x')} | {_ms(goal['tempdir_box_ms'])} | "
-                     f"{_cell(checks['cold_vs_tempdir_box'], 'x')} | {_cell(checks['bounded_mib_s'], ' MiB/s')} |")
+                     f"{_cell(checks['cold_vs_tempdir_box'], 'x')} | {_cell(checks['bounded_mib_s'], ' MiB/s')} | "
+                     f"{_rate(goal.get('minimal_output_mib_s'))} |")
     return [*lines, ""]
+
+
+def _rate(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f} MiB/s"
 
 
 def _ms(value: float | None) -> str:

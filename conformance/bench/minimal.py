@@ -12,6 +12,11 @@ the WebSocket exec session; DeepInfra: the NDJSON exec stream; Cloudflare:
 the bridge's exec stream), so the ratio compares like with like.  Releasing
 the sandbox afterwards is not part of the figure.
 
+``stream(size)`` is the same client reading a command's ``size`` bytes of
+output through that channel and discarding them: what the vendor's protocol
+on this fake allows with no Hermes host and no capture, the ceiling a
+backend's bounded-output figure is read against.
+
 "From nothing" means no sandbox: an HTTP client (its connection pool and TLS
 context) is process state, built once per minimal client as a long-lived
 process would, wherever the SDK accepts one (deepinfra's DeepInfraClient, an
@@ -27,11 +32,14 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from conformance.bench.measure import flood_command
+
 EXEC_TIMEOUT_S = 60.0
+STREAM_TIMEOUT_S = 600.0
 
 
 @dataclass(frozen=True)
@@ -47,6 +55,7 @@ class MinimalClient(Protocol):
     backend: str  # the reference backend it is the baseline of
 
     def cold_start(self) -> ColdSample: ...
+    def stream(self, size: int) -> float: ...
     def close(self) -> None: ...
 
 
@@ -70,6 +79,33 @@ def _name() -> str:
     return f"bench-min-{uuid.uuid4().hex[:12]}"
 
 
+def _lines(chunks: Iterator[bytes]) -> Iterator[bytes]:
+    """NDJSON lines from a body's raw chunks (no text decoding before json.loads, which takes bytes)."""
+    pending = b""
+    for chunk in chunks:
+        parts = (pending + chunk).split(b"\n")
+        pending = parts.pop()
+        yield from parts
+    if pending:
+        yield pending
+
+
+def _streamed(create: Callable[[], Any], run: Callable[[Any], int], release: Callable[[Any], None],
+              size: int, what: str) -> float:
+    """Seconds ``run`` takes to receive ``size`` bytes of output in a sandbox from ``create`` (untimed,
+    as is ``release``)."""
+    made = create()
+    try:
+        started = time.perf_counter()
+        received = run(made)
+        elapsed = time.perf_counter() - started
+    finally:
+        release(made)
+    if received != size:
+        raise RuntimeError(f"{what}: {received} bytes of output came back, {size} were written")
+    return elapsed
+
+
 class MinimalUpstash:
     """upstash-box SDK: ``Box.create`` (it polls while the Box is "creating"), one exec session."""
 
@@ -80,8 +116,6 @@ class MinimalUpstash:
         self.api_key, self.base_url = env["UPSTASH_BOX_API_KEY"], env["UPSTASH_BOX_BASE_URL"]
 
     def cold_start(self) -> ColdSample:
-        from upstash_box import Box
-
         def run(box: Any) -> int:
             session = box.exec.session(argv=["true"], cwd="/")
             try:
@@ -89,14 +123,36 @@ class MinimalUpstash:
             finally:
                 session.close()
 
-        def release(box: Any) -> None:
-            try:
-                box.delete()
-            finally:
-                box.close()
+        return _timed(self._create, run, self._release, self.name)
 
-        return _timed(lambda: Box.create(name=_name(), api_key=self.api_key, base_url=self.base_url), run, release,
-                      self.name)
+    def stream(self, size: int) -> float:
+        def run(box: Any) -> int:
+            received = [0]
+
+            def count(data: bytes) -> None:
+                received[0] += len(data)
+
+            session = box.exec.session(argv=["bash", "-c", flood_command(size)], cwd="/", on_stdout=count,
+                                       on_stderr=count)
+            try:
+                session.wait(STREAM_TIMEOUT_S)
+            finally:
+                session.close()
+            return received[0]
+
+        return _streamed(self._create, run, self._release, size, self.name)
+
+    def _create(self) -> Any:
+        from upstash_box import Box
+
+        return Box.create(name=_name(), api_key=self.api_key, base_url=self.base_url)
+
+    @staticmethod
+    def _release(box: Any) -> None:
+        try:
+            box.delete()
+        finally:
+            box.close()
 
     def close(self) -> None:
         return None
@@ -115,16 +171,33 @@ class MinimalDeepInfra:
 
         self.client = DeepInfraClient(api_key=env[KEY_VAR], base_url=env[URL_VAR], timeout=EXEC_TIMEOUT_S)
 
-    def cold_start(self) -> ColdSample:
+    def _create(self) -> Any:
         from deepinfra import Sandbox
 
-        def create() -> Any:
-            return Sandbox.create(tags={"bench": "minimal"}, wait=True, client=self.client)
+        return Sandbox.create(tags={"bench": "minimal"}, wait=True, client=self.client)
 
+    def cold_start(self) -> ColdSample:
         def run(sandbox: Any) -> int:
             return int(sandbox.exec("true", timeout=EXEC_TIMEOUT_S).returncode)
 
-        return _timed(create, run, lambda sandbox: sandbox.terminate(), self.name)
+        return _timed(self._create, run, lambda sandbox: sandbox.terminate(), self.name)
+
+    def stream(self, size: int) -> float:
+        """The exec's NDJSON stream read line by line (``Sandbox.exec`` would hold it all in memory)."""
+        from deepinfra import RequestSpec
+
+        def run(sandbox: Any) -> int:
+            received = 0
+            spec = RequestSpec("POST", f"/v1/sandboxes/{sandbox.id}/exec", timeout=STREAM_TIMEOUT_S,
+                               json={"command": ["bash", "-c", flood_command(size)],
+                                     "timeout_seconds": int(STREAM_TIMEOUT_S)})
+            with self.client.stream(spec) as response:
+                for line in _lines(response.iter_bytes()):
+                    event = json.loads(line) if line.strip() else {}
+                    received += len(event.get("stdout") or "") + len(event.get("stderr") or "")
+            return received
+
+        return _streamed(self._create, run, lambda sandbox: sandbox.terminate(), size, self.name)
 
     def close(self) -> None:
         self.client.close()
@@ -141,32 +214,55 @@ class MinimalCloudflare:
 
         headers = {"Authorization": f"Bearer {env['HERMES_CF_TOKEN']}", "Accept": "application/json",
                    "User-Agent": "hermes-backend-kit-bench/minimal"}
-        self.client = httpx.Client(base_url=env["HERMES_CF_ENDPOINT"], headers=headers, timeout=EXEC_TIMEOUT_S)
+        self.client = httpx.Client(base_url=env["HERMES_CF_ENDPOINT"], headers=headers, timeout=STREAM_TIMEOUT_S)
+
+    def _create(self) -> str:
+        sid = _name()
+        self.client.post(f"/v1/sandboxes/{sid}", json={"persistent": False}).raise_for_status()
+        return sid
+
+    def _release(self, sid: str) -> None:
+        self.client.request("DELETE", f"/v1/sandboxes/{sid}", json={"confirm": True})
+
+    def _exec(self, sid: str, body: dict[str, Any], sink: Callable[[str], None]) -> int:
+        """One exec; output events go to ``sink``; the exit code."""
+        with self.client.stream("POST", f"/v1/sandboxes/{sid}/exec", json=body) as response:
+            response.raise_for_status()
+            for line in _lines(response.iter_raw()):
+                event = json.loads(line) if line.strip() else {}
+                if event.get("type") == "output":
+                    sink(event["data"])
+                elif event.get("type") == "exit":
+                    return int(event["exit_code"])
+                elif event.get("type") == "error":
+                    raise RuntimeError(f"{self.name}: the exec ended with {event.get('code')!r}")
+        raise RuntimeError(f"{self.name}: the exec stream ended without an exit event")
 
     def cold_start(self) -> ColdSample:
-        client = self.client
-
-        def create() -> str:
-            sid = _name()
-            client.post(f"/v1/sandboxes/{sid}", json={"persistent": False}).raise_for_status()
-            return sid
-
         def run(sid: str) -> int:
             body = {"request_id": uuid.uuid4().hex, "command": "true", "timeout": EXEC_TIMEOUT_S}
-            with client.stream("POST", f"/v1/sandboxes/{sid}/exec", json=body) as response:
-                response.raise_for_status()
-                for line in response.iter_lines():
-                    event = json.loads(line) if line.strip() else {}
-                    if event.get("type") == "exit":
-                        return int(event["exit_code"])
-                    if event.get("type") == "error":
-                        raise RuntimeError(f"{self.name}: the exec ended with {event.get('code')!r}")
-            raise RuntimeError(f"{self.name}: the exec stream ended without an exit event")
+            return self._exec(sid, body, lambda data: None)
 
-        def release(sid: str) -> None:
-            client.request("DELETE", f"/v1/sandboxes/{sid}", json={"confirm": True})
+        return _timed(self._create, run, self._release, self.name)
 
-        return _timed(create, run, release, self.name)
+    def stream(self, size: int) -> float:
+        """Output beyond the v1 limit of 2,000,000 characters needs the large-output extension's
+        ``max_output``; the Worker's /health says how much it allows."""
+        limits = self.client.get("/health").json().get("limits") or {}
+        body: dict[str, Any] = {"command": flood_command(size), "timeout": STREAM_TIMEOUT_S}
+        if isinstance(limits.get("max_output"), int):
+            body["max_output"] = limits["max_output"]
+
+        def run(sid: str) -> int:
+            received = [0]
+
+            def count(data: str) -> None:
+                received[0] += len(data)
+
+            self._exec(sid, {**body, "request_id": uuid.uuid4().hex}, count)
+            return received[0]
+
+        return _streamed(self._create, run, self._release, size, self.name)
 
     def close(self) -> None:
         self.client.close()

@@ -12,7 +12,10 @@ the host's drain thread run in their own threads of this process, and the
 fake's event loop in the fake's own process, which ``--subprocesses`` adds
 (pyinstrument follows only the calling thread, so it sees nothing but the
 host's wait loop).  The summary is self time per
-function and inclusive time per source area (reference/, fakes/, host, SDK).
+function and inclusive time per source area (reference/, fakes/, host, SDK),
+and with ``--subprocesses`` the share of each process (client, fake server,
+box world).  ``run`` itself prints the CPU seconds each of them spent on the
+path (cpu.py), which bound the throughput each side allows.
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ def area(file: str) -> str:
 
 
 def run_path(backend: str, path: str, size: int, repeat: int) -> None:
-    from conformance.bench import minimal
+    from conformance.bench import cpu, minimal
     from conformance.bench.targets import KitBackend
 
     with tempfile.TemporaryDirectory(prefix="kit-profile-") as tmp:
@@ -58,6 +61,8 @@ def run_path(backend: str, path: str, size: int, repeat: int) -> None:
             client = minimal.for_backend(backend, dict(target.run.fake.env)) if path == "cold-minimal" else None
             if path == "cold-minimal" and client is None:
                 raise SystemExit(f"{backend} has no minimal client (known: {', '.join(minimal.MINIMAL_CLIENTS)})")
+            fake_pid = getattr(target.run.fake, "pid", None)
+            before = cpu.snapshot(fake_pid)
             started = time.perf_counter()
             for _ in range(repeat):
                 if path == "cold":
@@ -71,11 +76,35 @@ def run_path(backend: str, path: str, size: int, repeat: int) -> None:
                 else:
                     target.flood(size, bounded=path == "output")
             elapsed = time.perf_counter() - started
+            used = cpu.spent(before, cpu.snapshot(fake_pid))
         finally:
             target.close()
     per = elapsed / repeat
-    rate = f", {size / MIB / per:.1f} MiB/s" if path in ("output", "output-full", "stdin") else ""
+    streams = path in ("output", "output-full", "stdin")
+    rate = f", {size / MIB / per:.1f} MiB/s" if streams else ""
     print(f"{backend} {path}: {per * 1000:.1f} ms per call{rate} ({repeat} calls)")
+    print("\n".join(cpu.report(used, elapsed, size * repeat / MIB if streams else 0.0)))
+
+
+_PROCESS = re.compile(r'^process (?P<pid>\d+):"(?P<cmd>.*)"$')
+
+
+def process_role(frame: str) -> str | None:
+    """For py-spy --subprocesses, whose process a stack is: the client (this kit process: host and
+    backend), the fake's own process, or a box's init process (the box world, fakes/world.py);
+    None when the frame names no process.  A child's stack starts with its parents' process frames:
+    the innermost one is the stack's process."""
+    m = _PROCESS.match(frame.strip())
+    if m is None:
+        return None
+    cmd = m.group("cmd")
+    if "box_init" in cmd:
+        return "box init processes (the fake's box world)"
+    if "fakes.process" in cmd or "fake serve" in cmd:
+        return "fake process (server)"
+    if "conformance" in cmd:
+        return "client process (kit, host, backend)"
+    return f"other process ({cmd[:40]})"
 
 
 def _frame_key(frame: str) -> tuple[str, str]:
@@ -83,9 +112,12 @@ def _frame_key(frame: str) -> tuple[str, str]:
     return (m.group("func"), m.group("file")) if m else (frame.strip(), "")
 
 
-def summarize(profile: Path, top: int = 25) -> str:
+def summarize(profile: Path, top: int = 25, only: str | None = None) -> str:
+    """Self time per function and inclusive time per area; ``only``: just the stacks of the processes
+    whose role (``process_role``) contains it, e.g. "client" or "fake"."""
     self_time: collections.Counter[str] = collections.Counter()
     areas: collections.Counter[str] = collections.Counter()
+    processes: collections.Counter[str] = collections.Counter()
     total = 0
     for line in profile.read_text(errors="replace").splitlines():
         stack, _, count = line.rpartition(" ")
@@ -93,14 +125,32 @@ def summarize(profile: Path, top: int = 25) -> str:
             continue
         n = int(count)
         total += n
-        frames = [_frame_key(f) for f in stack.split(";") if f]
+        raw = [f for f in stack.split(";") if f]
+        role = None
+        while raw and (named := process_role(raw[0])) is not None:
+            role, raw = named, raw[1:]
+        if only is not None and (role is None or only not in role):
+            total -= n
+            continue
+        if role is not None:
+            processes[role] += n
+        if not raw:
+            continue
+        frames = [_frame_key(f) for f in raw]
         func, file = frames[-1]
         self_time[f"{func} ({_short(file)})"] += n
         # threading/runpy sit under every stack: stdlib counts only where nothing else is.
         for name in ({area(f) for _, f in frames} - {"stdlib"}) or {"stdlib only"}:
             areas[name] += n
+    if total <= 0:
+        return "no samples" + (f" of a process whose role contains {only!r}" if only else "")
     lines = [f"{total} samples (threads py-spy saw as active; blocked Condition.wait/select "
-             "calls can still appear)", "", "inclusive by area (a stack counts once per area it passes through):"]
+             "calls can still appear)", ""]
+    if processes:
+        lines += ["by process (py-spy --subprocesses):"]
+        lines += [f"  {100 * n / total:5.1f}%  {role}" for role, n in processes.most_common()]
+        lines += [""]
+    lines += ["inclusive by area (a stack counts once per area it passes through):"]
     lines += [f"  {100 * n / total:5.1f}%  {area}" for area, n in areas.most_common()]
     lines += ["", f"self time, top {top}:"]
     lines += [f"  {100 * n / total:5.1f}%  {name}" for name, n in self_time.most_common(top)]
@@ -125,11 +175,12 @@ def main(argv: list[str] | None = None) -> int:
     s = sub.add_parser("summary", help="summarise a py-spy --format raw profile")
     s.add_argument("profile", type=Path)
     s.add_argument("--top", type=int, default=25)
+    s.add_argument("--only", help="only the processes whose role contains this: client, fake, box")
     args = p.parse_args(argv)
     if args.cmd == "run":
         run_path(args.backend, args.path, parse_size(args.size), args.repeat)
     else:
-        print(summarize(args.profile, args.top))
+        print(summarize(args.profile, args.top, args.only))
     return 0
 
 
