@@ -10,8 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from conformance.bench import cli, growth, report
+from conformance.backends import KNOWN_BACKENDS, REFERENCE_BACKENDS
+from conformance.bench import cli, cold, goals, growth, minimal, report
 from conformance.bench.measure import parse_size
+from conformance.bench.minimal import ColdSample
+from fakes import process
 
 ROOT = Path(__file__).resolve().parents[1]
 FIGURES = {"cold_start_ms", "rtt_p50_ms", "rtt_p95_ms", "output_bounded_mib_s", "output_full_mib_s",
@@ -113,3 +116,75 @@ def test_missing_extra_is_named(monkeypatch):
 
 def test_sizes_parse():
     assert [parse_size(s) for s in ("1K", "16KiB", "4M", "100MiB", "512")] == [1024, 16384, 4 << 20, 100 << 20, 512]
+
+
+@pytest.mark.parametrize("backend", REFERENCE_BACKENDS)
+def test_minimal_client_reaches_a_first_result_on_its_fake(backend, tmp_path):
+    """Each vendor's minimal client runs `true` and streams output on its fake, and releases its sandboxes."""
+    known = KNOWN_BACKENDS[backend]
+    if known.missing_extra():
+        pytest.skip(known.missing_extra())
+    assert backend in minimal.MINIMAL_CLIENTS, "every reference backend has a minimal client"
+    assert known.fake is not None
+    fake = process.spawn(known.fake, tmp_path / "fake")
+    client = minimal.for_backend(backend, fake.env)
+    assert client is not None and client.backend == backend
+
+    def live() -> dict[str, str]:
+        return {sid: state for sid, state in fake.world.sandboxes().items() if state != "deleted"}
+
+    try:
+        sample = client.cold_start()
+        assert 0 < sample.created_s <= sample.result_s
+        assert live() == {}, "the cold start left its sandbox behind"
+        assert client.stream(64 * 1024) > 0  # raises unless exactly 64 KiB of output came back
+        assert live() == {}, "the stream left its sandbox behind"
+    finally:
+        client.close()
+        fake.stop()
+
+
+def test_cold_start_rounds_rotate_after_an_unmeasured_warm_up():
+    calls: list[str] = []
+
+    def start(name: str, fail_at: int | None = None):
+        def run() -> ColdSample:
+            calls.append(name)
+            if fail_at is not None and calls.count(name) == fail_at:
+                raise RuntimeError("sandbox refused")
+            return ColdSample(0.001, 0.002)
+        return run
+
+    a, b, c = (cold.Contender("a", start("a")), cold.Contender("b", start("b")),
+               cold.Contender("c", start("c", fail_at=3)))
+    cold.interleave([a, b, c], 3, lambda *args: None)
+    assert calls[:3] == ["a", "b", "c"]  # the warm-up round
+    assert calls[3:6] == ["b", "c", "a"] and calls[6:8] == ["c", "a"]  # rotated; c failed in round 2
+    assert len(a.samples) == len(b.samples) == 3 and c.samples == [ColdSample(0.001, 0.002)]
+    assert c.error == "RuntimeError: sandbox refused" and a.error is None
+    assert a.result_ms == pytest.approx(2.0) and a.detail()["interleaved"] is True
+
+
+def test_targets_are_met_or_missed_from_the_same_run():
+    def target(cold_ms: float | None, bounded: float | None) -> dict:
+        figures = {"cold_start_ms": {"value": cold_ms, "detail": {"interleaved": True}},
+                   "output_bounded_mib_s": {"value": bounded}}
+        return {"figures": figures}
+
+    data = {"options": {"stream": 100 << 20},
+            "targets": {"tempdir_box": target(100.0, 300.0), "upstash_box": target(210.0, 120.0),
+                        "deepinfra": target(150.0, 40.0)}}
+    found = goals.evaluate(data, {"upstash_box": {"cold_start_ms": 200.0, "output_mib_s": 90.0},
+                                  "deepinfra": {"cold_start_ms": None, "error": "RuntimeError: boom"}})
+    up = found["upstash_box"]["checks"]
+    assert up["cold_vs_minimal"] == {"value": 1.05, "limit": 1.1, "met": True}
+    assert up["cold_vs_tempdir_box"] == {"value": 2.1, "limit": 2.0, "met": False}
+    assert up["bounded_mib_s"] == {"value": 120.0, "limit": 100.0, "met": True}
+    assert found["upstash_box"]["minimal_output_mib_s"] == 90.0
+    deep = found["deepinfra"]["checks"]
+    assert deep["cold_vs_minimal"]["met"] is None and deep["cold_vs_minimal"]["na"] == "RuntimeError: boom"
+    assert deep["cold_vs_tempdir_box"]["met"] is True and deep["bounded_mib_s"]["met"] is False
+    markdown = "\n".join(goals.markdown({**data, "goals": found}))
+    assert "| upstash_box | 210 ms | 200 ms | 1.05x (pass, ≤ 1.1x) | 100 ms | 2.10x (miss, ≤ 2x) |" in markdown
+    quick = goals.evaluate({**data, "options": {"stream": 4 << 20}}, {"upstash_box": {"cold_start_ms": 200.0}})
+    assert quick["upstash_box"]["checks"]["bounded_mib_s"]["na"] == "measured at 4 MiB, not 100 MiB"
