@@ -21,6 +21,7 @@ the id of a sandbox found in the failed state, which no command is sent to.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import threading
 from typing import Any
@@ -85,10 +86,27 @@ class DeepInfraEnvironment(PassthroughEnvironment, CleanupOffThread, BaseEnviron
         return self._account.create(self._task_id, self._settings.plan)
 
     def _prepare(self) -> None:
-        """Hermes's files, then the session snapshot (every command's launcher makes the directories
-        the backend relies on, so no exec of its own is spent on them)."""
-        self._start_sync()
-        self.init_session()
+        """Hermes's files and the session snapshot, side by side: neither reads what the other writes
+        (the files go to /workspace/.hermes, the snapshot to the temp dir), so the sandbox's first
+        upload does not hold up the bootstrap.  Both are done before the first command.  Every
+        command's launcher makes the directories the backend relies on, so no exec is spent on them."""
+        failed: list[BaseException] = []
+        context = contextvars.copy_context()  # the caller's secret scope, for the files to sync
+
+        def sync() -> None:
+            try:
+                context.run(self._start_sync)
+            except BaseException as exc:
+                failed.append(exc)
+
+        worker = threading.Thread(target=sync, daemon=True, name="deepinfra-first-sync")
+        worker.start()
+        try:
+            self.init_session()
+        finally:
+            worker.join()
+        if failed:
+            raise failed[0]
 
     def _start_sync(self) -> None:
         from tools.environments.file_sync import FileSyncManager, iter_sync_files
