@@ -49,6 +49,10 @@ def test_results_shape(results):
         assert set(sizes["fits"]) == {"latency", "memory"}
         assert "slope" in sizes["fits"]["latency"] and "departs_at" in sizes["fits"]["latency"]
         assert [p["n"] for p in target["growth"]["concurrency"]["points"]] == [1, 2]
+    cold_start = data["targets"]["tempdir_box"]["figures"]["cold_start_ms"]
+    assert cold_start["detail"]["interleaved"] and len(cold_start["detail"]["samples_ms"]) == 1
+    assert data["minimal"] == {} and data["goals"] == {}  # no reference backend in this run
+    assert set(data["machine"]["load_average_1m"]) == {"start", "end"}
     suite = data["targets"]["tempdir_box"]["figures"]["suite_s"]
     assert suite["value"] is None and "skip" in suite["na"]
     assert "| figure | local bash -c (baseline) | tempdir_box |" in markdown and "## Growth" in markdown
@@ -185,6 +189,7 @@ def test_targets_are_met_or_missed_from_the_same_run():
     assert deep["cold_vs_minimal"]["met"] is None and deep["cold_vs_minimal"]["na"] == "RuntimeError: boom"
     assert deep["cold_vs_tempdir_box"]["met"] is True and deep["bounded_mib_s"]["met"] is False
     markdown = "\n".join(goals.markdown({**data, "goals": found}))
-    assert "| upstash_box | 210 ms | 200 ms | 1.05x (pass, ≤ 1.1x) | 100 ms | 2.10x (miss, ≤ 2x) |" in markdown
+    assert ("| upstash_box | 210 ms | 200 ms | 1.05x (pass, ≤ 1.1x) | 100 ms | 2.10x (miss, ≤ 2x) | "
+            "120.0 MiB/s (pass, ≥ 100 MiB/s) | 90.0 MiB/s |") in markdown
     quick = goals.evaluate({**data, "options": {"stream": 4 << 20}}, {"upstash_box": {"cold_start_ms": 200.0}})
     assert quick["upstash_box"]["checks"]["bounded_mib_s"]["na"] == "measured at 4 MiB, not 100 MiB"

@@ -298,6 +298,7 @@ def main(argv: list[str] | None = None) -> int:
     clean_env = dict(os.environ)  # each KitRun exports its fake's variables into this process
     clean = Scope.capture()
     progress = Progress()
+    load_before = os.getloadavg()[0]  # the machine is shared: the load goes with the figures
     results: list[TargetResult] = []
     world_figures = _measure_world(args, progress)
     minimal_figures: dict[str, dict[str, Any]] = {}
@@ -350,6 +351,7 @@ def main(argv: list[str] | None = None) -> int:
                                "rounds": plan.rounds, "cold_samples": plan.cold_samples}
     data = report.to_json(results, {"stream": plan.stream, "stdin": plan.stdin, "sync": plan.sync}, options)
     data.update(world_figures)
+    data["machine"]["load_average_1m"] = {"start": round(load_before, 2), "end": round(os.getloadavg()[0], 2)}
     data["minimal"] = minimal_figures
     data["goals"] = goals.evaluate(data, minimal_figures)
     out = Path(args.out)

@@ -107,4 +107,5 @@ def _cell(check: dict[str, Any], unit: str) -> str:
         return f"n/a ({check.get('na', 'not measured')})"
     sign = "≤" if unit == "x" else "≥"
     verdict = "pass" if check["met"] else "miss"
-    return f"{check['value']:.2f}{unit} ({verdict}, {sign} {check['limit']:g}{unit})"
+    value = f"{check['value']:.2f}" if unit == "x" else f"{check['value']:.1f}"
+    return f"{value}{unit} ({verdict}, {sign} {check['limit']:g}{unit})"

@@ -117,8 +117,10 @@ def to_markdown(data: dict[str, Any]) -> str:
     names = list(data["targets"])
     labels = [data["targets"][n]["label"] for n in names]
     notes: list[str] = []
+    load = data["machine"].get("load_average_1m")
+    load_text = f", load average {load['start']:g} at the start and {load['end']:g} at the end" if load else ""
     lines = [f"Benchmark matrix ({data['created']}, Python {data['machine']['python']}, "
-             f"{data['machine']['cpus']} CPUs{', quick' if data['options'].get('quick') else ''}). "
+             f"{data['machine']['cpus']} CPUs{load_text}{', quick' if data['options'].get('quick') else ''}). "
              "Cells: value (ratio to local bash -c).", "",
              "| figure | " + " | ".join(labels) + " |", "| --- |" + " --- |" * len(names)]
     for key, spec in data["figures"].items():
