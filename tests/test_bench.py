@@ -193,3 +193,25 @@ def test_targets_are_met_or_missed_from_the_same_run():
             "120.0 MiB/s (pass, ≥ 100 MiB/s) | 90.0 MiB/s |") in markdown
     quick = goals.evaluate({**data, "options": {"stream": 4 << 20}}, {"upstash_box": {"cold_start_ms": 200.0}})
     assert quick["upstash_box"]["checks"]["bounded_mib_s"]["na"] == "measured at 4 MiB, not 100 MiB"
+
+
+def test_profile_summary_splits_the_client_from_the_fake(tmp_path):
+    """py-spy --subprocesses stacks start with their processes' frames: the innermost one decides."""
+    from conformance.bench import profile
+
+    client = 'process 10:"python -m conformance.bench.profile run --backend deepinfra"'
+    fake = 'process 11:"/usr/bin/python -m fakes.process deepinfra --root /tmp/x"'
+    box = 'process 12:"/usr/bin/python -I -S /work/isolation/box_init.py 5"'
+    raw = tmp_path / "prof.txt"
+    raw.write_text("\n".join([
+        f"{client};run (conformance/bench/profile.py:60);feed (reference/common/stream_handle.py:44) 30",
+        f"{client};{fake};loop (asyncio/base_events.py:600);encode (fakes/deepinfra/exec_stream.py:80) 60",
+        f"{client};{fake};{box};fill (isolation/box_init.py:90) 10",
+    ]) + "\n")
+    assert profile.process_role(box) == "box init processes (the fake's box world)"
+    text = profile.summarize(raw)
+    assert "60.0%  fake process (server)" in text and "30.0%  client process (kit, host, backend)" in text
+    assert "10.0%  box init processes" in text
+    only_client = profile.summarize(raw, only="client")
+    assert "30 samples" in only_client and "100.0%  feed (reference/common/stream_handle.py)" in only_client
+    assert profile.summarize(raw, only="nothing such") == "no samples of a process whose role contains 'nothing such'"
