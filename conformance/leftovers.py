@@ -59,6 +59,26 @@ def _belongs(pid: int, root: str) -> bool:
     return False
 
 
+def descendants(root: int | None = None) -> list[int]:
+    """Every live process below pid ``root`` (default: this process), sorted; zombies included, since
+    an unreaped child is a leak too."""
+    root = root or os.getpid()
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                parents[int(entry)] = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+    found, frontier = [], [root]
+    while frontier:
+        pid = frontier.pop()
+        kids = [p for p, parent in parents.items() if parent == pid]
+        found += kids
+        frontier += kids
+    return sorted(found)
+
+
 def processes_under(root: str | Path) -> list[int]:
     """Pids of this user's processes (other than this one and its ancestors) that belong to ``root``."""
     if not Path("/proc/self").exists():

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from conformance import backends
+from conformance.leftovers import descendants
 
 ENVS = 4  # two persistent, two not; THREADS share them, as Hermes's tools share one environment
 LIVE_STATES = ("running", "creating")
@@ -55,25 +56,6 @@ def rss_kib() -> int:
 
 def fd_count() -> int:
     return len(os.listdir("/proc/self/fd"))
-
-
-def descendants(root: int | None = None) -> list[int]:
-    """Every live process below ``root`` (zombies included: an unreaped child is a leak too)."""
-    root = root or os.getpid()
-    parent: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        with contextlib.suppress(OSError):
-            stat = Path(f"/proc/{entry}/stat").read_text()
-            parent[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
-    found, frontier = [], [root]
-    while frontier:
-        pid = frontier.pop()
-        kids = [p for p, pp in parent.items() if pp == pid]
-        found += kids
-        frontier += kids
-    return sorted(found)
 
 
 def file_set(root: Path) -> set[str]:

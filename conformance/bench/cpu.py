@@ -25,6 +25,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from conformance import leftovers
+
 GROUPS = ("client", "fake server", "box world", "commands")
 
 
@@ -39,27 +41,10 @@ def _stat(pid: int) -> tuple[float, float] | None:
     return (utime + stime) / tick, (cutime + cstime) / tick
 
 
-def _descendants(root: int) -> list[int]:
-    parents: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                parents[int(entry)] = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-    found, frontier = [], [root]
-    while frontier:
-        pid = frontier.pop()
-        kids = [p for p, parent in parents.items() if parent == pid]
-        found += kids
-        frontier += kids
-    return found
-
-
 def _box_inits(fake_pid: int) -> list[int]:
     """The fake's box init processes (under it, possibly through a namespace helper)."""
     found = []
-    for pid in _descendants(fake_pid):
+    for pid in leftovers.descendants(fake_pid):
         try:
             if b"box_init" in Path(f"/proc/{pid}/cmdline").read_bytes():
                 found.append(pid)
