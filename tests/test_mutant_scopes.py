@@ -59,3 +59,9 @@ def test_the_scope_selects_every_check_of_the_clauses_the_mutant_breaks(name, ch
     assert not left_out, f"mutant {name}: SCOPE {scope!r} leaves out checks of its BREAKS: {left_out}"
     selected = sum(1 for _, matcher in checks.values() if expression.evaluate(matcher))
     assert selected < len(checks), f"mutant {name}: SCOPE {scope!r} selects the whole suite"
+
+
+def test_the_mutants_run_on_two_workers_are_mutants():
+    from tests.test_mutants import TWO_WORKERS
+
+    assert set(MUTANTS) >= TWO_WORKERS, sorted(TWO_WORKERS - set(MUTANTS))
