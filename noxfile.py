@@ -1,14 +1,14 @@
 """nox sessions of hermes-backend-kit.
 
-    nox -s conformance                          # certify every known backend against its fake
-    nox -s conformance -- --backend X [--out DIR] [certify options]
-    nox -s tests                                # the kit's own tests (mutants included)
-    nox -s lint
-    nox -s typecheck                            # mypy, configured in pyproject.toml
-    nox -s worker                               # the reference Cloudflare Worker's own tests (npm)
-    nox -s host_equivalence                     # same verdicts on hermes-agent 0.19.0 and the stand-ins
-    nox -s bench -- [--quick] [--backends a,b]  # benchmark matrix (not in the default sessions)
-    nox -s soak -- [--commands N]               # 8-thread soak and long random sessions (not default)
+nox -s conformance                          # certify every known backend against its fake
+nox -s conformance -- --backend X [--out DIR] [certify options]
+nox -s tests                                # the kit's own tests (mutants included)
+nox -s lint
+nox -s typecheck                            # mypy, configured in pyproject.toml
+nox -s worker                               # the reference Cloudflare Worker's own tests (npm)
+nox -s host_equivalence                     # same verdicts on hermes-agent 0.19.0 and the stand-ins
+nox -s bench -- [--quick] [--backends a,b]  # benchmark matrix (not in the default sessions)
+nox -s soak -- [--commands N]               # 8-thread soak and long random sessions (not default)
 """
 
 from __future__ import annotations
@@ -86,8 +86,15 @@ def conformance(session: nox.Session) -> None:
         out = REPORTS / f"conformance-{backend}"
         session.run(*_certify("--backend", backend, "--out", str(out), *args), success_codes=[0, 1])
         reports.append(str(out / "report.json"))
-    session.run("hermes-backend-kit", "report", "matrix", *reports, "--out", str(REPORTS / "faults-matrix.md"),
-                success_codes=[0, 1])
+    session.run(
+        "hermes-backend-kit",
+        "report",
+        "matrix",
+        *reports,
+        "--out",
+        str(REPORTS / "faults-matrix.md"),
+        success_codes=[0, 1],
+    )
     session.run("hermes-backend-kit", "report", "summary", *reports)
 
 
@@ -102,8 +109,10 @@ def _ensure_chromium(session: nox.Session) -> None:
     if shutil.which("chromium") or shutil.which("chromium-browser"):
         return
     if os.geteuid() != 0 or not shutil.which("apt-get"):
-        session.log("chromium is missing and cannot be installed here (needs root and apt-get): "
-                    "tests/test_report_html.py will skip; install Debian's chromium to run it")
+        session.log(
+            "chromium is missing and cannot be installed here (needs root and apt-get): "
+            "tests/test_report_html.py will skip; install Debian's chromium to run it"
+        )
         return
     env = {"DEBIAN_FRONTEND": "noninteractive"}
     try:
@@ -125,10 +134,16 @@ def tests(session: nox.Session) -> None:
     session.run(*pytest, "-m", "suite", *session.posargs)
 
 
+# ruff is pinned: a new release's rules and formatting land by a deliberate bump, not by surprise.
+LINT_TOOLS = ("ruff==0.17.6",)
+
+
 @nox.session
 def lint(session: nox.Session) -> None:
-    session.install("ruff>=0.6")
+    """ruff's rules and its formatter (pyproject.toml [tool.ruff]): the code must already be formatted."""
+    session.install(*LINT_TOOLS)
     session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
 
 
 # mypy and the stubs are pinned: a new release's checks land by a deliberate bump, not by surprise.
@@ -153,16 +168,32 @@ def bench(session: nox.Session) -> None:
     """
     # The profilers are for bench/PROFILE.md's method (py-spy record / pyinstrument), not the run itself.
     session.install(_project(), "pyinstrument>=4.6", "py-spy>=0.3.14")
-    session.run("python", "-W", "ignore::DeprecationWarning", "-m", "conformance.bench",
-                "--out", str(ROOT / "bench" / "results.json"), *session.posargs)
+    session.run(
+        "python",
+        "-W",
+        "ignore::DeprecationWarning",
+        "-m",
+        "conformance.bench",
+        "--out",
+        str(ROOT / "bench" / "results.json"),
+        *session.posargs,
+    )
 
 
 @nox.session(default=False)
 def soak(session: nox.Session) -> None:
     """10,000 commands from 8 threads per reference backend, leak and RSS counts, 1000 random sessions each."""
     session.install(_project())
-    session.run("python", "-W", "ignore::DeprecationWarning", "-m", "conformance.soak",
-                "--out", str(ROOT / "soak" / "results.json"), *session.posargs)
+    session.run(
+        "python",
+        "-W",
+        "ignore::DeprecationWarning",
+        "-m",
+        "conformance.soak",
+        "--out",
+        str(ROOT / "soak" / "results.json"),
+        *session.posargs,
+    )
 
 
 @nox.session
@@ -174,8 +205,10 @@ def host_equivalence(session: nox.Session) -> None:
         for host in ("hermes", "builtin"):
             out = REPORTS / f"host-{host}-{backend}"
             reports[host] = str(out / "report.json")
-            session.run(*_certify("--backend", backend, "--host", host, "--out", str(out), *session.posargs),
-                        success_codes=[0, 1])  # failures are compared below, not fatal here
+            session.run(
+                *_certify("--backend", backend, "--host", host, "--out", str(out), *session.posargs),
+                success_codes=[0, 1],
+            )  # failures are compared below, not fatal here
         session.run("hermes-backend-kit", "report", "compare", reports["hermes"], reports["builtin"])
 
 
@@ -188,8 +221,12 @@ def worker(session: nox.Session) -> None:
 
     if not shutil.which("npm"):
         session.error("npm is not on PATH: install Node.js 20 or later (with npm) to run the Worker's tests")
-    env = {"npm_config_cache": str(ROOT / "build" / "tmp" / "npm-cache"), "npm_config_update_notifier": "false",
-           "npm_config_fund": "false", "npm_config_audit": "false"}
+    env = {
+        "npm_config_cache": str(ROOT / "build" / "tmp" / "npm-cache"),
+        "npm_config_update_notifier": "false",
+        "npm_config_fund": "false",
+        "npm_config_audit": "false",
+    }
     session.chdir(WORKER)
     session.run("npm", "ci", "--prefer-offline", env=env, external=True)
     session.run("npm", "test", env=env, external=True)

@@ -26,26 +26,41 @@ class KnownBackend:
         """Why this backend cannot load here (its SDK is not importable, and how to install it); None if it can."""
         if self.sdk_module is None or importlib.util.find_spec(self.sdk_module) is not None:
             return None
-        return (f"backend {self.name} needs its SDK, the '{self.extra}' extra: module {self.sdk_module!r} is not "
-                f"importable. Install it with: pip install 'hermes-backend-kit[{self.extra}]'")
+        return (
+            f"backend {self.name} needs its SDK, the '{self.extra}' extra: module {self.sdk_module!r} is not "
+            f"importable. Install it with: pip install 'hermes-backend-kit[{self.extra}]'"
+        )
 
 
 KNOWN_BACKENDS: dict[str, KnownBackend] = {
     "tempdir_box": KnownBackend(
-        "tempdir_box", "fakes.tempdir_box", "tempdir",
-        "temp-dir boxes on this machine (the kit's default system under test)", reference=False,
+        "tempdir_box",
+        "fakes.tempdir_box",
+        "tempdir",
+        "temp-dir boxes on this machine (the kit's default system under test)",
+        reference=False,
     ),
     "upstash_box": KnownBackend(
-        "upstash_box", "reference.upstash_box", "upstash",
-        "reference Upstash Box backend", extra="upstash", sdk_module="upstash_box",
+        "upstash_box",
+        "reference.upstash_box",
+        "upstash",
+        "reference Upstash Box backend",
+        extra="upstash",
+        sdk_module="upstash_box",
     ),
     "cloudflare_sandbox": KnownBackend(
-        "cloudflare_sandbox", "reference.cloudflare_sandbox", "cloudflare",
+        "cloudflare_sandbox",
+        "reference.cloudflare_sandbox",
+        "cloudflare",
         "reference Cloudflare Sandbox backend (bridge protocol v1 and its extensions)",
     ),
     "deepinfra": KnownBackend(
-        "deepinfra", "reference.deepinfra", "deepinfra",
-        "reference DeepInfra sandbox backend", extra="deepinfra", sdk_module="deepinfra",
+        "deepinfra",
+        "reference.deepinfra",
+        "deepinfra",
+        "reference DeepInfra sandbox backend",
+        extra="deepinfra",
+        sdk_module="deepinfra",
     ),
 }
 DEFAULT_BACKEND = "tempdir_box"

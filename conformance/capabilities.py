@@ -88,19 +88,31 @@ def _attr(provider: Any, name: str) -> Any:
         return None
 
 
-def _declared(contract: Contract, provider: Any, manifest: dict[str, Any] | None, config_caps: list[str] | None,
-              config_disclaims: list[str] | None) -> tuple[frozenset[str], frozenset[str], str]:
+def _declared(
+    contract: Contract,
+    provider: Any,
+    manifest: dict[str, Any] | None,
+    config_caps: list[str] | None,
+    config_disclaims: list[str] | None,
+) -> tuple[frozenset[str], frozenset[str], str]:
     """(declared, disclaimed, source): the first source saying anything speaks for the backend."""
     names = declarable(contract)
     section = (manifest or {}).get("conformance") or {}
     section = section if isinstance(section, dict) else {}
     sources: list[tuple[str, tuple[str, str], Any, Any]] = [
         ("backend-config", ("capabilities", "disclaims"), config_caps, config_disclaims),
-        ("provider attribute", ("conformance_capabilities", "conformance_disclaims"),
-         _attr(provider, "conformance_capabilities"), _attr(provider, "conformance_disclaims")),
-        ("plugin.yaml", ("conformance.capabilities", "conformance.disclaims"),
-         section.get("capabilities") if isinstance(section.get("capabilities"), list) else None,
-         section.get("disclaims") if isinstance(section.get("disclaims"), list) else None),
+        (
+            "provider attribute",
+            ("conformance_capabilities", "conformance_disclaims"),
+            _attr(provider, "conformance_capabilities"),
+            _attr(provider, "conformance_disclaims"),
+        ),
+        (
+            "plugin.yaml",
+            ("conformance.capabilities", "conformance.disclaims"),
+            section.get("capabilities") if isinstance(section.get("capabilities"), list) else None,
+            section.get("disclaims") if isinstance(section.get("disclaims"), list) else None,
+        ),
     ]
     for where, keys, claims, disclaims in sources:
         claimed, disclaimed = _names(claims), _names(disclaims)
@@ -110,8 +122,9 @@ def _declared(contract: Contract, provider: Any, manifest: dict[str, Any] | None
         claimed, disclaimed = (claimed or frozenset()) & names, (disclaimed or frozenset()) & names
         both = sorted(claimed & disclaimed)
         if both:
-            raise CapabilityError(f"the {source} both declare and disclaim {', '.join(both)}",
-                                  "keep each capability in one list")
+            raise CapabilityError(
+                f"the {source} both declare and disclaim {', '.join(both)}", "keep each capability in one list"
+            )
         return claimed, disclaimed, source
     return frozenset(), frozenset(), "none"
 
@@ -150,10 +163,18 @@ def _takes_workspace_binding(provider: Any) -> bool:
         return False
 
 
-def resolve(contract: Contract, *, provider: Any, loaded: Any, config_caps: list[str] | None,
-            world: Any, config_disclaims: list[str] | None = None) -> Capabilities:
-    declared, disclaimed, source = _declared(contract, provider, getattr(loaded, "manifest", None),
-                                             config_caps, config_disclaims)
+def resolve(
+    contract: Contract,
+    *,
+    provider: Any,
+    loaded: Any,
+    config_caps: list[str] | None,
+    world: Any,
+    config_disclaims: list[str] | None = None,
+) -> Capabilities:
+    declared, disclaimed, source = _declared(
+        contract, provider, getattr(loaded, "manifest", None), config_caps, config_disclaims
+    )
     open_names: Iterable[str] = declarable(contract) - declared - disclaimed
     undeclared = {n: tuple(found) for n, found in signs.find(provider, loaded, open_names).items()}
     present = set(declared) | {n for n, found in undeclared.items() if found}

@@ -26,10 +26,15 @@ from conformance.errors import KitError, ReportFileError, UsageError
 
 EXIT_CODES = (
     (0, "success: certified, verified, no difference, nothing wrong"),
-    (1, "the command ran and its answer is no: not certified, a report that does not verify, reports that "
-        "differ, a failing doctor step, a contract `contract validate` finds invalid"),
-    (2, "bad input: an option, a file, the backend, its plugin.yaml, --backend-config or --waivers (one "
-        "`error:` line)"),
+    (
+        1,
+        "the command ran and its answer is no: not certified, a report that does not verify, reports that "
+        "differ, a failing doctor step, a contract `contract validate` finds invalid",
+    ),
+    (
+        2,
+        "bad input: an option, a file, the backend, its plugin.yaml, --backend-config or --waivers (one `error:` line)",
+    ),
     (3, "internal error: a bug in the kit (rerun with --debug and report it)"),
     (130, "interrupted (Ctrl-C); 143 and 129 when stopped by SIGTERM or SIGHUP, after the same cleanup"),
 )
@@ -43,9 +48,13 @@ def _print_json(data: Any) -> None:
 
 def cmd_contract_list(args: argparse.Namespace) -> int:
     kit_contract = contract.load(args.contract)
-    clauses = [c for c in kit_contract
-               if (not args.group or c.group == args.group) and (not args.level or c.level == args.level.upper())
-               and (not args.since or c.since == args.since)]
+    clauses = [
+        c
+        for c in kit_contract
+        if (not args.group or c.group == args.group)
+        and (not args.level or c.level == args.level.upper())
+        and (not args.since or c.since == args.since)
+    ]
     if args.json:
         _print_json([c.to_dict() for c in clauses])
         return 0
@@ -87,16 +96,18 @@ def cmd_contract_coverage(args: argparse.Namespace) -> int:
     kit_contract = contract.load(args.contract)
     cov = traceability.coverage(kit_contract)
     if args.json:
-        _print_json({
-            "contract_version": kit_contract.version,
-            "clauses": len(cov.by_clause),
-            "covered": len(cov.covered),
-            "percent": round(cov.percent, 1),
-            "checks": len(cov.checks),
-            "uncovered": cov.uncovered,
-            "uncited_checks": cov.uncited_checks,
-            "by_clause": cov.by_clause,
-        })
+        _print_json(
+            {
+                "contract_version": kit_contract.version,
+                "clauses": len(cov.by_clause),
+                "covered": len(cov.covered),
+                "percent": round(cov.percent, 1),
+                "checks": len(cov.checks),
+                "uncovered": cov.uncovered,
+                "uncited_checks": cov.uncited_checks,
+                "by_clause": cov.by_clause,
+            }
+        )
     else:
         groups: dict[str, list[int]] = {}
         for cid, checks in cov.by_clause.items():
@@ -105,8 +116,10 @@ def cmd_contract_coverage(args: argparse.Namespace) -> int:
             row[1] += bool(checks)
         for group, (total, covered) in groups.items():
             print(f"{group:<11} {covered:>3}/{total:<3} clauses have checks")
-        print(f"\ncoverage: {len(cov.covered)}/{len(cov.by_clause)} clauses ({cov.percent:.1f} %), "
-              f"{len(cov.checks)} checks")
+        print(
+            f"\ncoverage: {len(cov.covered)}/{len(cov.by_clause)} clauses ({cov.percent:.1f} %), "
+            f"{len(cov.checks)} checks"
+        )
         for cid in cov.uncovered:
             print(f"  no check: {cid}")
         for nodeid in cov.uncited_checks:
@@ -190,7 +203,9 @@ def cmd_report_html(args: argparse.Namespace) -> int:
 
 def cmd_backends(args: argparse.Namespace) -> int:
     for known in backends.KNOWN_BACKENDS.values():
-        needs = f" (needs the {known.extra} extra: pip install 'hermes-backend-kit[{known.extra}]')" if known.extra else ""
+        needs = (
+            f" (needs the {known.extra} extra: pip install 'hermes-backend-kit[{known.extra}]')" if known.extra else ""
+        )
         print(f"{known.name:<20} fake: {known.fake or '-':<10} {known.description}{needs}")
     return 0
 
@@ -256,10 +271,22 @@ def cmd_certify(args: argparse.Namespace) -> int:
     report_path.unlink(missing_ok=True)
     backend = str(Path(args.backend).resolve()) if Path(args.backend).exists() else args.backend
     run_root = Path(tempfile.mkdtemp(prefix="hermes-kit-certify-"))
-    cmd = suite_command.command("-W", "ignore::DeprecationWarning", "--kit-progress", "--backend", backend,
-                                "--host", args.host, "--junitxml", str(out / "junit.xml"),
-                                "--basetemp", str(run_root / "pytest"),
-                                "--kit-error-file", str(run_root / "setup-error.json"), report=report_path)
+    cmd = suite_command.command(
+        "-W",
+        "ignore::DeprecationWarning",
+        "--kit-progress",
+        "--backend",
+        backend,
+        "--host",
+        args.host,
+        "--junitxml",
+        str(out / "junit.xml"),
+        "--basetemp",
+        str(run_root / "pytest"),
+        "--kit-error-file",
+        str(run_root / "setup-error.json"),
+        report=report_path,
+    )
     if _live_terminal(sys.stdout):
         cmd.append("--progress=live")  # the child's output is a pipe to the relay: it cannot see the terminal
     workers = args.workers
@@ -271,8 +298,7 @@ def cmd_certify(args: argparse.Namespace) -> int:
         cmd += ["-n", str(workers)]
     if args.fake_control:
         cmd += ["--fake-control", args.fake_control]
-    for flag, value in (("--backend-config", args.backend_config), ("--fake", args.fake),
-                        ("--waivers", args.waivers)):
+    for flag, value in (("--backend-config", args.backend_config), ("--fake", args.fake), ("--waivers", args.waivers)):
         if value:
             cmd += [flag, str(Path(value).resolve()) if flag != "--fake" else value]
     if args.live:
@@ -294,10 +320,21 @@ def cmd_certify(args: argparse.Namespace) -> int:
         env.update(COLUMNS=str(size.columns), LINES=str(size.lines))  # what the live display may fill
     print(f"certifying {args.backend} ...", flush=True)
     try:
-        proc = subprocess.Popen(cmd, cwd=run_root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True, encoding="utf-8", errors="replace", bufsize=1)
-        relays = [threading.Thread(target=_relay, args=(proc.stdout, sys.stdout), daemon=True),
-                  threading.Thread(target=_relay, args=(proc.stderr, sys.stderr), daemon=True)]
+        proc = subprocess.Popen(
+            cmd,
+            cwd=run_root,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            encoding="utf-8",
+            errors="replace",
+            bufsize=1,
+        )
+        relays = [
+            threading.Thread(target=_relay, args=(proc.stdout, sys.stdout), daemon=True),
+            threading.Thread(target=_relay, args=(proc.stderr, sys.stderr), daemon=True),
+        ]
         for relay in relays:
             relay.start()
         returncode = proc.wait()
@@ -311,10 +348,13 @@ def cmd_certify(args: argparse.Namespace) -> int:
         raise setup_error  # bad backend, plugin.yaml, config, fake: the run did not start
     if not report_path.exists():
         if returncode == 4:
-            raise UsageError("pytest refused the run's options (its message is above)",
-                             "check PYTEST_ADDOPTS and the options given to certify")
-        raise RuntimeError(f"the run ended before writing a report (pytest exit status {returncode}; its output "
-                           "is above)")
+            raise UsageError(
+                "pytest refused the run's options (its message is above)",
+                "check PYTEST_ADDOPTS and the options given to certify",
+            )
+        raise RuntimeError(
+            f"the run ended before writing a report (pytest exit status {returncode}; its output is above)"
+        )
     report = json.loads(report_path.read_text("utf-8"))
     (out / "report.md").write_text(redact.redact(markdown.render(report, contract.load())), "utf-8")
     (out / "report.html").write_text(redact.redact(html.render(report, contract.load(), bench)), "utf-8")
@@ -360,8 +400,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
     from conformance.report.headline import headline
 
     if bool(args.signature) != bool(args.public_key):
-        raise UsageError("--signature and --public-key go together",
-                         "give --signature and --public-key together (the signature file and the signer's public key)")
+        raise UsageError(
+            "--signature and --public-key go together",
+            "give --signature and --public-key together (the signature file and the signer's public key)",
+        )
     report = files.read_json(args.report)  # a file that cannot be read is bad input, not a failed verification
     found = verify.problems(report)
     signed_by = None
@@ -376,8 +418,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
         print(f"OK {args.report}: {headline(report)}")
     print("offline verification checks " + "; ".join(verify.PROVES) + ".")
     if signed_by:
-        print(f"signature: OK, the report's bytes were signed by key {signed_by}: the holder of its private key "
-              "vouches for this run.")
+        print(
+            f"signature: OK, the report's bytes were signed by key {signed_by}: the holder of its private key "
+            "vouches for this run."
+        )
     else:
         print(f"It cannot show {verify.CANNOT}.")
     return 1 if found else 0
@@ -396,16 +440,25 @@ def cmd_keygen(args: argparse.Namespace) -> int:
     from conformance.report import signing
 
     private, public, key = signing.keygen(args.key)
-    print(f"wrote the private key {private} (mode 0600: keep it secret, e.g. as a CI secret) and the public key "
-          f"{public} (publish it); fingerprint {key}")
+    print(
+        f"wrote the private key {private} (mode 0600: keep it secret, e.g. as a CI secret) and the public key "
+        f"{public} (publish it); fingerprint {key}"
+    )
     return 0
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
     from conformance import doctor
 
-    return doctor.main(args.backend, backend_config=args.backend_config, fake=args.fake, live=args.live,
-                       host=args.host, persistent=args.persistent, debug=_debugging(args))
+    return doctor.main(
+        args.backend,
+        backend_config=args.backend_config,
+        fake=args.fake,
+        live=args.live,
+        host=args.host,
+        persistent=args.persistent,
+        debug=_debugging(args),
+    )
 
 
 def cmd_fake_serve(args: argparse.Namespace) -> int:
@@ -430,24 +483,31 @@ def cmd_fake_serve(args: argparse.Namespace) -> int:
             print(f"export {name}={shlex.quote(value)}")
         print(f"# paths: {fake.paths_note}")
         if "vendor paths" not in fake.paths_note:
-            print("# commands see host temp paths, so point cwd/home settings at them (the files API also "
-                  "accepts the vendor paths)")
+            print(
+                "# commands see host temp paths, so point cwd/home settings at them (the files API also "
+                "accepts the vendor paths)"
+            )
         cap = f", at most {args.max_sandboxes} sandboxes per key" if args.max_sandboxes else ""
         print(f"# profile: {args.profile}{cap}")
         print(f"# control: {process.CONTROL_VAR}={shlex.quote(control)}")
-        print(f"# run the suite against this fake (one worker): python -m pytest --pyargs conformance.checks "
-              f"--backend BACKEND --fake-control {shlex.quote(control)}")
+        print(
+            f"# run the suite against this fake (one worker): python -m pytest --pyargs conformance.checks "
+            f"--backend BACKEND --fake-control {shlex.quote(control)}"
+        )
         print(f"# the {args.name} fake is serving; Ctrl-C stops it", flush=True)
 
     try:
         return process.serve(args.name, root, options, on_ready=announce)
     except OSError as exc:
-        raise FakeServiceError(f"could not start the {args.name} fake on {args.host}:{args.port} "
-                               f"({exc.strerror or exc})", "pick a free --port (0: any) and a writable --root") from exc
+        raise FakeServiceError(
+            f"could not start the {args.name} fake on {args.host}:{args.port} ({exc.strerror or exc})",
+            "pick a free --port (0: any) and a writable --root",
+        ) from exc
     except (RuntimeError, ValueError) as exc:
         what, _, fix = str(exc).partition("; ")
-        raise FakeServiceError(f"could not start the {args.name} fake: {what}",
-                               fix or "rerun with --debug for the traceback") from exc
+        raise FakeServiceError(
+            f"could not start the {args.name} fake: {what}", fix or "rerun with --debug for the traceback"
+        ) from exc
     finally:
         if own_root:
             shutil.rmtree(root, ignore_errors=True)
@@ -457,11 +517,16 @@ def build_parser() -> argparse.ArgumentParser:
     from fakes.process import add_limit_options
     from fakes.services import SERVERS
 
-    parser = argparse.ArgumentParser(prog="hermes-backend-kit", description="Conformance kit for Hermes terminal backends.",
-                                     epilog=_exit_codes_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="hermes-backend-kit",
+        description="Conformance kit for Hermes terminal backends.",
+        epilog=_exit_codes_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--version", action="version", version=f"hermes-backend-kit {__version__}")
-    parser.add_argument("--debug", action="store_true", default=False,
-                        help=f"show the traceback behind an error (also: {DEBUG_VAR}=1)")
+    parser.add_argument(
+        "--debug", action="store_true", default=False, help=f"show the traceback behind an error (also: {DEBUG_VAR}=1)"
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     c = sub.add_parser("contract", help="list, show, validate the contract and its check coverage")
@@ -469,7 +534,9 @@ def build_parser() -> argparse.ArgumentParser:
     lst = csub.add_parser("list", help="list clauses")
     lst.add_argument("--group")
     lst.add_argument("--level", choices=["MUST", "SHOULD", "MAY", "must", "should", "may"])
-    lst.add_argument("--since", metavar="VERSION", help="only the clauses this contract version made required, e.g. 2.0")
+    lst.add_argument(
+        "--since", metavar="VERSION", help="only the clauses this contract version made required, e.g. 2.0"
+    )
     lst.add_argument("--json", action="store_true")
     lst.set_defaults(func=cmd_contract_list)
     show = csub.add_parser("show", help="show one clause")
@@ -495,12 +562,18 @@ def build_parser() -> argparse.ArgumentParser:
     mat.add_argument("reports", nargs="+", help="report.json files, one per backend")
     mat.add_argument("--out", help="write the Markdown table here instead of printing it")
     mat.set_defaults(func=cmd_report_matrix)
-    summ = rsub.add_parser("summary", help="one line per report (verdict, profile, MUST and SHOULD counts, time); "
-                                           "exit 1 unless every backend is certified")
+    summ = rsub.add_parser(
+        "summary",
+        help="one line per report (verdict, profile, MUST and SHOULD counts, time); "
+        "exit 1 unless every backend is certified",
+    )
     summ.add_argument("reports", nargs="+", help="report.json files, one per backend")
     summ.set_defaults(func=cmd_report_summary)
-    page = rsub.add_parser("html", help="one self-contained HTML page of a report (what certify writes as "
-                                        "report.html), optionally with benchmark plots")
+    page = rsub.add_parser(
+        "html",
+        help="one self-contained HTML page of a report (what certify writes as "
+        "report.html), optionally with benchmark plots",
+    )
     page.add_argument("report", help="a report.json")
     page.add_argument("--bench", metavar="RESULTS.json", help="benchmark results to plot (bench/results.json)")
     page.add_argument("--out", required=True, metavar="FILE", help="the HTML file to write")
@@ -513,44 +586,80 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_init_plugin(sub)
 
-    c = sub.add_parser("certify", help="run the suite and write report.json, report.md, report.html, junit.xml, "
-                                       "badge.json")
-    c.add_argument("--backend", required=True, metavar="SPEC",
-                   help="the backend to certify: a plugin directory (plugin.yaml and __init__.py), ep:NAME (an "
-                        "installed hermes_agent.plugins entry point), package.module[:attr], or a name from "
-                        "`hermes-backend-kit backends`")
-    c.add_argument("--backend-config", metavar="FILE",
-                   help="YAML for the backend: terminal (merged into Hermes's terminal config), env (variables "
-                        "for the run, ${NAME} taken from yours), capabilities and disclaims (for a plugin you "
-                        "cannot edit), persistent_path (the directory a persistent sandbox keeps)")
+    c = sub.add_parser(
+        "certify", help="run the suite and write report.json, report.md, report.html, junit.xml, badge.json"
+    )
+    c.add_argument(
+        "--backend",
+        required=True,
+        metavar="SPEC",
+        help="the backend to certify: a plugin directory (plugin.yaml and __init__.py), ep:NAME (an "
+        "installed hermes_agent.plugins entry point), package.module[:attr], or a name from "
+        "`hermes-backend-kit backends`",
+    )
+    c.add_argument(
+        "--backend-config",
+        metavar="FILE",
+        help="YAML for the backend: terminal (merged into Hermes's terminal config), env (variables "
+        "for the run, ${NAME} taken from yours), capabilities and disclaims (for a plugin you "
+        "cannot edit), persistent_path (the directory a persistent sandbox keeps)",
+    )
     mode = c.add_mutually_exclusive_group()
-    mode.add_argument("--fake", metavar="VENDOR",
-                      help="start the kit's fake of VENDOR (upstash, cloudflare, deepinfra) on loopback and export "
-                           "its variables; implied for the kit's reference backends")
-    mode.add_argument("--live", action="store_true",
-                      help="use the real service with the credentials in your environment (no fake: clauses "
-                           "that need one are unverified)")
-    c.add_argument("--fake-control", metavar="ADDRESS",
-                   help="certify against the fake started by hand with `fake serve` at this control address "
-                        "(default: $HERMES_KIT_FAKE_CONTROL); runs one worker")
-    c.add_argument("--waivers", metavar="FILE",
-                   help="YAML list of waived MUST clauses (clause, reason, issue, expires); the file must exist "
-                        "when given, so leave the option out when you have none")
-    c.add_argument("--host", default="auto", choices=["auto", "builtin", "hermes"],
-                   help="the Hermes modules the plugin runs against: hermes (the installed hermes-agent, "
-                        "stand-ins for what it lacks), builtin (the kit's stand-ins), auto (hermes where "
-                        "importable; default)")
+    mode.add_argument(
+        "--fake",
+        metavar="VENDOR",
+        help="start the kit's fake of VENDOR (upstash, cloudflare, deepinfra) on loopback and export "
+        "its variables; implied for the kit's reference backends",
+    )
+    mode.add_argument(
+        "--live",
+        action="store_true",
+        help="use the real service with the credentials in your environment (no fake: clauses "
+        "that need one are unverified)",
+    )
+    c.add_argument(
+        "--fake-control",
+        metavar="ADDRESS",
+        help="certify against the fake started by hand with `fake serve` at this control address "
+        "(default: $HERMES_KIT_FAKE_CONTROL); runs one worker",
+    )
+    c.add_argument(
+        "--waivers",
+        metavar="FILE",
+        help="YAML list of waived MUST clauses (clause, reason, issue, expires); the file must exist "
+        "when given, so leave the option out when you have none",
+    )
+    c.add_argument(
+        "--host",
+        default="auto",
+        choices=["auto", "builtin", "hermes"],
+        help="the Hermes modules the plugin runs against: hermes (the installed hermes-agent, "
+        "stand-ins for what it lacks), builtin (the kit's stand-ins), auto (hermes where "
+        "importable; default)",
+    )
     c.add_argument("--out", required=True, help="directory for the report files")
-    c.add_argument("--bench", metavar="RESULTS.json",
-                   help="benchmark results (bench/results.json from `nox -s bench`) to plot in report.html")
+    c.add_argument(
+        "--bench",
+        metavar="RESULTS.json",
+        help="benchmark results (bench/results.json from `nox -s bench`) to plot in report.html",
+    )
     c.add_argument("--workers", type=int, default=2, help="pytest-xdist workers (0: none; default 2)")
-    c.add_argument("--call-deadline", type=float, metavar="SECONDS",
-                   help="seconds the kit waits for loading the plugin, create_environment() and cleanup() "
-                        "before failing the check (default 60)")
+    c.add_argument(
+        "--call-deadline",
+        type=float,
+        metavar="SECONDS",
+        help="seconds the kit waits for loading the plugin, create_environment() and cleanup() "
+        "before failing the check (default 60)",
+    )
     c.add_argument("--sign-key", metavar="KEY", help="sign report.json with this Ed25519 private key (report.json.sig)")
-    c.add_argument("--client-faults", nargs="?", const="on", metavar="on|off|VENDOR|ROUTES.yaml",
-                   help="inject transport faults in the backend's own clients instead of the fake's script "
-                        "(docs/transport-faults.md); automatic for a live run of a backend the kit knows")
+    c.add_argument(
+        "--client-faults",
+        nargs="?",
+        const="on",
+        metavar="on|off|VENDOR|ROUTES.yaml",
+        help="inject transport faults in the backend's own clients instead of the fake's script "
+        "(docs/transport-faults.md); automatic for a live run of a backend the kit knows",
+    )
     c.set_defaults(func=cmd_certify)
 
     d = sub.add_parser("doctor", help="a bounded health check of a backend, one row per step")
@@ -563,8 +672,11 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--persistent", action="store_true", help="check a persistent environment (kept on cleanup)")
     d.set_defaults(func=cmd_doctor)
 
-    v = sub.add_parser("verify", help="re-derive a report offline (verdicts, summary, profile, certificate, "
-                                      "kit and check hashes) and check its signature")
+    v = sub.add_parser(
+        "verify",
+        help="re-derive a report offline (verdicts, summary, profile, certificate, "
+        "kit and check hashes) and check its signature",
+    )
     v.add_argument("report")
     v.add_argument("--signature", metavar="SIG", help="detached signature file (from `sign` or `certify --sign-key`)")
     v.add_argument("--public-key", metavar="PUB", help="the signer's Ed25519 public key")
@@ -577,32 +689,40 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_sign)
 
     k = sub.add_parser("keygen", help="make an Ed25519 key pair for signing reports")
-    k.add_argument("--key", required=True, metavar="PATH", help="private key file to write; the public key goes "
-                                                                "to PATH.pub")
+    k.add_argument(
+        "--key", required=True, metavar="PATH", help="private key file to write; the public key goes to PATH.pub"
+    )
     k.set_defaults(func=cmd_keygen)
 
     f = sub.add_parser("fake", help="run a fake vendor service")
     fsub = f.add_subparsers(dest="action", required=True)
     serve = fsub.add_parser(
-        "serve", help="serve a fake in the foreground and print the variables to export and its control address",
+        "serve",
+        help="serve a fake in the foreground and print the variables to export and its control address",
         description="Serve a fake vendor service in the foreground.  It prints the vendor's variables to export "
-                    "and a control address: `--fake-control ADDRESS` (or HERMES_KIT_FAKE_CONTROL) runs the "
-                    "conformance suite against this fake, with the world view and fault injection.  The vendor "
-                    "profile keeps the real sandbox caps (upstash 10 boxes, deepinfra 5 sandboxes), which a "
-                    "suite run exceeds: lift them with --max-sandboxes 1000 (or take --profile suite).")
+        "and a control address: `--fake-control ADDRESS` (or HERMES_KIT_FAKE_CONTROL) runs the "
+        "conformance suite against this fake, with the world view and fault injection.  The vendor "
+        "profile keeps the real sandbox caps (upstash 10 boxes, deepinfra 5 sandboxes), which a "
+        "suite run exceeds: lift them with --max-sandboxes 1000 (or take --profile suite).",
+    )
     serve.add_argument("name", choices=SERVERS)
-    serve.add_argument("--root", default=None, help="directory for the fake's sandboxes (default: a temp dir, "
-                                                    "removed on exit)")
+    serve.add_argument(
+        "--root", default=None, help="directory for the fake's sandboxes (default: a temp dir, removed on exit)"
+    )
     add_limit_options(serve, default_profile="vendor")
     serve.set_defaults(func=cmd_fake_serve)
     return parser
 
 
 def _exit_codes_help() -> str:
-    rows = "\n".join(textwrap.fill(meaning, 96, initial_indent=f"  {code:<4} ", subsequent_indent=" " * 7)
-                     for code, meaning in EXIT_CODES)
-    return (f"exit codes (every command):\n{rows}\n\nBad input is one line on stderr, `error: WHAT — FIX`; "
-            f"--debug or {DEBUG_VAR}=1 adds the traceback.")
+    rows = "\n".join(
+        textwrap.fill(meaning, 96, initial_indent=f"  {code:<4} ", subsequent_indent=" " * 7)
+        for code, meaning in EXIT_CODES
+    )
+    return (
+        f"exit codes (every command):\n{rows}\n\nBad input is one line on stderr, `error: WHAT — FIX`; "
+        f"--debug or {DEBUG_VAR}=1 adds the traceback."
+    )
 
 
 def _debugging(args: argparse.Namespace | None) -> bool:
@@ -674,8 +794,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if debug:
             print(redact.redact("".join(traceback.format_exception(exc))), file=sys.stderr, end="")
         problem = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
-        print(redact.redact(f"error: internal error ({problem}) — rerun with --debug and report it with the "
-                            "traceback"), file=sys.stderr)
+        print(
+            redact.redact(f"error: internal error ({problem}) — rerun with --debug and report it with the traceback"),
+            file=sys.stderr,
+        )
         return 3
 
 

@@ -58,8 +58,10 @@ from fakes.fault_script import Armed, FaultScript
 from fakes.faults import Fault, Faults
 
 UNSUPPORTED = {
-    "flood": ("a flood is a command's output made huge by the service; a client-side injector cannot make a "
-              "command print more (faults.output-flood runs a real 256 MiB command instead)"),
+    "flood": (
+        "a flood is a command's output made huge by the service; a client-side injector cannot make a "
+        "command print more (faults.output-flood runs a real 256 MiB command instead)"
+    ),
 }
 PLAINTEXT_KINDS = ("status", "garbage", "truncate")  # need to read the request or the frames
 OBSERVED_FIRST = ("exec",)  # roles every check uses before arming them (a warm-up command)
@@ -97,16 +99,16 @@ class _PoolMocker(HTTPCoreMocker):
     patches each connection, so a request would meet the injector twice."""
 
     name = "hermes-backend-kit-pools"
-    targets = ["httpcore._sync.connection_pool.ConnectionPool",
-               "httpcore._async.connection_pool.AsyncConnectionPool"]
+    targets = ["httpcore._sync.connection_pool.ConnectionPool", "httpcore._async.connection_pool.AsyncConnectionPool"]
 
 
 class _Router(respx.MockRouter):
     """respx's router, keeping no call history (a suite makes thousands of calls, some of them large) and
     telling the side effect whether the client is async."""
 
-    def record(self, request: httpx.Request, *, response: httpx.Response | None = None,
-               route: respx.Route | None = None) -> None:
+    def record(
+        self, request: httpx.Request, *, response: httpx.Response | None = None, route: respx.Route | None = None
+    ) -> None:
         return None
 
     async def aresolve(self, request: httpx.Request) -> Any:
@@ -152,14 +154,18 @@ class ClientFaults(FaultScript):
         with self._seen_lock:
             channels = +self.seen[role]
         if role in OBSERVED_FIRST and not channels:
-            _unverified(f"no {role} request of this backend reached the client-side fault injector (routes: "
-                        f"{self.table.describe(role)}; the table is {self.table.name}), so a {kind} fault on "
-                        f"{role} would never fire: the backend's client is neither httpx nor a websockets "
-                        "connection, or the route table does not match it")
+            _unverified(
+                f"no {role} request of this backend reached the client-side fault injector (routes: "
+                f"{self.table.describe(role)}; the table is {self.table.name}), so a {kind} fault on "
+                f"{role} would never fire: the backend's client is neither httpx nor a websockets "
+                "connection, or the route table does not match it"
+            )
         if kind in PLAINTEXT_KINDS and channels and set(channels) == {"wss"}:
-            _unverified(f"the backend's {role} calls go over a TLS WebSocket, where the fault proxy sees only "
-                        f"encrypted bytes: it can drop, half-close, stall or delay the connection but cannot "
-                        f"inject {kind}")
+            _unverified(
+                f"the backend's {role} calls go over a TLS WebSocket, where the fault proxy sees only "
+                f"encrypted bytes: it can drop, half-close, stall or delay the connection but cannot "
+                f"inject {kind}"
+            )
 
     # -- lifecycle ----------------------------------------------------------------------------
     def start(self, set_env: Callable[[str, str], None]) -> None:
@@ -168,8 +174,10 @@ class ClientFaults(FaultScript):
         global _active
         with _active_lock:
             if _active is not None:
-                raise InjectorError("a client-side fault injector is already active in this process; stop it "
-                                    "first (one run per process injects client-side faults)")
+                raise InjectorError(
+                    "a client-side fault injector is already active in this process; stop it "
+                    "first (one run per process injects client-side faults)"
+                )
             _active = self
         try:
             router = _Router(assert_all_called=False, assert_all_mocked=False, using=_PoolMocker.name)
@@ -318,8 +326,9 @@ def _forwarded(request: httpx.Request, fault: Fault) -> httpx.Request:
         return request
     headers = httpx.Headers(request.headers)
     headers["accept-encoding"] = "identity"
-    return httpx.Request(request.method, request.url, headers=headers, content=request.content,
-                         extensions=request.extensions)
+    return httpx.Request(
+        request.method, request.url, headers=headers, content=request.content, extensions=request.extensions
+    )
 
 
 def _damaged_response(upstream: httpx.Response, fault: Fault, body: Any) -> httpx.Response:
@@ -329,15 +338,22 @@ def _damaged_response(upstream: httpx.Response, fault: Fault, body: Any) -> http
 
 
 def _drop_error() -> Exception:
-    return httpcore.RemoteProtocolError("peer closed connection without sending complete message body "
-                                        "(the kit's fault injector cut it)")
+    return httpcore.RemoteProtocolError(
+        "peer closed connection without sending complete message body (the kit's fault injector cut it)"
+    )
 
 
 class _DamagedBody(httpx.SyncByteStream):
     """The server's reply body, damaged by one fault on its way to a sync client."""
 
-    def __init__(self, upstream: httpx.Response, close_client: Callable[[], None], fault: Fault,
-                 read_timeout: float | None, stopping: threading.Event):
+    def __init__(
+        self,
+        upstream: httpx.Response,
+        close_client: Callable[[], None],
+        fault: Fault,
+        read_timeout: float | None,
+        stopping: threading.Event,
+    ):
         self.upstream = upstream
         self.close_client = close_client
         self.fault = fault
@@ -383,8 +399,14 @@ class _DamagedBody(httpx.SyncByteStream):
 class _AsyncDamagedBody(httpx.AsyncByteStream):
     """The server's reply body, damaged by one fault on its way to an async client."""
 
-    def __init__(self, upstream: httpx.Response, close_client: Callable[[], Any], fault: Fault,
-                 read_timeout: float | None, stopping: threading.Event):
+    def __init__(
+        self,
+        upstream: httpx.Response,
+        close_client: Callable[[], Any],
+        fault: Fault,
+        read_timeout: float | None,
+        stopping: threading.Event,
+    ):
         self.upstream = upstream
         self.close_client = close_client
         self.fault = fault
@@ -454,7 +476,6 @@ class FaultWorld:
         return getattr(self._world, name)
 
 
-
 def table_for_run(setting: str | None, *, vendor: str | None, world: Any) -> RouteTable | None:
     """The route table when this run injects transport faults client-side, else None.
 
@@ -473,8 +494,9 @@ def table_for_run(setting: str | None, *, vendor: str | None, world: Any) -> Rou
     return fault_routes.resolve(setting, vendor_hint=vendor)
 
 
-def start_for_run(setting: str | None, *, vendor: str | None, world: Any,
-                  set_env: Callable[[str, str], None]) -> FaultWorld | None:
+def start_for_run(
+    setting: str | None, *, vendor: str | None, world: Any, set_env: Callable[[str, str], None]
+) -> FaultWorld | None:
     """Start client-side injection when the run uses it; the world view the checks then see."""
     table = table_for_run(setting, vendor=vendor, world=world)
     if table is None:

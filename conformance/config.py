@@ -52,50 +52,64 @@ def load(path: str | None, known_capabilities: set[str]) -> BackendConfig:
     try:
         data = yaml.safe_load(p.read_text("utf-8"))
     except (OSError, UnicodeDecodeError) as exc:
-        raise BackendConfigError(f"--backend-config {p}: cannot read it ({file_problem(exc)})",
-                                 "pass the path of a readable YAML file") from None
+        raise BackendConfigError(
+            f"--backend-config {p}: cannot read it ({file_problem(exc)})", "pass the path of a readable YAML file"
+        ) from None
     except yaml.YAMLError as exc:
-        raise BackendConfigError(f"--backend-config {p}: not valid YAML ({yaml_problem(exc)})",
-                                 "fix the YAML syntax at that line") from None
+        raise BackendConfigError(
+            f"--backend-config {p}: not valid YAML ({yaml_problem(exc)})", "fix the YAML syntax at that line"
+        ) from None
     data = data or {}
     if not isinstance(data, dict):
-        raise BackendConfigError(f"--backend-config {p}: the top level is a {type(data).__name__}, not a mapping",
-                                 f"write a mapping with some of the keys {', '.join(sorted(_ALLOWED))}")
+        raise BackendConfigError(
+            f"--backend-config {p}: the top level is a {type(data).__name__}, not a mapping",
+            f"write a mapping with some of the keys {', '.join(sorted(_ALLOWED))}",
+        )
     unknown = sorted(set(data) - _ALLOWED)
     if unknown:
-        raise BackendConfigError(f"--backend-config {p}: unknown key(s) {', '.join(unknown)}",
-                                 f"use only {', '.join(sorted(_ALLOWED))}")
+        raise BackendConfigError(
+            f"--backend-config {p}: unknown key(s) {', '.join(unknown)}", f"use only {', '.join(sorted(_ALLOWED))}"
+        )
     terminal = data.get("terminal") or {}
     if not isinstance(terminal, dict):
-        raise BackendConfigError(f"--backend-config {p}: terminal is a {type(terminal).__name__}",
-                                 "make terminal a mapping of Hermes terminal config keys (cwd: /workspace, ...)")
+        raise BackendConfigError(
+            f"--backend-config {p}: terminal is a {type(terminal).__name__}",
+            "make terminal a mapping of Hermes terminal config keys (cwd: /workspace, ...)",
+        )
     env_raw = data.get("env") or {}
     if not isinstance(env_raw, dict):
-        raise BackendConfigError(f"--backend-config {p}: env must be a mapping of variable names to strings",
-                                 "write env as NAME: value lines (value may be ${NAME} to take it from yours)")
+        raise BackendConfigError(
+            f"--backend-config {p}: env must be a mapping of variable names to strings",
+            "write env as NAME: value lines (value may be ${NAME} to take it from yours)",
+        )
     env: dict[str, str] = {}
     for name, value in env_raw.items():
         ref = _REF.match(str(value))
         if ref:
             if ref.group(1) not in os.environ:
-                raise BackendConfigError(f"--backend-config {p}: env.{name} refers to ${{{ref.group(1)}}}, which is "
-                                         "not set", f"export {ref.group(1)} before the run")
+                raise BackendConfigError(
+                    f"--backend-config {p}: env.{name} refers to ${{{ref.group(1)}}}, which is not set",
+                    f"export {ref.group(1)} before the run",
+                )
             value = os.environ[ref.group(1)]
         env[str(name)] = str(value)
     caps = _capability_list(p, data, "capabilities", known_capabilities)
     disclaims = _capability_list(p, data, "disclaims", known_capabilities)
     both = sorted(set(caps or ()) & set(disclaims or ()))
     if both:
-        raise BackendConfigError(f"--backend-config {p}: {', '.join(both)} both declared (capabilities) and "
-                                 "disclaimed (disclaims)", "keep each capability in one list")
+        raise BackendConfigError(
+            f"--backend-config {p}: {', '.join(both)} both declared (capabilities) and disclaimed (disclaims)",
+            "keep each capability in one list",
+        )
     persistent = data.get("persistent_path")
     if persistent is not None:
         try:
             persistent_path.checked(persistent, f"--backend-config {p} persistent_path")
         except persistent_path.PersistentPathError as exc:
             raise BackendConfigError(exc.what, exc.fix) from None
-    return BackendConfig(terminal=terminal, env=env, capabilities=caps, disclaims=disclaims, path=str(p),
-                         persistent_path=persistent)
+    return BackendConfig(
+        terminal=terminal, env=env, capabilities=caps, disclaims=disclaims, path=str(p), persistent_path=persistent
+    )
 
 
 def _capability_list(p: Path, data: dict[str, Any], key: str, known: set[str]) -> list[str] | None:
@@ -103,10 +117,14 @@ def _capability_list(p: Path, data: dict[str, Any], key: str, known: set[str]) -
     if caps is None:
         return None
     if not isinstance(caps, list) or not all(isinstance(c, str) for c in caps):
-        raise BackendConfigError(f"--backend-config {p}: {key} must be a list of names",
-                                 f"write {key} as a YAML list, e.g. [persistence, stdin-stream]")
+        raise BackendConfigError(
+            f"--backend-config {p}: {key} must be a list of names",
+            f"write {key} as a YAML list, e.g. [persistence, stdin-stream]",
+        )
     bad = sorted(set(caps) - known)
     if bad:
-        raise BackendConfigError(f"--backend-config {p}: unknown capability {', '.join(bad)} in {key}",
-                                 f"use declarable ones: {', '.join(sorted(known))}")
+        raise BackendConfigError(
+            f"--backend-config {p}: unknown capability {', '.join(bad)} in {key}",
+            f"use declarable ones: {', '.join(sorted(known))}",
+        )
     return caps

@@ -22,8 +22,23 @@ import yaml
 from conformance.errors import ContractError, ContractFileError, file_problem, yaml_problem
 
 GROUPS = (
-    "provider", "register", "lifecycle", "persist", "exec", "cwd", "stdin", "timeout",
-    "output", "env", "files", "sync", "background", "errors", "probe", "identity", "faults",
+    "provider",
+    "register",
+    "lifecycle",
+    "persist",
+    "exec",
+    "cwd",
+    "stdin",
+    "timeout",
+    "output",
+    "env",
+    "files",
+    "sync",
+    "background",
+    "errors",
+    "probe",
+    "identity",
+    "faults",
 )
 LEVELS = ("MUST", "SHOULD", "MAY")
 
@@ -50,8 +65,13 @@ class Clause:
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
-            "id": self.id, "level": self.level, "since": self.since, "provided_by": self.provided_by,
-            "title": self.title, "statement": self.statement, "source": self.source,
+            "id": self.id,
+            "level": self.level,
+            "since": self.since,
+            "provided_by": self.provided_by,
+            "title": self.title,
+            "statement": self.statement,
+            "source": self.source,
         }
         if self.capabilities:
             out["capability"] = list(self.capabilities)
@@ -131,9 +151,11 @@ def validate(data: Any, *, origin: str = "contract.yaml") -> None:
     if not problems:
         problems = _semantic_problems(data)
     if problems:
-        raise ContractError(f"{origin} is not a valid contract ({len(problems)} problem(s))",
-                            "fix the named fields; the shape is in conformance/contract.schema.json",
-                            why="; ".join(problems))
+        raise ContractError(
+            f"{origin} is not a valid contract ({len(problems)} problem(s))",
+            "fix the named fields; the shape is in conformance/contract.schema.json",
+            why="; ".join(problems),
+        )
 
 
 def _semantic_problems(data: dict[str, Any]) -> list[str]:
@@ -145,18 +167,23 @@ def _semantic_problems(data: dict[str, Any]) -> list[str]:
     for name, cap in data["capabilities"].items():
         only_for = cap.get("only_for")
         if only_for is not None and (only_for not in caps or only_for in harness):
-            problems.append(f"capabilities.{name}.only_for: {only_for!r} is not a declared or provider "
-                            f"capability (known: {', '.join(sorted(caps - harness))})")
+            problems.append(
+                f"capabilities.{name}.only_for: {only_for!r} is not a declared or provider "
+                f"capability (known: {', '.join(sorted(caps - harness))})"
+            )
     for name, profile in data["profiles"].items():
         for cap in profile["harness"]:
             if cap not in harness:
-                problems.append(f"profiles.{name}.harness: {cap!r} is not a harness capability "
-                                f"(known: {', '.join(sorted(harness))})")
+                problems.append(
+                    f"profiles.{name}.harness: {cap!r} is not a harness capability "
+                    f"(known: {', '.join(sorted(harness))})"
+                )
     for i, clause in enumerate(data["clauses"]):
         cid = clause["id"]
         if version_key(clause["since"]) > version_key(data["version"]):
-            problems.append(f"clauses[{i}].since: {clause['since']!r} is later than the contract's version "
-                            f"{data['version']!r}")
+            problems.append(
+                f"clauses[{i}].since: {clause['since']!r} is later than the contract's version {data['version']!r}"
+            )
         if cid in seen:
             problems.append(f"clauses[{i}].id: {cid!r} repeats clauses[{seen[cid]}].id")
         seen.setdefault(cid, i)
@@ -181,25 +208,38 @@ def parse(text: str | bytes, *, origin: str = "contract.yaml") -> Contract:
     try:
         data = yaml.safe_load(raw)
     except yaml.YAMLError as exc:
-        raise ContractError(f"{origin} is not valid YAML ({yaml_problem(exc)})",
-                            "fix the YAML; the shape is in conformance/contract.schema.json") from None
+        raise ContractError(
+            f"{origin} is not valid YAML ({yaml_problem(exc)})",
+            "fix the YAML; the shape is in conformance/contract.schema.json",
+        ) from None
     validate(data, origin=origin)
     clauses = []
     for item in data["clauses"]:
         cap = item.get("capability", ())
         clauses.append(
             Clause(
-                id=item["id"], level=item["level"], provided_by=item["provided_by"],
-                title=item["title"], statement=" ".join(item["statement"].split()),
-                source=item["source"], capabilities=(cap,) if isinstance(cap, str) else tuple(cap),
-                host_feature=item.get("host_feature"), fix=item.get("fix"),
-                since=item["since"], policy=item.get("policy"),
+                id=item["id"],
+                level=item["level"],
+                provided_by=item["provided_by"],
+                title=item["title"],
+                statement=" ".join(item["statement"].split()),
+                source=item["source"],
+                capabilities=(cap,) if isinstance(cap, str) else tuple(cap),
+                host_feature=item.get("host_feature"),
+                fix=item.get("fix"),
+                since=item["since"],
+                policy=item.get("policy"),
             )
         )
     contract = Contract(
-        version=data["version"], title=data["title"], clauses=tuple(clauses),
-        capabilities=data["capabilities"], host_features=data["host_features"],
-        sha256=hashlib.sha256(raw).hexdigest(), path=origin, profiles=data["profiles"],
+        version=data["version"],
+        title=data["title"],
+        clauses=tuple(clauses),
+        capabilities=data["capabilities"],
+        host_features=data["host_features"],
+        sha256=hashlib.sha256(raw).hexdigest(),
+        path=origin,
+        profiles=data["profiles"],
         requires_hermes=data.get("requires_hermes"),
     )
     contract._by_id.update({c.id: c for c in clauses})

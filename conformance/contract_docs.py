@@ -22,42 +22,76 @@ def render(kit_contract: contract.Contract, checks: dict[str, tuple[str, ...]]) 
     cov = traceability.coverage(kit_contract, checks)
     groups = kit_contract.groups()
     pages: dict[str, str] = {}
-    index = [HEADER, f"# {kit_contract.title}, version {kit_contract.version}\n",
-             f"{len(kit_contract)} clauses in {len(groups)} groups. Levels follow RFC 2119: a backend is "
-             "certified when no MUST clause fails or is skipped, under the strongest profile (below) whose "
-             "MUST clauses were all observed.\n",
-             *([f"It describes Hermes {kit_contract.requires_hermes[2:]} and later: a plugin certified against it "
-                f"declares `requires_hermes: \"{kit_contract.requires_hermes}\"` in its plugin.yaml.\n"]
-               if kit_contract.requires_hermes else []),
-             "| group | clauses | MUST | SHOULD | MAY |", "| --- | --- | --- | --- | --- |"]
+    index = [
+        HEADER,
+        f"# {kit_contract.title}, version {kit_contract.version}\n",
+        f"{len(kit_contract)} clauses in {len(groups)} groups. Levels follow RFC 2119: a backend is "
+        "certified when no MUST clause fails or is skipped, under the strongest profile (below) whose "
+        "MUST clauses were all observed.\n",
+        *(
+            [
+                f"It describes Hermes {kit_contract.requires_hermes[2:]} and later: a plugin certified against it "
+                f'declares `requires_hermes: "{kit_contract.requires_hermes}"` in its plugin.yaml.\n'
+            ]
+            if kit_contract.requires_hermes
+            else []
+        ),
+        "| group | clauses | MUST | SHOULD | MAY |",
+        "| --- | --- | --- | --- | --- |",
+    ]
     for group, clauses in groups.items():
         counts = [sum(1 for c in clauses if c.level == level) for level in ("MUST", "SHOULD", "MAY")]
         index.append(f"| [{group}]({group}.md) | {len(clauses)} | " + " | ".join(map(str, counts)) + " |")
-    index += ["", "## Capabilities", "",
-              "A clause needing a declared or provider capability the backend lacks is *not applicable*; one "
-              "needing a harness capability the run lacks is *unverified* (the kit could not observe it) and "
-              "never counts toward certification. A declared capability the backend neither declares nor "
-              "disclaims, but whose code shows signs of it, is *probed*: its clauses run, and a MUST failure "
-              "blocks certification. A black-box check observes part of a harness clause through the backend "
-              "alone: its failure fails the clause, its pass alone leaves the clause unverified.", "",
-              "| capability | known from | meaning |", "| --- | --- | --- |"]
+    index += [
+        "",
+        "## Capabilities",
+        "",
+        "A clause needing a declared or provider capability the backend lacks is *not applicable*; one "
+        "needing a harness capability the run lacks is *unverified* (the kit could not observe it) and "
+        "never counts toward certification. A declared capability the backend neither declares nor "
+        "disclaims, but whose code shows signs of it, is *probed*: its clauses run, and a MUST failure "
+        "blocks certification. A black-box check observes part of a harness clause through the backend "
+        "alone: its failure fails the clause, its pass alone leaves the clause unverified.",
+        "",
+        "| capability | known from | meaning |",
+        "| --- | --- | --- |",
+    ]
     for name, cap in kit_contract.capabilities.items():
-        only = f" Only for `{cap['only_for']}` backends: for others its clauses are not applicable." \
-            if cap.get("only_for") else ""
+        only = (
+            f" Only for `{cap['only_for']}` backends: for others its clauses are not applicable."
+            if cap.get("only_for")
+            else ""
+        )
         index.append(f"| `{name}` | {cap['determined_by']} | {' '.join(cap['description'].split())}{only} |")
-    index += ["", "## Certification profiles", "",
-              "Strongest first. A profile covers every MUST clause whose harness capabilities it lists; a "
-              "certificate names the first profile none of whose MUST clauses is unverified, failing or "
-              "skipped.", "", "| profile | harness | MUST clauses | meaning |", "| --- | --- | --- | --- |"]
+    index += [
+        "",
+        "## Certification profiles",
+        "",
+        "Strongest first. A profile covers every MUST clause whose harness capabilities it lists; a "
+        "certificate names the first profile none of whose MUST clauses is unverified, failing or "
+        "skipped.",
+        "",
+        "| profile | harness | MUST clauses | meaning |",
+        "| --- | --- | --- | --- |",
+    ]
     harness = {n for n, c in kit_contract.capabilities.items() if c["determined_by"] == "harness"}
     for name, profile in kit_contract.profiles.items():
         outside = harness - set(profile["harness"])
         covered = sum(1 for c in kit_contract if c.level == "MUST" and not outside & set(c.capabilities))
-        index.append(f"| `{name}` | {', '.join(f'`{h}`' for h in profile['harness']) or 'none'} | {covered} | "
-                     f"{' '.join(profile['description'].split())} |")
-    index += ["", "## Host features", "",
-              "Behaviour the host's `BaseEnvironment` composes; a clause needing a feature the host lacks is "
-              "not applicable because of the host.", "", "| feature | meaning |", "| --- | --- |"]
+        index.append(
+            f"| `{name}` | {', '.join(f'`{h}`' for h in profile['harness']) or 'none'} | {covered} | "
+            f"{' '.join(profile['description'].split())} |"
+        )
+    index += [
+        "",
+        "## Host features",
+        "",
+        "Behaviour the host's `BaseEnvironment` composes; a clause needing a feature the host lacks is "
+        "not applicable because of the host.",
+        "",
+        "| feature | meaning |",
+        "| --- | --- |",
+    ]
     index += [f"| `{name}` | {text} |" for name, text in kit_contract.host_features.items()]
     pages["README.md"] = "\n".join(index) + "\n"
     pages["CHANGELOG.md"] = HEADER + contract_history.changelog(kit_contract)

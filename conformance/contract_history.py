@@ -40,7 +40,7 @@ class Change:
 
 
 def canonical(version: str | int) -> str:
-    """"1.0" for the integer 1 that reports of contract 1.0 recorded; other versions as given."""
+    """ "1.0" for the integer 1 that reports of contract 1.0 recorded; other versions as given."""
     text = str(version)
     return text if "." in text else f"{text}.0"
 
@@ -105,7 +105,9 @@ def between(first: str | int, second: str | int) -> dict[str, Change]:
 
 HEADINGS = {"added": "Added", "changed": "Changed", "removed": "Removed", "revised": "Reworded"}
 MEANING = {
-    "added": "new obligations; a backend certified under the previous version is checked against them for the first time",
+    "added": (
+        "new obligations; a backend certified under the previous version is checked against them for the first time"
+    ),
     "changed": "the obligation itself moved (level, statement, capability, provider or host feature)",
     "removed": "no longer part of the contract",
     "revised": "same obligation; the title, source, fix or kit-policy note was corrected",
@@ -115,11 +117,13 @@ MEANING = {
 def changelog(current: contract.Contract | None = None) -> str:
     """docs/contract/CHANGELOG.md: every released version, newest first."""
     versions = list(released(current).items())
-    lines = ["# Contract changelog\n",
-             "What each contract version added, changed and removed, clause by clause, generated from the "
-             "released contracts kept in `conformance/contracts/` and the bundled `contract.yaml`. A report "
-             "records the version it was made under; `hermes-backend-kit report compare OLD NEW` shows these "
-             "changes next to the verdicts.\n"]
+    lines = [
+        "# Contract changelog\n",
+        "What each contract version added, changed and removed, clause by clause, generated from the "
+        "released contracts kept in `conformance/contracts/` and the bundled `contract.yaml`. A report "
+        "records the version it was made under; `hermes-backend-kit report compare OLD NEW` shows these "
+        "changes next to the verdicts.\n",
+    ]
     for i in range(len(versions) - 1, 0, -1):
         (old_v, old), (new_v, new) = versions[i - 1], versions[i]
         found = changes(old, new)
@@ -136,6 +140,7 @@ def changelog(current: contract.Contract | None = None) -> str:
             lines.append("")
     first_v, first = versions[0]
     lines.append(f"## {first_v}\n")
-    lines.append(f"The first released contract: {len(first)} clauses "
-                 f"({sum(1 for c in first if c['level'] == 'MUST')} MUST).\n")
+    lines.append(
+        f"The first released contract: {len(first)} clauses ({sum(1 for c in first if c['level'] == 'MUST')} MUST).\n"
+    )
     return "\n".join(lines)

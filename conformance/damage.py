@@ -40,14 +40,14 @@ class Cutter:
         kind = self.kind
         if kind in ("drop", "half-close") and self.sent + len(unit) >= self.after:
             self.stopped = True
-            return [unit[:self.after - self.sent]], kind
+            return [unit[: self.after - self.sent]], kind
         if kind in UNIT_KINDS and self.sent >= self.after:
             if kind == "garbage":
                 self.kind = None
                 self.sent += len(self.garbage) + len(unit)
                 return [self.garbage, unit], None
             self.stopped = True
-            return [unit[:len(unit) // 2]], "drop"
+            return [unit[: len(unit) // 2]], "drop"
         self.sent += len(unit)
         return [unit], None
 
@@ -74,8 +74,8 @@ def lines(chunks: Iterable[bytes]) -> Iterator[bytes]:
             newline = pending.find(b"\n")
             if newline < 0:
                 break
-            yield pending[:newline + 1]
-            pending = pending[newline + 1:]
+            yield pending[: newline + 1]
+            pending = pending[newline + 1 :]
     if pending:
         yield pending
 
@@ -88,7 +88,7 @@ async def alines(chunks: AsyncIterable[bytes]) -> AsyncIterator[bytes]:
             newline = pending.find(b"\n")
             if newline < 0:
                 break
-            yield pending[:newline + 1]
-            pending = pending[newline + 1:]
+            yield pending[: newline + 1]
+            pending = pending[newline + 1 :]
     if pending:
         yield pending

@@ -61,15 +61,23 @@ def shown(value: Any) -> str:
 
 # Words in a backend's error and the fix each points at (first match wins).
 _CAUSES: tuple[tuple[re.Pattern[str], str], ...] = (
-    (re.compile(r"\b(401|403)\b|unauthori[sz]ed|forbidden|invalid (api )?key|credential|token", re.I),
-     "check the backend's credentials: the service refused them"),
-    (re.compile(r"\b429\b|rate.?limit|quota|limit reached|too many", re.I),
-     "the account is at a limit: delete unused sandboxes or raise the account's quota"),
-    (re.compile(r"connection refused|name or service not known|nodename nor servname|getaddrinfo|"
-                r"timed? ?out|unreachable|connecterror", re.I),
-     "check the endpoint: the service did not answer at the configured URL"),
-    (re.compile(r"no module named|importerror|modulenotfounderror", re.I),
-     "install the backend's SDK (its pip extra)"),
+    (
+        re.compile(r"\b(401|403)\b|unauthori[sz]ed|forbidden|invalid (api )?key|credential|token", re.I),
+        "check the backend's credentials: the service refused them",
+    ),
+    (
+        re.compile(r"\b429\b|rate.?limit|quota|limit reached|too many", re.I),
+        "the account is at a limit: delete unused sandboxes or raise the account's quota",
+    ),
+    (
+        re.compile(
+            r"connection refused|name or service not known|nodename nor servname|getaddrinfo|"
+            r"timed? ?out|unreachable|connecterror",
+            re.I,
+        ),
+        "check the endpoint: the service did not answer at the configured URL",
+    ),
+    (re.compile(r"no module named|importerror|modulenotfounderror", re.I), "install the backend's SDK (its pip extra)"),
 )
 
 
@@ -113,8 +121,9 @@ class Doctor:
         run = self.run
         p = run.provider
         version = f" {run.plugin.version}" if run.plugin.version else ""
-        self._row(True, "plugin loads", f"{run.plugin.plugin_name or run.plugin.spec}{version} registers provider "
-                                        f"{p.name!r}")
+        self._row(
+            True, "plugin loads", f"{run.plugin.plugin_name or run.plugin.spec}{version} registers provider {p.name!r}"
+        )
         if not self._step("is_available", "is_available()", self._available, 2.0):
             return self.rows
         self._step("probe", "probe()", self._probe, 2.0)
@@ -141,20 +150,24 @@ class Doctor:
         with network_guard() as attempts:
             value = p.is_available()
         if attempts:
-            raise StepFailed(f"is_available() opened {len(attempts)} network connection(s) ({attempts[0]})",
-                             "make is_available() check only local configuration (credentials set, SDK "
-                             "importable): Hermes calls it offline and often")
+            raise StepFailed(
+                f"is_available() opened {len(attempts)} network connection(s) ({attempts[0]})",
+                "make is_available() check only local configuration (credentials set, SDK "
+                "importable): Hermes calls it offline and often",
+            )
         if value is True:
             return "True, offline"
         if not isinstance(value, bool):
-            raise StepFailed(f"is_available() returned {shown(value)}, not a bool",
-                             "return True or False from is_available()")
+            raise StepFailed(
+                f"is_available() returned {shown(value)}, not a bool", "return True or False from is_available()"
+            )
         unset = self._unset_required_env()
         if unset:
             raise StepFailed("is_available() returned False", f"set {', '.join(unset)} (plugin.yaml requires_env)")
-        raise StepFailed("is_available() returned False with every variable plugin.yaml requires set",
-                         "see the backend's setup instructions: its SDK extra may be missing or a setting "
-                         "it reads is not set")
+        raise StepFailed(
+            "is_available() returned False with every variable plugin.yaml requires set",
+            "see the backend's setup instructions: its SDK extra may be missing or a setting it reads is not set",
+        )
 
     def _unset_required_env(self) -> list[str]:
         manifest = getattr(self.run.plugin, "manifest", None)
@@ -173,39 +186,52 @@ class Doctor:
         status, detail = answer
         if status != "ready":
             said = f": {detail}" if detail else ""
-            raise StepFailed(f"probe() says {shown(status)}{said}",
-                             f"fix what the probe reports{said}" if detail else
-                             "have probe() say what is wrong in its detail, then fix that")
+            raise StepFailed(
+                f"probe() says {shown(status)}{said}",
+                f"fix what the probe reports{said}"
+                if detail
+                else "have probe() say what is wrong in its detail, then fix that",
+            )
         return f"ready: {detail}" if detail else "ready"
 
     def _doctor_checks(self) -> str:
         rows = self.run.provider.doctor_checks()
         if not isinstance(rows, list | tuple) or not all(isinstance(r, list | tuple) and len(r) == 3 for r in rows):
-            raise StepFailed(f"doctor_checks() returned {shown(rows)}",
-                             "return a list of (ok, name, detail) tuples from doctor_checks()")
+            raise StepFailed(
+                f"doctor_checks() returned {shown(rows)}",
+                "return a list of (ok, name, detail) tuples from doctor_checks()",
+            )
         bad = [(str(name), str(detail)) for ok, name, detail in rows if not ok]
         if bad:
             names = ", ".join(name for name, _ in bad)
-            raise StepFailed("; ".join(f"{name}: {detail}" for name, detail in bad),
-                             f"fix what the backend's own check(s) {names} report")
+            raise StepFailed(
+                "; ".join(f"{name}: {detail}" for name, detail in bad),
+                f"fix what the backend's own check(s) {names} report",
+            )
         return f"{len(rows)} row(s) ok"
 
     @staticmethod
     def _round_trip(env: Any, nonce: str) -> str:
         result = env.execute(f"echo {nonce}", timeout=30)
         if not isinstance(result, dict):
-            raise StepFailed(f"execute() returned {shown(result)}",
-                             "return a dict with 'output' and 'returncode' from execute()")
+            raise StepFailed(
+                f"execute() returned {shown(result)}", "return a dict with 'output' and 'returncode' from execute()"
+            )
         code, output = result.get("returncode"), result.get("output")
         if "returncode" not in result:
-            raise StepFailed(f"execute() returned no 'returncode' (keys: {', '.join(map(str, result))})",
-                             "put the command's exit status under 'returncode'")
+            raise StepFailed(
+                f"execute() returned no 'returncode' (keys: {', '.join(map(str, result))})",
+                "put the command's exit status under 'returncode'",
+            )
         if code != 0:
-            raise StepFailed(f"`echo` returned {shown(code)}, output {shown(output)}",
-                             "run the command with bash in the sandbox and return its exit status (0 here)")
+            raise StepFailed(
+                f"`echo` returned {shown(code)}, output {shown(output)}",
+                "run the command with bash in the sandbox and return its exit status (0 here)",
+            )
         if not isinstance(output, str) or nonce not in output:
-            raise StepFailed(f"`echo {nonce}` came back as {shown(output)}",
-                             "return the command's stdout and stderr under 'output'")
+            raise StepFailed(
+                f"`echo {nonce}` came back as {shown(output)}", "return the command's stdout and stderr under 'output'"
+            )
         return "echo came back"
 
     def _identity(self, env: Any, nonce: str) -> str:
@@ -215,9 +241,10 @@ class Doctor:
         env.execute(f"echo {nonce} > {path}", timeout=30)
         if path.exists():
             path.unlink()
-            raise StepFailed(f"a file written through the backend appeared on this machine ({path})",
-                             "run commands in the remote sandbox: the backend must never fall back to "
-                             "local execution")
+            raise StepFailed(
+                f"a file written through the backend appeared on this machine ({path})",
+                "run commands in the remote sandbox: the backend must never fall back to local execution",
+            )
         env.execute(f"rm -f {path}", timeout=30)
         return "commands do not run on this machine"
 
@@ -230,21 +257,33 @@ class Doctor:
             return "cleanup returned (no way to inspect the sandbox)"
         state = world.sandboxes().get(sandbox, "deleted")
         if not self.persistent and state != "deleted":
-            raise StepFailed(f"sandbox {sandbox} is still {state} after cleanup()",
-                             "delete the per-session sandbox in cleanup() (only a persistent one is kept)")
+            raise StepFailed(
+                f"sandbox {sandbox} is still {state} after cleanup()",
+                "delete the per-session sandbox in cleanup() (only a persistent one is kept)",
+            )
         if self.persistent and state == "deleted":
-            raise StepFailed(f"persistent sandbox {sandbox} was deleted by cleanup()",
-                             "keep a persistent sandbox in cleanup(): stop or pause it instead of deleting it")
+            raise StepFailed(
+                f"persistent sandbox {sandbox} was deleted by cleanup()",
+                "keep a persistent sandbox in cleanup(): stop or pause it instead of deleting it",
+            )
         return f"sandbox {sandbox} is {state}"
 
     @staticmethod
     def _plant(env: Any, nonce: str) -> bool:
-        result = env.execute(f"printf %s {nonce} > \"$HOME\"/.kit-{nonce}", timeout=30)
+        result = env.execute(f'printf %s {nonce} > "$HOME"/.kit-{nonce}', timeout=30)
         return isinstance(result, dict) and result.get("returncode") == 0
 
 
-def main(backend: str, *, backend_config: str | None, fake: str | None, live: bool, host: str,
-         persistent: bool, debug: bool = False) -> int:
+def main(
+    backend: str,
+    *,
+    backend_config: str | None,
+    fake: str | None,
+    live: bool,
+    host: str,
+    persistent: bool,
+    debug: bool = False,
+) -> int:
     """Print the rows; 0 when every step is ok, 1 otherwise.  A backend that cannot load raises a KitError."""
     from conformance.run import KitRun, RunOptions
 
@@ -252,8 +291,9 @@ def main(backend: str, *, backend_config: str | None, fake: str | None, live: bo
     redact.register_environ()
     workdir = Path(tempfile.mkdtemp(prefix="kit-doctor-"))
     try:
-        run = KitRun.start(RunOptions(backend=backend, backend_config=backend_config, host=host, fake=fake,
-                                      live=live), workdir)
+        run = KitRun.start(
+            RunOptions(backend=backend, backend_config=backend_config, host=host, fake=fake, live=live), workdir
+        )
         try:
             doctor = Doctor(run, persistent=persistent, debug=debug)
             rows = doctor.check()

@@ -71,8 +71,12 @@ class KitError(Exception):
         """The error ``to_dict`` described (in another process), as its own class where the kit has it."""
         kind = _subclasses().get(str(data.get("kind")), cls)
         error = kind.__new__(kind)
-        KitError.__init__(error, str(data.get("what") or "the run could not start"), str(data.get("fix") or "") or None,
-                          str(data.get("why") or ""))
+        KitError.__init__(
+            error,
+            str(data.get("what") or "the run could not start"),
+            str(data.get("fix") or "") or None,
+            str(data.get("why") or ""),
+        )
         return error
 
 
@@ -112,8 +116,10 @@ class ContractFileError(ContractError):
 
 
 class BackendLoadError(KitError, RuntimeError):
-    fix = ("give a plugin directory (plugin.yaml and __init__.py), package.module[:attr], ep:NAME or a name "
-           "from `hermes-backend-kit backends`")
+    fix = (
+        "give a plugin directory (plugin.yaml and __init__.py), package.module[:attr], ep:NAME or a name "
+        "from `hermes-backend-kit backends`"
+    )
 
 
 class PluginManifestError(BackendLoadError):

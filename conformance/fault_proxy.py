@@ -128,8 +128,8 @@ class _Frames:
                 offset += 4
             if len(self.buffer) < offset + size:
                 break
-            frames.append(self.buffer[:offset + size])
-            self.buffer = self.buffer[offset + size:]
+            frames.append(self.buffer[: offset + size])
+            self.buffer = self.buffer[offset + size :]
         return frames
 
 
@@ -323,14 +323,18 @@ class FaultProxy:
             reason = HTTPStatus(fault.status).phrase
         except ValueError:
             reason = "Error"
-        client.sendall(f"HTTP/1.1 {fault.status} {reason}\r\nContent-Type: application/json\r\n"
-                       f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode() + body)
+        client.sendall(
+            f"HTTP/1.1 {fault.status} {reason}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+            + body
+        )
 
     def _tunnel(self, client: socket.socket, upstream: socket.socket, fault: Fault | None, tls: bool) -> None:
         """Pass bytes both ways until the client leaves; server -> client through ``fault``."""
         position = _Position(tls) if fault is not None else None
-        up = threading.Thread(target=self._to_server, args=(client, upstream, position, tls), daemon=True,
-                              name="kit-fault-proxy-up")
+        up = threading.Thread(
+            target=self._to_server, args=(client, upstream, position, tls), daemon=True, name="kit-fault-proxy-up"
+        )
         up.start()
         action = self._to_client(client, upstream, fault, position, tls)
         if action == "drop":
@@ -344,8 +348,7 @@ class FaultProxy:
                 return
         up.join()  # until the client leaves (or stop() closes the sockets)
 
-    def _to_server(self, client: socket.socket, upstream: socket.socket, position: _Position | None,
-                   tls: bool) -> None:
+    def _to_server(self, client: socket.socket, upstream: socket.socket, position: _Position | None, tls: bool) -> None:
         """Client -> server, unchanged (noting the client's messages); ends the server's side when the
         client stops sending."""
         units = (_Records() if tls else _Frames()) if position is not None else None
@@ -363,8 +366,9 @@ class FaultProxy:
         except OSError:
             pass
 
-    def _to_client(self, client: socket.socket, upstream: socket.socket, fault: Fault | None,
-                   position: _Position | None, tls: bool) -> str | None:
+    def _to_client(
+        self, client: socket.socket, upstream: socket.socket, fault: Fault | None, position: _Position | None, tls: bool
+    ) -> str | None:
         """Server -> client through the fault, until the server ends or the fault acts; returns its action
         (``"drop"``, ``"half-close"``) or None."""
         if fault is None or position is None:

@@ -79,14 +79,18 @@ class Route:
     def parse(cls, text: str, role: str, where: str) -> Route:
         parts = str(text).split()
         if len(parts) != 2 or parts[0].upper() not in METHODS or not parts[1].startswith("/"):
-            raise RouteTableError(f"{where}: route {text!r} must be 'METHOD /path' with METHOD one of "
-                                  f"{', '.join(METHODS)}", "write it like 'POST /v1/sandboxes/{id}/exec'")
+            raise RouteTableError(
+                f"{where}: route {text!r} must be 'METHOD /path' with METHOD one of {', '.join(METHODS)}",
+                "write it like 'POST /v1/sandboxes/{id}/exec'",
+            )
         method, path = parts[0].upper(), parts[1]
         segments = tuple(s for s in path.split("/") if s)
         for segment in segments:
             if ("{" in segment or "}" in segment) and not _PLACEHOLDER.match(segment):
-                raise RouteTableError(f"{where}: route {text!r}: a placeholder is a whole segment like "
-                                      f"{{id}}, not {segment!r}", "make the placeholder a segment of its own")
+                raise RouteTableError(
+                    f"{where}: route {text!r}: a placeholder is a whole segment like {{id}}, not {segment!r}",
+                    "make the placeholder a segment of its own",
+                )
         return cls(f"{method} {path}", method, segments, role)
 
     @property
@@ -149,36 +153,47 @@ class RouteTable:
 def build(name: str, routes: dict[str, object], where: str) -> RouteTable:
     """A table from ``{role: [route, ...]}``; every problem is an error naming the entry."""
     if not isinstance(routes, dict):
-        raise RouteTableError(f"{where}: 'routes' is not a mapping",
-                              f"map roles ({', '.join(ROLES)}, {IGNORE}) to lists of routes")
+        raise RouteTableError(
+            f"{where}: 'routes' is not a mapping", f"map roles ({', '.join(ROLES)}, {IGNORE}) to lists of routes"
+        )
     unknown = sorted(set(routes) - {*ROLES, IGNORE})
     if unknown:
-        raise RouteTableError(f"{where}: unknown role(s) {', '.join(map(str, unknown))}",
-                              f"use the roles {', '.join(ROLES)} (and {IGNORE} for routes that are none)")
+        raise RouteTableError(
+            f"{where}: unknown role(s) {', '.join(map(str, unknown))}",
+            f"use the roles {', '.join(ROLES)} (and {IGNORE} for routes that are none)",
+        )
     parsed: list[Route] = []
     for role, entries in routes.items():
         if isinstance(entries, str) or not isinstance(entries, list | tuple):
-            raise RouteTableError(f"{where}: routes.{role} is not a list",
-                                  "write it as a list of 'METHOD /path' strings")
+            raise RouteTableError(
+                f"{where}: routes.{role} is not a list", "write it as a list of 'METHOD /path' strings"
+            )
         parsed.extend(Route.parse(entry, role, f"{where}: routes.{role}") for entry in entries)
     seen: dict[tuple[str, tuple[str, ...]], Route] = {}
     for route in parsed:
         shape = (route.method, tuple("{}" if _PLACEHOLDER.match(s) else s for s in route.segments))
         if shape in seen and seen[shape].role != route.role:
-            raise RouteTableError(f"{where}: {route.text} ({route.role}) and {seen[shape].text} "
-                                  f"({seen[shape].role}) match the same requests", "keep one")
+            raise RouteTableError(
+                f"{where}: {route.text} ({route.role}) and {seen[shape].text} "
+                f"({seen[shape].role}) match the same requests",
+                "keep one",
+            )
         seen[shape] = route
     missing = [role for role in ROLES if not any(r.role == role for r in parsed)]
     if missing:
-        raise RouteTableError(f"{where}: no route for role(s) {', '.join(missing)}",
-                              "give every role at least one route (the checks arm each)")
+        raise RouteTableError(
+            f"{where}: no route for role(s) {', '.join(missing)}",
+            "give every role at least one route (the checks arm each)",
+        )
     return RouteTable(name, tuple(parsed))
 
 
 def vendor(name: str) -> RouteTable:
     if name not in VENDOR_ROUTES:
-        raise RouteTableError(f"the kit has no route table for vendor {name!r}",
-                              f"name one of {', '.join(sorted(VENDOR_ROUTES))}, or give a YAML file ({FORMAT})")
+        raise RouteTableError(
+            f"the kit has no route table for vendor {name!r}",
+            f"name one of {', '.join(sorted(VENDOR_ROUTES))}, or give a YAML file ({FORMAT})",
+        )
     return build(name, dict(VENDOR_ROUTES[name]), f"the kit's {name} table")
 
 
@@ -188,18 +203,23 @@ def load(path: str | Path) -> RouteTable:
     try:
         data = yaml.safe_load(p.read_text("utf-8"))
     except (OSError, UnicodeDecodeError) as exc:
-        raise RouteTableError(f"route table {p}: cannot read it ({file_problem(exc)})",
-                              "pass the path of a readable YAML file") from None
+        raise RouteTableError(
+            f"route table {p}: cannot read it ({file_problem(exc)})", "pass the path of a readable YAML file"
+        ) from None
     except yaml.YAMLError as exc:
-        raise RouteTableError(f"route table {p}: not valid YAML ({yaml_problem(exc)})",
-                              "fix the YAML syntax at that line") from None
+        raise RouteTableError(
+            f"route table {p}: not valid YAML ({yaml_problem(exc)})", "fix the YAML syntax at that line"
+        ) from None
     if not isinstance(data, dict) or "routes" not in data:
-        raise RouteTableError(f"route table {p}: the top level is not a mapping with 'routes:'",
-                              f"write routes: with {', '.join(ROLES)}, each a list of 'METHOD /path' ({FORMAT})")
+        raise RouteTableError(
+            f"route table {p}: the top level is not a mapping with 'routes:'",
+            f"write routes: with {', '.join(ROLES)}, each a list of 'METHOD /path' ({FORMAT})",
+        )
     unknown = sorted(set(data) - {"vendor", "routes"})
     if unknown:
-        raise RouteTableError(f"route table {p}: unknown key(s) {', '.join(map(str, unknown))}",
-                              "use only routes and vendor")
+        raise RouteTableError(
+            f"route table {p}: unknown key(s) {', '.join(map(str, unknown))}", "use only routes and vendor"
+        )
     return build(str(data.get("vendor") or p.name), data["routes"], f"route table {p}")
 
 
@@ -208,13 +228,17 @@ def resolve(spec: str, *, vendor_hint: str | None) -> RouteTable:
     if spec == "on":
         if vendor_hint in VENDOR_ROUTES:
             return vendor(vendor_hint)
-        raise RouteTableError("--client-faults needs to know which requests create a sandbox, run a command or "
-                              "read its state", "name a vendor the kit knows (--client-faults="
-                              f"{'|'.join(sorted(VENDOR_ROUTES))}) or give a route table file "
-                              f"(--client-faults=routes.yaml; {FORMAT})")
+        raise RouteTableError(
+            "--client-faults needs to know which requests create a sandbox, run a command or read its state",
+            "name a vendor the kit knows (--client-faults="
+            f"{'|'.join(sorted(VENDOR_ROUTES))}) or give a route table file "
+            f"(--client-faults=routes.yaml; {FORMAT})",
+        )
     if spec in VENDOR_ROUTES:
         return vendor(spec)
     if spec.endswith((".yaml", ".yml")) or Path(spec).exists():
         return load(spec)
-    raise RouteTableError(f"--client-faults={spec}: not a vendor the kit knows, not 'on' or 'off', and not a route "
-                          "table file", f"pass on, off, one of {', '.join(sorted(VENDOR_ROUTES))} or a routes.yaml")
+    raise RouteTableError(
+        f"--client-faults={spec}: not a vendor the kit knows, not 'on' or 'off', and not a route table file",
+        f"pass on, off, one of {', '.join(sorted(VENDOR_ROUTES))} or a routes.yaml",
+    )

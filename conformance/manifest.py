@@ -49,8 +49,13 @@ def generate(checks: Mapping[str, Iterable[str]]) -> dict[str, Any]:
     files = check_files()
     cites = {check_key(c): sorted(ids) for c, ids in checks.items()}
     black_box = {check_key(c): sorted(needs) for c, needs in getattr(checks, "black_box", {}).items()}
-    return {"checks_sha256": files_digest(files), "files": files, "checks": sorted(cites), "cites": cites,
-            "black_box": black_box}
+    return {
+        "checks_sha256": files_digest(files),
+        "files": files,
+        "checks": sorted(cites),
+        "cites": cites,
+        "black_box": black_box,
+    }
 
 
 @cache

@@ -54,11 +54,16 @@ class PersistentPath:
 def checked(value: Any, where: str) -> str:
     """``value`` if it is a usable persistent path; PersistentPathError naming ``where`` otherwise."""
     if not isinstance(value, str) or not value.strip():
-        raise PersistentPathError(f"the {where} must be a non-empty path string, got {value!r}",
-                                  "name the directory the sandbox keeps across cleanup, e.g. /workspace")
+        raise PersistentPathError(
+            f"the {where} must be a non-empty path string, got {value!r}",
+            "name the directory the sandbox keeps across cleanup, e.g. /workspace",
+        )
     if not (value.startswith("/") or value == "~" or value.startswith("~/")) or "\n" in value or "\0" in value:
-        raise PersistentPathError(f"the {where} {value!r} must be an absolute path inside the sandbox or ~ / ~/sub "
-                                  "for its $HOME, on one line", "write it as /workspace, ~ or ~/sub")
+        raise PersistentPathError(
+            f"the {where} {value!r} must be an absolute path inside the sandbox or ~ / ~/sub "
+            "for its $HOME, on one line",
+            "write it as /workspace, ~ or ~/sub",
+        )
     return value
 
 

@@ -64,46 +64,100 @@ class _KitState:
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("hermes-backend-kit", "Hermes terminal backend conformance")
-    group.addoption("--backend", default=backends.DEFAULT_BACKEND,
-                    help="backend under test: a known name ({}), a plugin directory, module:attr or "
-                         "ep:NAME (default: %(default)s)".format(", ".join(backends.KNOWN_BACKENDS)))
-    group.addoption("--backend-config", default=None, metavar="FILE.yaml",
-                    help="terminal config, exported variables and declared capabilities for the backend")
-    group.addoption("--host", default="auto", choices=HOST_MODES,
-                    help="hermes: the installed hermes-agent; builtin: the kit's stand-ins; auto: hermes if importable")
-    group.addoption("--fake", default=None, metavar="VENDOR",
-                    help="run against this fake service (implied for known backends unless --live)")
-    group.addoption("--live", action="store_true", default=False,
-                    help="use the real service with the credentials in the environment; no fake")
-    group.addoption("--fake-control", default=None, metavar="ADDRESS",
-                    help="use the fake started by hand with `hermes-backend-kit fake serve`, at the control "
-                         "address it printed (default: $HERMES_KIT_FAKE_CONTROL); one worker only (no -n)")
-    group.addoption("--client-faults", nargs="?", const="on", default=None, metavar="on|off|VENDOR|ROUTES.yaml",
-                    help="inject transport faults in the backend's own HTTP (httpx, through respx) and WebSocket "
-                         "clients instead of the fake's fault script; the value names the route table (the run's "
-                         "vendor by default). Without the option: client-side only when no fake scripts faults "
-                         "(live) and the kit knows the vendor; off: never. Write --client-faults=VALUE")
+    group.addoption(
+        "--backend",
+        default=backends.DEFAULT_BACKEND,
+        help="backend under test: a known name ({}), a plugin directory, module:attr or "
+        "ep:NAME (default: %(default)s)".format(", ".join(backends.KNOWN_BACKENDS)),
+    )
+    group.addoption(
+        "--backend-config",
+        default=None,
+        metavar="FILE.yaml",
+        help="terminal config, exported variables and declared capabilities for the backend",
+    )
+    group.addoption(
+        "--host",
+        default="auto",
+        choices=HOST_MODES,
+        help="hermes: the installed hermes-agent; builtin: the kit's stand-ins; auto: hermes if importable",
+    )
+    group.addoption(
+        "--fake",
+        default=None,
+        metavar="VENDOR",
+        help="run against this fake service (implied for known backends unless --live)",
+    )
+    group.addoption(
+        "--live",
+        action="store_true",
+        default=False,
+        help="use the real service with the credentials in the environment; no fake",
+    )
+    group.addoption(
+        "--fake-control",
+        default=None,
+        metavar="ADDRESS",
+        help="use the fake started by hand with `hermes-backend-kit fake serve`, at the control "
+        "address it printed (default: $HERMES_KIT_FAKE_CONTROL); one worker only (no -n)",
+    )
+    group.addoption(
+        "--client-faults",
+        nargs="?",
+        const="on",
+        default=None,
+        metavar="on|off|VENDOR|ROUTES.yaml",
+        help="inject transport faults in the backend's own HTTP (httpx, through respx) and WebSocket "
+        "clients instead of the fake's fault script; the value names the route table (the run's "
+        "vendor by default). Without the option: client-side only when no fake scripts faults "
+        "(live) and the kit knows the vendor; off: never. Write --client-faults=VALUE",
+    )
     group.addoption("--report", default=None, metavar="PATH", help="write the JSON certification report here")
-    group.addoption("--waivers", default=None, metavar="FILE.yaml",
-                    help="accepted known failures: clause, reason, issue URL, expiry date, strict")
+    group.addoption(
+        "--waivers",
+        default=None,
+        metavar="FILE.yaml",
+        help="accepted known failures: clause, reason, issue URL, expiry date, strict",
+    )
     progress.add_option(group)
-    group.addoption("--kit-progress", action="store_true", default=False,
-                    help="the same as --progress=plain, unless --progress names another form")
-    group.addoption("--call-deadline", type=float, default=None, metavar="SECONDS",
-                    help="seconds the kit waits for loading the plugin, create_environment() and cleanup() "
-                         "before failing the check (default 60)")
-    group.addoption("--check-deadline", type=float, default=CHECK_DEADLINE_S, metavar="SECONDS",
-                    help="seconds one check may run before it fails (default: %(default)s)")
-    group.addoption("--kit-error-file", default=None, metavar="PATH",
-                    help="write a setup error (bad backend, plugin.yaml, config) here as JSON (what, why, fix) "
-                         "instead of printing it; the certify command reads it and prints it in one line")
+    group.addoption(
+        "--kit-progress",
+        action="store_true",
+        default=False,
+        help="the same as --progress=plain, unless --progress names another form",
+    )
+    group.addoption(
+        "--call-deadline",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="seconds the kit waits for loading the plugin, create_environment() and cleanup() "
+        "before failing the check (default 60)",
+    )
+    group.addoption(
+        "--check-deadline",
+        type=float,
+        default=CHECK_DEADLINE_S,
+        metavar="SECONDS",
+        help="seconds one check may run before it fails (default: %(default)s)",
+    )
+    group.addoption(
+        "--kit-error-file",
+        default=None,
+        metavar="PATH",
+        help="write a setup error (bad backend, plugin.yaml, config) here as JSON (what, why, fix) "
+        "instead of printing it; the certify command reads it and prints it in one line",
+    )
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest's tmpdir plugin reads --basetemp
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "clause(*ids): the contract clause ids this check asserts")
-    config.addinivalue_line("markers", "black_box(*harness): the check observes its clauses through the backend "
-                                       "alone, needing only these harness capabilities")
+    config.addinivalue_line(
+        "markers",
+        "black_box(*harness): the check observes its clauses through the backend "
+        "alone, needing only these harness capabilities",
+    )
     config.stash[_STATE] = _KitState()
     if runs_checks(config):
         _configure_check_run(config)
@@ -117,9 +171,15 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(_Recorder(config), "hermes-backend-kit-recorder")
     settings = _hypothesis_settings()
     if settings is not None:
-        settings.register_profile("hermes-backend-kit", deadline=None, database=None, derandomize=True,
-                                  max_examples=20, print_blob=True,
-                                  suppress_health_check=list(_hypothesis_health_checks()))
+        settings.register_profile(
+            "hermes-backend-kit",
+            deadline=None,
+            database=None,
+            derandomize=True,
+            max_examples=20,
+            print_blob=True,
+            suppress_health_check=list(_hypothesis_health_checks()),
+        )
 
 
 def _hypothesis_settings() -> Any:
@@ -133,8 +193,12 @@ def _hypothesis_settings() -> Any:
 def _hypothesis_health_checks() -> list[Any]:
     from hypothesis import HealthCheck
 
-    return [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture,
-            HealthCheck.large_base_example]
+    return [
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+        HealthCheck.function_scoped_fixture,
+        HealthCheck.large_base_example,
+    ]
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -156,8 +220,10 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
             harness = verdicts.harness_capabilities(kit_contract)
             wrong = [n for n in needs if n not in harness]
             if wrong:
-                raise pytest.UsageError(f"{item.nodeid}: black_box names {', '.join(wrong)}, which are not harness "
-                                        f"capabilities (known: {', '.join(sorted(harness))})")
+                raise pytest.UsageError(
+                    f"{item.nodeid}: black_box names {', '.join(wrong)}, which are not harness "
+                    f"capabilities (known: {', '.join(sorted(harness))})"
+                )
             item.user_properties.append(("black_box", list(needs)))
 
 
@@ -264,9 +330,16 @@ def run_options(config: pytest.Config) -> Any:
 
     opts = config.option
     control = opts.fake_control or os.environ.get(CONTROL_VAR) or None
-    return RunOptions(backend=opts.backend, backend_config=opts.backend_config, host=opts.host, fake=opts.fake,
-                      live=opts.live, fake_control=control, call_deadline=opts.call_deadline or CALL_DEADLINE_S,
-                      client_faults=opts.client_faults)
+    return RunOptions(
+        backend=opts.backend,
+        backend_config=opts.backend_config,
+        host=opts.host,
+        fake=opts.fake,
+        live=opts.live,
+        fake_control=control,
+        call_deadline=opts.call_deadline or CALL_DEADLINE_S,
+        client_faults=opts.client_faults,
+    )
 
 
 def preflight(config: pytest.Config) -> None:
@@ -277,9 +350,11 @@ def preflight(config: pytest.Config) -> None:
     if options.fake_control:
         if _workers(config) > 1:
             # Its fault script and its sandbox list would be shared by the workers, each seeing the others'.
-            raise pytest.UsageError("hermes-backend-kit: a fake started by hand (--fake-control or "
-                                    "HERMES_KIT_FAKE_CONTROL) serves one run at a time; run without -n (or with "
-                                    "-n 0), or let the kit start its own fakes")
+            raise pytest.UsageError(
+                "hermes-backend-kit: a fake started by hand (--fake-control or "
+                "HERMES_KIT_FAKE_CONTROL) serves one run at a time; run without -n (or with "
+                "-n 0), or let the kit start its own fakes"
+            )
         return  # attaching starts nothing; the kit fixture reports a wrong address in one line
     state = config.stash[_STATE]
     parent = state.run_root or Path(config.option.basetemp).parent
@@ -324,16 +399,23 @@ class CheckDeadline(AssertionError):
 def pytest_runtest_call(item: pytest.Item) -> Any:
     """Fail a check that runs past --check-deadline (SIGALRM, on the main thread only)."""
     seconds = item.config.option.check_deadline
-    usable = (bool(seconds) and seconds > 0 and clause_ids(item) and hasattr(signal, "setitimer")
-              and threading.current_thread() is threading.main_thread()
-              and signal.getsignal(signal.SIGALRM) in (signal.SIG_DFL, None))
+    usable = (
+        bool(seconds)
+        and seconds > 0
+        and clause_ids(item)
+        and hasattr(signal, "setitimer")
+        and threading.current_thread() is threading.main_thread()
+        and signal.getsignal(signal.SIGALRM) in (signal.SIG_DFL, None)
+    )
     if not usable:
         yield
         return
 
     def expire(signum: int, frame: Any) -> None:
-        raise CheckDeadline(f"the check ran past the kit's {seconds:g}s deadline (--check-deadline); the "
-                            "traceback shows the backend call it was waiting for")
+        raise CheckDeadline(
+            f"the check ran past the kit's {seconds:g}s deadline (--check-deadline); the "
+            "traceback shows the backend call it was waiting for"
+        )
 
     signal.signal(signal.SIGALRM, expire)
     signal.setitimer(signal.ITIMER_REAL, seconds)
@@ -356,8 +438,10 @@ def kit(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
     except setup_errors() as exc:
         # A setup problem is one clear message, not a traceback per check.
         lines = setup_error_lines(request.config, exc)
-        pytest.exit(lines[0] if lines else "hermes-backend-kit: the run could not start (--kit-error-file has why)",
-                    returncode=pytest.ExitCode.USAGE_ERROR)
+        pytest.exit(
+            lines[0] if lines else "hermes-backend-kit: the run could not start (--kit-error-file has why)",
+            returncode=pytest.ExitCode.USAGE_ERROR,
+        )
     request.config.stash[_STATE].run = run
     yield run
     run.close()
@@ -440,7 +524,8 @@ class _Recorder:
         if "kit_context" in props and not self.state.context:
             self.state.context = json.loads(props["kit_context"])
         outcome = self.state.outcomes.setdefault(
-            report.nodeid, CheckOutcome(report.nodeid, tuple(ids), black_box="black_box" in props))
+            report.nodeid, CheckOutcome(report.nodeid, tuple(ids), black_box="black_box" in props)
+        )
         outcome.absorb(report.when, report.outcome, _reason(report), report.duration)
 
     @pytest.hookimpl(tryfirst=True)  # before junitxml writes its file, so the certificate reaches it
@@ -451,12 +536,21 @@ class _Recorder:
 
         complete, incomplete = manifest.completeness(self.state.outcomes)
         opts = self.config.option
-        self.state.report = redact.redact_data(build.build(
-            contract.load(), self.state.outcomes.values(), self.state.context,
-            duration_s=time.time() - self.state.started, started_at=self.state.started, spec=opts.backend,
-            host_requested=opts.host, waivers=self.state.waivers, complete=complete, incomplete=incomplete,
-            checks_sha256=manifest.files_digest(manifest.check_files()),
-        ))
+        self.state.report = redact.redact_data(
+            build.build(
+                contract.load(),
+                self.state.outcomes.values(),
+                self.state.context,
+                duration_s=time.time() - self.state.started,
+                started_at=self.state.started,
+                spec=opts.backend,
+                host_requested=opts.host,
+                waivers=self.state.waivers,
+                complete=complete,
+                incomplete=incomplete,
+                checks_sha256=manifest.files_digest(manifest.check_files()),
+            )
+        )
         if opts.report:
             path = Path(opts.report)
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -479,8 +573,10 @@ class _Recorder:
         for clause in report["clauses"]:
             if "waived" in clause:
                 w = clause["waived"]
-                terminalreporter.write_line(f"  WAIVED {clause['level']} {clause['id']} ({clause['verdict']}) until "
-                                            f"{w['expires']}: {w['reason']} {w['issue']}")
+                terminalreporter.write_line(
+                    f"  WAIVED {clause['level']} {clause['id']} ({clause['verdict']}) until "
+                    f"{w['expires']}: {w['reason']} {w['issue']}"
+                )
         for line in must_failure_lines(report):
             terminalreporter.write_line(f"  {line}")
         if config.option.report:
@@ -494,9 +590,11 @@ def redact_report(config: pytest.Config, report: Any) -> None:
     and back, so the traceback keeps its structure (the crash message that becomes a check's
     reason, junit.xml's failure message) instead of turning into one string.
     """
-    texts = [str(report.longrepr) if report.longrepr is not None else "",
-             *(content for _, content in getattr(report, "sections", ())),
-             json.dumps(getattr(report, "user_properties", []), default=str)]
+    texts = [
+        str(report.longrepr) if report.longrepr is not None else "",
+        *(content for _, content in getattr(report, "sections", ())),
+        json.dumps(getattr(report, "user_properties", []), default=str),
+    ]
     if not any(redact.contains_secret(t) for t in texts):
         return
     data = config.hook.pytest_report_to_serializable(config=config, report=report)

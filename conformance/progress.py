@@ -38,16 +38,22 @@ REFRESH_PER_SECOND = 4
 
 
 def add_option(group: Any) -> None:
-    group.addoption("--progress", default="auto", choices=MODES,
-                    help="how a run of the checks shows its progress: live (a display per contract group, "
-                         "redrawn in place), plain (a line as each group completes), off (pytest's own); "
-                         "auto: live on a terminal, plain otherwise (default: %(default)s)")
+    group.addoption(
+        "--progress",
+        default="auto",
+        choices=MODES,
+        help="how a run of the checks shows its progress: live (a display per contract group, "
+        "redrawn in place), plain (a line as each group completes), off (pytest's own); "
+        "auto: live on a terminal, plain otherwise (default: %(default)s)",
+    )
 
 
 def check_usage(config: pytest.Config) -> None:
     if config.option.progress == "live" and config.option.verbose > 0:
-        raise pytest.UsageError("--progress=live draws one line per contract group and cannot share the terminal "
-                                "with -v's line per check: drop -v, or use --progress=plain")
+        raise pytest.UsageError(
+            "--progress=live draws one line per contract group and cannot share the terminal "
+            "with -v's line per check: drop -v, or use --progress=plain"
+        )
 
 
 def chosen_mode(config: pytest.Config, reporter: Any) -> str:
@@ -94,7 +100,7 @@ def manifest_group(nodeid: str) -> str:
 
 def one_line(text: str, limit: int = 300) -> str:
     flat = " ".join(str(text).split())
-    return flat if len(flat) <= limit else flat[:limit - 3] + "..."
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
 
 def failure_reason(report: Any) -> str:
@@ -237,8 +243,13 @@ class Tally:
     def totals(self) -> tuple[int, int, int, int, int]:
         """(done, total, passed, failed, skipped) over every group."""
         rows = self.rows()
-        return (sum(g.done for g in rows), sum(g.total for g in rows), sum(g.passed for g in rows),
-                sum(g.failed for g in rows), sum(g.skipped for g in rows))
+        return (
+            sum(g.done for g in rows),
+            sum(g.total for g in rows),
+            sum(g.passed for g in rows),
+            sum(g.failed for g in rows),
+            sum(g.skipped for g in rows),
+        )
 
     @property
     def all_done(self) -> bool:
@@ -246,8 +257,9 @@ class Tally:
         return bool(rows) and all(g.complete for g in rows)
 
 
-def plain_line(name: str, done: int, total: int, passed: int, failed: int, skipped: int, seconds: float,
-               width: int, note: str = "") -> str:
+def plain_line(
+    name: str, done: int, total: int, passed: int, failed: int, skipped: int, seconds: float, width: int, note: str = ""
+) -> str:
     counts = f"{done}/{total}"
     line = f"{name:<{width}}  {counts:>7}  pass {passed} fail {failed} skip {skipped}  {seconds:.1f}s"
     return f"{line}  {note}" if note else line
@@ -280,8 +292,7 @@ class Progress:
         self.tally.started_at = self.tally.clock()
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
-        self.tally.expect((item.nodeid, group) for item in session.items
-                          if (group := report_group(item)) is not None)
+        self.tally.expect((item.nodeid, group) for item in session.items if (group := report_group(item)) is not None)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
@@ -351,8 +362,9 @@ class Progress:
         if self.mode == "plain":
             total = self.tally.totals()[1]
             groups = len(self.tally.rows())
-            self._write(f"hermes-backend-kit: {total} checks in {groups} contract groups; a line as each "
-                        "group completes")
+            self._write(
+                f"hermes-backend-kit: {total} checks in {groups} contract groups; a line as each group completes"
+            )
 
     def _end(self) -> None:
         self.active = False
@@ -368,15 +380,33 @@ class Progress:
     def _plain(self, group: GroupTally, note: str = "") -> None:
         now = self.tally.clock()
         with self.tally.lock:
-            line = plain_line(group.name, group.done, group.total, group.passed, group.failed, group.skipped,
-                              group.elapsed(now), self._width(), note)
+            line = plain_line(
+                group.name,
+                group.done,
+                group.total,
+                group.passed,
+                group.failed,
+                group.skipped,
+                group.elapsed(now),
+                self._width(),
+                note,
+            )
         self._write(line)
 
     def _plain_total(self, note: str = "") -> None:
         with self.tally.lock:
             done, total, passed, failed, skipped = self.tally.totals()
-            line = plain_line("all", done, total, passed, failed, skipped,
-                              self.tally.clock() - self.tally.started_at, self._width(), note)
+            line = plain_line(
+                "all",
+                done,
+                total,
+                passed,
+                failed,
+                skipped,
+                self.tally.clock() - self.tally.started_at,
+                self._width(),
+                note,
+            )
         self._write(line)
 
     def _write(self, line: str) -> None:
@@ -427,12 +457,17 @@ class LiveDisplay:
         fileno = source.fileno() if source is not None else 1
         self.fd = os.dup(fileno)
         self.file: IO[str] = os.fdopen(self.fd, "w", encoding="utf-8", errors="replace", closefd=True)
-        self.console = Console(file=self.file, force_terminal=True, highlight=False, markup=False,
-                               emoji=False)
+        self.console = Console(file=self.file, force_terminal=True, highlight=False, markup=False, emoji=False)
         self._size()
-        self.live = Live(console=self.console, get_renderable=self.render, auto_refresh=True,
-                         refresh_per_second=REFRESH_PER_SECOND, transient=False, redirect_stdout=False,
-                         redirect_stderr=False)
+        self.live = Live(
+            console=self.console,
+            get_renderable=self.render,
+            auto_refresh=True,
+            refresh_per_second=REFRESH_PER_SECOND,
+            transient=False,
+            redirect_stdout=False,
+            redirect_stderr=False,
+        )
         self._writer_file: Any = None
 
     def _size(self) -> None:
@@ -468,8 +503,9 @@ class LiveDisplay:
     def above(self, line: str, ansi: bool = False) -> None:
         from rich.text import Text
 
-        text = Text.from_ansi(line) if ansi else Text(redact.redact(line), style="red" if line.startswith("FAIL")
-                                                           else "")
+        text = (
+            Text.from_ansi(line) if ansi else Text(redact.redact(line), style="red" if line.startswith("FAIL") else "")
+        )
         self.console.print(text, overflow="ellipsis", no_wrap=True, crop=True)
 
     def render(self) -> Any:
@@ -481,11 +517,18 @@ class LiveDisplay:
         now = self.tally.clock()
         table = Table(box=None, show_header=True, header_style="bold", pad_edge=False, expand=False)
         columns: tuple[tuple[str, JustifyMethod], ...] = (
-            ("group", "left"), ("checks", "right"), ("pass", "right"), ("fail", "right"), ("skip", "right"),
-            ("time", "right"), ("slowest running", "left"))
+            ("group", "left"),
+            ("checks", "right"),
+            ("pass", "right"),
+            ("fail", "right"),
+            ("skip", "right"),
+            ("time", "right"),
+            ("slowest running", "left"),
+        )
         for title, justify in columns:
-            table.add_column(title, justify=justify, no_wrap=True,
-                             overflow="ellipsis" if title == "slowest running" else "fold")
+            table.add_column(
+                title, justify=justify, no_wrap=True, overflow="ellipsis" if title == "slowest running" else "fold"
+            )
         with self.tally.lock:
             rows = self.tally.rows()
             for group in rows:
@@ -497,12 +540,24 @@ class LiveDisplay:
                     style = "dim"
                 else:
                     style = "red" if group.failed else ""
-                table.add_row(Text(group.name, style=style), f"{group.done}/{group.total}", str(group.passed),
-                              Text(str(group.failed), style="bold red" if group.failed else ""),
-                              str(group.skipped), f"{group.elapsed(now):.1f}s" if group.started_at else "",
-                              redact.redact(running), end_section=group is rows[-1])
+                table.add_row(
+                    Text(group.name, style=style),
+                    f"{group.done}/{group.total}",
+                    str(group.passed),
+                    Text(str(group.failed), style="bold red" if group.failed else ""),
+                    str(group.skipped),
+                    f"{group.elapsed(now):.1f}s" if group.started_at else "",
+                    redact.redact(running),
+                    end_section=group is rows[-1],
+                )
             done, total, passed, failed, skipped = self.tally.totals()
-        table.add_row(Text("all", style="bold"), f"{done}/{total}", str(passed),
-                      Text(str(failed), style="bold red" if failed else ""), str(skipped),
-                      f"{now - self.tally.started_at:.1f}s", "")
+        table.add_row(
+            Text("all", style="bold"),
+            f"{done}/{total}",
+            str(passed),
+            Text(str(failed), style="bold red" if failed else ""),
+            str(skipped),
+            f"{now - self.tally.started_at:.1f}s",
+            "",
+        )
         return table

@@ -35,8 +35,9 @@ MIN_GUESSED = 8  # a value guessed from its variable's name: short values are fl
 # A name is a credential's when one of its "_"-separated parts is one of these words
 # (UPSTASH_BOX_API_KEY, GITHUB_TOKEN, DB_PASSWORD), unlike SSLKEYLOGFILE or KEYBOARD_LAYOUT,
 # or when it contains one of the longer words anywhere (GITHUBTOKEN, MYSQLPASSWORD).
-CREDENTIAL_WORDS = frozenset({"KEY", "APIKEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "PASSPHRASE",
-                              "CREDENTIAL", "CREDENTIALS", "PAT"})
+CREDENTIAL_WORDS = frozenset(
+    {"KEY", "APIKEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "PASSPHRASE", "CREDENTIAL", "CREDENTIALS", "PAT"}
+)
 CREDENTIAL_SUBSTRINGS = ("PASSWORD", "PASSWD", "SECRET", "TOKEN", "APIKEY", "API_KEY", "PRIVATE_KEY")
 
 

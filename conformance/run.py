@@ -101,8 +101,10 @@ class KitRun:
     fault_world: Any = field(default=None, repr=False)  # client-side transport faults (conformance.client_faults)
 
     def __repr__(self) -> str:  # shown in tracebacks: never the secrets, config env or fake keys
-        return (f"KitRun(backend={self.options.backend!r}, fake={getattr(self.fake, 'name', None)!r}, "
-                f"host={self.host.mode!r}, workdir={str(self.workdir)!r})")
+        return (
+            f"KitRun(backend={self.options.backend!r}, fake={getattr(self.fake, 'name', None)!r}, "
+            f"host={self.host.mode!r}, workdir={str(self.workdir)!r})"
+        )
 
     # -- setup ---------------------------------------------------------------------
     @classmethod
@@ -131,8 +133,10 @@ class KitRun:
             raise UsageError("--live and --fake exclude each other", "pick one")
         if options.live and os.environ.get("CI") and os.environ.get("HERMES_KIT_ALLOW_LIVE") != "1":
             # Live runs create billed sandboxes with real credentials: never by accident in CI.
-            raise UsageError("--live refuses to run in CI (CI is set)", "set HERMES_KIT_ALLOW_LIVE=1 in the job "
-                             "that is meant to certify against the real service")
+            raise UsageError(
+                "--live refuses to run in CI (CI is set)",
+                "set HERMES_KIT_ALLOW_LIVE=1 in the job that is meant to certify against the real service",
+            )
         if options.live and options.fake_control:
             raise UsageError("--live and --fake-control exclude each other", "pick one")
         fake_name = None if options.live else (options.fake or default_fake)
@@ -166,18 +170,40 @@ class KitRun:
         world = getattr(fake, "world", None)
         from conformance import client_faults
 
-        fault_world = client_faults.start_for_run(options.client_faults, world=world, set_env=changes.set,
-                                                  vendor=getattr(fake, "name", None) or fake_name or default_fake)
+        fault_world = client_faults.start_for_run(
+            options.client_faults,
+            world=world,
+            set_env=changes.set,
+            vendor=getattr(fake, "name", None) or fake_name or default_fake,
+        )
         if fault_world is not None:
             undo.append(fault_world.faults.stop)
             world = fault_world
-        caps = capabilities.resolve(kit_contract, provider=plugin.provider, loaded=plugin,
-                                    config_caps=backend_config.capabilities,
-                                    config_disclaims=backend_config.disclaims,
-                                    world=world)
-        run = cls(options, workdir, kit_contract, host, host_features, registry, plugin,
-                  backend_config, terminal_config, fake, caps, hermes_home, run_secrets, sandbox=sandbox,
-                  fault_world=fault_world)
+        caps = capabilities.resolve(
+            kit_contract,
+            provider=plugin.provider,
+            loaded=plugin,
+            config_caps=backend_config.capabilities,
+            config_disclaims=backend_config.disclaims,
+            world=world,
+        )
+        run = cls(
+            options,
+            workdir,
+            kit_contract,
+            host,
+            host_features,
+            registry,
+            plugin,
+            backend_config,
+            terminal_config,
+            fake,
+            caps,
+            hermes_home,
+            run_secrets,
+            sandbox=sandbox,
+            fault_world=fault_world,
+        )
         persistent_path.declared(run)  # a bad declaration is a setup error, not a failure of every persistence check
         return run
 
@@ -201,8 +227,9 @@ class KitRun:
     def new_task_id(self, label: str = "check") -> str:
         return f"kit-{label}-{uuid.uuid4().hex[:8]}"
 
-    def create(self, task_id: str | None = None, *, persistent: bool | None = False, track: bool = True,
-               **kwargs: Any) -> Any:
+    def create(
+        self, task_id: str | None = None, *, persistent: bool | None = False, track: bool = True, **kwargs: Any
+    ) -> Any:
         """A new environment built exactly as Hermes builds one.
 
         Checks default to non-persistent sandboxes so a run leaves nothing
@@ -211,15 +238,23 @@ class KitRun:
         CallHung; after one has, every later create raises it at once.
         """
         if self._create_hung:
-            raise CallHung(f"{self._create_hung}; after that hang the kit calls create_environment() "
-                           "no more in this run")
-        if self.sandbox is not None and kwargs.get("cwd") is None and \
-                factory.configured_cwd(self.provider, self.terminal_config) is None:
+            raise CallHung(
+                f"{self._create_hung}; after that hang the kit calls create_environment() no more in this run"
+            )
+        if (
+            self.sandbox is not None
+            and kwargs.get("cwd") is None
+            and factory.configured_cwd(self.provider, self.terminal_config) is None
+        ):
             kwargs["cwd"] = str(self.sandbox.work)  # never the user's home (Hermes's /root) on this machine
         try:
             env = factory.create_environment(
-                self.provider, self.terminal_config, task_id=task_id or self.new_task_id(),
-                persistent=persistent, deadline=self.options.call_deadline, **kwargs,
+                self.provider,
+                self.terminal_config,
+                task_id=task_id or self.new_task_id(),
+                persistent=persistent,
+                deadline=self.options.call_deadline,
+                **kwargs,
             )
         except CallHung as exc:
             self._create_hung = str(exc)
@@ -254,8 +289,9 @@ class KitRun:
 
     def cleanup(self, env: Any, deadline: float | None = None) -> None:
         """env.cleanup(), bounded by the run's call deadline (CallHung names it)."""
-        Call(env.cleanup).result(self.options.call_deadline if deadline is None else deadline,
-                                 what=f"cleanup() of {type(env).__name__}")
+        Call(env.cleanup).result(
+            self.options.call_deadline if deadline is None else deadline, what=f"cleanup() of {type(env).__name__}"
+        )
 
     def call(self, fn: Any, *args: Any, deadline: float, what: str, **kwargs: Any) -> Any:
         """A backend call with a deadline, on its own thread, with this thread's context variables."""
@@ -279,9 +315,13 @@ class KitRun:
                 "source": plugin.source,
                 **self.capabilities.context(),
                 "environment_inherits_base": self._env_is_base,
-                "transport_faults": (f"client-side ({self.fault_world.faults.table.name} routes)"
-                                     if self.fault_world is not None else
-                                     "fake" if self.has("transport-faults") else None),
+                "transport_faults": (
+                    f"client-side ({self.fault_world.faults.table.name} routes)"
+                    if self.fault_world is not None
+                    else "fake"
+                    if self.has("transport-faults")
+                    else None
+                ),
             },
             "host": {**self.host.to_dict(), "features": self.host_features},
             "fake": getattr(self.fake, "name", None),
@@ -294,8 +334,10 @@ class KitRun:
         world = getattr(self.fake, "world", None)
         if world is None:
             return None
-        return {"isolated": "isolation" in set(getattr(world, "capabilities", ()) or ()),
-                "paths_note": str(getattr(self.fake, "paths_note", "") or "")}
+        return {
+            "isolated": "isolation" in set(getattr(world, "capabilities", ()) or ()),
+            "paths_note": str(getattr(self.fake, "paths_note", "") or ""),
+        }
 
     def close(self) -> None:
         """Clean up leftovers (within CLOSE_BUDGET_S in all), stop the fake, end the run's local
@@ -350,8 +392,10 @@ def _launch_fake(name: str | None, workdir: Path, options: RunOptions) -> tuple[
     return (lambda: local), local.stop
 
 
-ATTACH_FIX = ("start the fake with `hermes-backend-kit fake serve VENDOR` and pass the control address it prints, "
-              "or drop --fake-control (and unset HERMES_KIT_FAKE_CONTROL)")
+ATTACH_FIX = (
+    "start the fake with `hermes-backend-kit fake serve VENDOR` and pass the control address it prints, "
+    "or drop --fake-control (and unset HERMES_KIT_FAKE_CONTROL)"
+)
 START_FIX = "rerun with --debug to see why the fake did not start (a free loopback port and a writable temp dir)"
 
 
@@ -363,8 +407,9 @@ def fake_errors(fix: str) -> Iterator[None]:
     try:
         yield
     except UnknownFake as exc:
-        raise FakeServiceError(str(exc).split(";", 1)[0],
-                               f"pass --fake with one of the known fakes: {', '.join(sorted(FAKES))}") from None
+        raise FakeServiceError(
+            str(exc).split(";", 1)[0], f"pass --fake with one of the known fakes: {', '.join(sorted(FAKES))}"
+        ) from None
     except FakeError as exc:
         raise FakeServiceError(str(exc), fix) from exc
 

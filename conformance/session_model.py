@@ -63,10 +63,15 @@ WAIT_S = 15.0  # how long a poll waits for a quick background job to finish
 
 def machine_settings(examples: int, *, steps: int = 8, derandomize: bool = False) -> settings:
     """Small steps, no deadline (fakes share 2 cores), no database: a run never depends on a previous one."""
-    return settings(max_examples=examples, stateful_step_count=steps, deadline=None, derandomize=derandomize,
-                    database=None, print_blob=False,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
-                                           HealthCheck.data_too_large])
+    return settings(
+        max_examples=examples,
+        stateful_step_count=steps,
+        deadline=None,
+        derandomize=derandomize,
+        database=None,
+        print_blob=False,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large],
+    )
 
 
 # ------------------------------------------------------------------ harness
@@ -121,11 +126,18 @@ class Harness:
 
     def new_session(self, persistent: bool, task_id: str | None = None) -> Session:
         task_id = task_id or f"kit-ksm-{'p' if persistent else 'n'}-{uuid.uuid4().hex[:8]}"
-        env = bounded(self.kit.create, task_id, persistent=persistent, track=False, deadline=60,
-                      what=f"create_environment({task_id})")
+        env = bounded(
+            self.kit.create,
+            task_id,
+            persistent=persistent,
+            track=False,
+            deadline=60,
+            what=f"create_environment({task_id})",
+        )
         session = Session(env, task_id, persistent, "", "", "")
-        first = terminal(env, 'printf "%s\\n" "$(pwd -P)" "$(builtin cd -- "$HOME" && pwd -P)"', session.term,
-                         timeout=30)
+        first = terminal(
+            env, 'printf "%s\\n" "$(pwd -P)" "$(builtin cd -- "$HOME" && pwd -P)"', session.term, timeout=30
+        )
         lines = first.output.splitlines()
         assert first.exit_code == 0 and len(lines) == 2, f"first command of {task_id} failed: {first!r}"
         session.start, session.home = lines
@@ -235,12 +247,15 @@ class SessionMachine(RuleBasedStateMachine):
         """Run a terminal step with a state dump appended; check rc, cwd and variables; return its own output."""
         assert self.session and self.model
         mark = f"__KSM_{uuid.uuid4().hex[:12]}__"
-        dump = (f'\n__ksm_rc=$?; printf "\\n%s\\n" {mark}; pwd -P; for v in {" ".join(VARS)}; do '
-                f'[ -n "${{!v+x}}" ] && printf "%s=%s\\n" "$v" "${{!v}}"; done; (exit $__ksm_rc)')
+        dump = (
+            f'\n__ksm_rc=$?; printf "\\n%s\\n" {mark}; pwd -P; for v in {" ".join(VARS)}; do '
+            f'[ -n "${{!v+x}}" ] && printf "%s=%s\\n" "$v" "${{!v}}"; done; (exit $__ksm_rc)'
+        )
         outcome = terminal(self.session.env, command + dump, self.session.term, timeout=timeout)
         assert outcome.exit_code == expect_rc, (
             f"{command[:80]!r} returned {outcome.exit_code}, expected {expect_rc}: {outcome.output[-300:]!r} "
-            f"{outcome.error or ''}")
+            f"{outcome.error or ''}"
+        )
         assert mark in outcome.output, f"the state dump after {command[:80]!r} is missing: {outcome.output[-300:]!r}"
         own, _, state = outcome.output.rpartition(mark)
         self._compare_state(state.strip("\n").split("\n"), after=command)
@@ -250,8 +265,12 @@ class SessionMachine(RuleBasedStateMachine):
     def _compare_state(self, lines: list[str], after: str) -> None:
         assert self.model
         pwd, seen = lines[0], dict(line.split("=", 1) for line in lines[1:] if "=" in line)
-        assert pwd == self._expected_cwd(), f"after {after[:80]!r} the shell is in {pwd!r}, model {self._expected_cwd()!r}"
-        assert seen == self.model.vars, f"after {after[:80]!r} the exported variables are {seen}, model {self.model.vars}"
+        assert pwd == self._expected_cwd(), (
+            f"after {after[:80]!r} the shell is in {pwd!r}, model {self._expected_cwd()!r}"
+        )
+        assert seen == self.model.vars, (
+            f"after {after[:80]!r} the exported variables are {seen}, model {self.model.vars}"
+        )
 
     # -------------------------------------------------------------- setup and teardown
     @initialize(persistent=st.booleans(), slow=st.integers(0, 3))
@@ -279,8 +298,11 @@ class SessionMachine(RuleBasedStateMachine):
             return
         # A long job may end (sleep 30) long before the pooled session's next example, and its pid
         # be recycled by then: kill it only while its exit file is missing, i.e. while it still runs.
-        kills = "".join(f"[ -e {shlex.quote(j.handle.exit_file)} ] || kill {j.handle.pid} 2>/dev/null; "
-                        for j in self.model.jobs if j.long and j.state == "running")
+        kills = "".join(
+            f"[ -e {shlex.quote(j.handle.exit_file)} ] || kill {j.handle.pid} 2>/dev/null; "
+            for j in self.model.jobs
+            if j.long and j.state == "running"
+        )
         session.stale = kills + f"rm -rf -- {shlex.quote(self._abs(''))}; "
         harness.give_back(session)
 
@@ -290,7 +312,8 @@ class SessionMachine(RuleBasedStateMachine):
             return
         if self.model.cwd is not None:
             assert self.session.env.cwd == self._expected_cwd(), (
-                f"env.cwd is {self.session.env.cwd!r}, model {self._expected_cwd()!r}")
+                f"env.cwd is {self.session.env.cwd!r}, model {self._expected_cwd()!r}"
+            )
         if not self.verified:
             self._shell("true")
         self.clean = True
@@ -305,8 +328,9 @@ class SessionMachine(RuleBasedStateMachine):
         top = dirs[parent % len(dirs)]
         rel = _join(top, name) if top.count("/") < MAX_DEPTH - 1 else name
         target = shlex.quote(self._abs(rel))
-        self._shell_then(f"mkdir -p -- {target}" + (f" && cd -- {target}" if enter else ""),
-                         lambda: self._made(rel, enter))
+        self._shell_then(
+            f"mkdir -p -- {target}" + (f" && cd -- {target}" if enter else ""), lambda: self._made(rel, enter)
+        )
 
     def _made(self, rel: str, enter: bool) -> None:
         assert self.model
@@ -361,8 +385,12 @@ class SessionMachine(RuleBasedStateMachine):
 
     # -------------------------------------------------------------- files
     @precondition(lambda self: self.model.alive)
-    @rule(where=st.integers(0, 7), name=st.sampled_from(FILE_NAMES), content=CONTENTS,
-          via=st.sampled_from(("driver", "heredoc")))
+    @rule(
+        where=st.integers(0, 7),
+        name=st.sampled_from(FILE_NAMES),
+        content=CONTENTS,
+        via=st.sampled_from(("driver", "heredoc")),
+    )
     @_traced
     def write_file(self, where: int, name: str, content: str, via: str) -> None:
         assert self.model and self.session
@@ -386,7 +414,9 @@ class SessionMachine(RuleBasedStateMachine):
         got = FileOps(self.session.env, timeout=30).read_bytes(self._abs(rel))
         want = self.model.files[rel].encode() if rel in self.model.files else None
         assert got == want, f"reading {rel!r} gave {got!r}, model {want!r}"
-        self.verified = True  # a read moves neither cwd nor exports; env.cwd is still checked, the next shell step dumps
+        self.verified = (
+            True  # a read moves neither cwd nor exports; env.cwd is still checked, the next shell step dumps
+        )
 
     # -------------------------------------------------------------- background jobs
     @precondition(lambda self: self.model.alive and len(self.model.jobs) < MAX_JOBS)
@@ -453,8 +483,9 @@ class SessionMachine(RuleBasedStateMachine):
         assert self.model and self.session
         self.done.add("interrupt")
         away = shlex.quote(self._abs(self.model.dirs[to % len(self.model.dirs)]))
-        result, _ = interrupted(self.session.env, f"cd -- {away}; echo started; sleep 5", after_s=0.1,
-                                timeout=10, cwd=self._cwd_arg())
+        result, _ = interrupted(
+            self.session.env, f"cd -- {away}; echo started; sleep 5", after_s=0.1, timeout=10, cwd=self._cwd_arg()
+        )
         assert result.get("returncode") == 130, f"an interrupted command returned {result!r}"
 
     # -------------------------------------------------------------- lifecycle
@@ -540,5 +571,8 @@ def replay(harness: Harness, steps: list[dict[str, Any]]) -> None:
 
 def regression_json(backend: str, trace: list[dict[str, Any]], note: str = "") -> str:
     """The replay-file form of a failing trace (what to save under tests/regressions/session_machine/)."""
-    return json.dumps({"backends": [backend], "note": note or "found by the session machine", "steps": trace},
-                      indent=2, ensure_ascii=False)
+    return json.dumps(
+        {"backends": [backend], "note": note or "found by the session machine", "steps": trace},
+        indent=2,
+        ensure_ascii=False,
+    )

@@ -145,8 +145,9 @@ def _code_signs(module: str, path: Path) -> list[tuple[str, str, str]]:
         tree = ast.parse(path.read_text("utf-8"), filename=str(path))
     except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
         return []
-    docstrings = {id(node.value) for node in ast.walk(tree)
-                  if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)}
+    docstrings = {
+        id(node.value) for node in ast.walk(tree) if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+    }
     out = []
     for node in ast.walk(tree):
         where = f"{module}:{getattr(node, 'lineno', 0)}"
@@ -163,13 +164,20 @@ def _code_signs(module: str, path: Path) -> list[tuple[str, str, str]]:
                 out.append(("file-sync", "defines sync_back()", where))
             if node.name in CONSTRUCTORS:
                 args = [a.arg for a in (*node.args.args, *node.args.kwonlyargs)]
-                out += [(capability, f"{what} in {node.name}()", where)
-                        for capability, option, what in OPTIONS if option in args]
+                out += [
+                    (capability, f"{what} in {node.name}()", where)
+                    for capability, option, what in OPTIONS
+                    if option in args
+                ]
         if isinstance(node, ast.ClassDef):
-            fields = [st.target.id for st in node.body
-                      if isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name)]
-            out += [(capability, f"{what} as a field of {node.name}", where)
-                    for capability, option, what in OPTIONS if option in fields]
+            fields = [
+                st.target.id for st in node.body if isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name)
+            ]
+            out += [
+                (capability, f"{what} as a field of {node.name}", where)
+                for capability, option, what in OPTIONS
+                if option in fields
+            ]
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "sync_back":
             out.append(("file-sync", "calls sync_back()", where))
         if isinstance(node, ast.Constant) and node.value == "container_persistent" and id(node) not in docstrings:
@@ -182,8 +190,14 @@ def _assigned(node: ast.AST) -> list[ast.expr]:
         return list(node.targets)
     if isinstance(node, ast.AnnAssign | ast.AugAssign):
         return [node.target]
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr" \
-            and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str):
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "setattr"
+        and len(node.args) >= 2
+        and isinstance(node.args[1], ast.Constant)
+        and isinstance(node.args[1].value, str)
+    ):
         return [ast.Attribute(value=node.args[0], attr=node.args[1].value)]
     return []
 

@@ -99,8 +99,13 @@ def _snapshot(kit: Any, roots: list[Path]) -> dict[str, Any]:
     files: set[str] = set()
     for root in roots:
         files |= {f"{root.name}/{f}" for f in file_set(root) if not _is_session_snapshot(f)}
-    return {"fds": fd_count(), "processes": descendants(), "boxes": boxes, "files": files,
-            "host_tmp": host_tmp_entries()}
+    return {
+        "fds": fd_count(),
+        "processes": descendants(),
+        "boxes": boxes,
+        "files": files,
+        "host_tmp": host_tmp_entries(),
+    }
 
 
 def _settle(kit: Any, roots: list[Path], baseline: dict[str, Any], limit: float = 20.0) -> dict[str, Any]:
@@ -108,8 +113,11 @@ def _settle(kit: Any, roots: list[Path], baseline: dict[str, Any], limit: float 
     end = time.monotonic() + limit
     while True:
         now = _snapshot(kit, roots)
-        settled = (now["fds"] <= baseline["fds"] and len(now["processes"]) <= len(baseline["processes"])
-                   and not [s for s in now["boxes"].values() if s in LIVE_STATES])
+        settled = (
+            now["fds"] <= baseline["fds"]
+            and len(now["processes"]) <= len(baseline["processes"])
+            and not [s for s in now["boxes"].values() if s in LIVE_STATES]
+        )
         if settled or time.monotonic() > end:
             return now
         time.sleep(0.2)
@@ -124,8 +132,9 @@ def _command(i: int) -> tuple[str, str, int, str | None]:
     return f"printf '%s\\n' {nonce}; (exit {code})", nonce, code, None
 
 
-def soak_backend(backend: str, commands: int, threads: int, sample_every: int, examples: int,
-                 workdir: Path) -> dict[str, Any]:
+def soak_backend(
+    backend: str, commands: int, threads: int, sample_every: int, examples: int, workdir: Path
+) -> dict[str, Any]:
     from conformance.host.drivers import run
     from conformance.session_model import Harness, SessionMachine, regression_json, run_machine
 
@@ -197,29 +206,41 @@ def soak_backend(backend: str, commands: int, threads: int, sample_every: int, e
 
     rss = [kib for _, kib in samples]
     new_boxes = {b: s for b, s in after["boxes"].items() if b not in baseline["boxes"] and s != "deleted"}
-    result.update({
-        "seconds": round(elapsed, 1),
-        "commands_per_s": round(commands / elapsed, 1) if elapsed else None,
-        "results": dict(counts),
-        "checked": sum(counts.values()),
-        "failures": failures,
-        # The second half's slope is the one that says "flat": the first includes warming caches.
-        "rss_kib": {"first": rss[0], "last": rss[-1], "max": max(rss),
-                    "slope_kib_per_1000": round(slope(samples), 1),
-                    "slope_second_half_kib_per_1000": round(slope(samples[len(samples) // 2:]), 1),
-                    "samples": len(samples)},
-        "leaks": {
-            "fds": {"before": baseline["fds"], "after": after["fds"]},
-            "processes": {"before": len(baseline["processes"]), "after": len(after["processes"])},
-            "boxes": {"before": Counter(baseline["boxes"].values()), "after": Counter(after["boxes"].values()),
-                      "new": new_boxes,
-                      "live_after": sorted(b for b, s in after["boxes"].items() if s in LIVE_STATES)},
-            "files": {"before": len(baseline["files"]), "after": len(after["files"]),
-                      "new": sorted(after["files"] - baseline["files"])[:20]},
-            "host_tmp": {"new": sorted(after["host_tmp"] - baseline["host_tmp"])},
-        },
-        "session_snapshots_in_boxes": sum(1 for root in roots for f in file_set(root) if _is_session_snapshot(f)),
-    })
+    result.update(
+        {
+            "seconds": round(elapsed, 1),
+            "commands_per_s": round(commands / elapsed, 1) if elapsed else None,
+            "results": dict(counts),
+            "checked": sum(counts.values()),
+            "failures": failures,
+            # The second half's slope is the one that says "flat": the first includes warming caches.
+            "rss_kib": {
+                "first": rss[0],
+                "last": rss[-1],
+                "max": max(rss),
+                "slope_kib_per_1000": round(slope(samples), 1),
+                "slope_second_half_kib_per_1000": round(slope(samples[len(samples) // 2 :]), 1),
+                "samples": len(samples),
+            },
+            "leaks": {
+                "fds": {"before": baseline["fds"], "after": after["fds"]},
+                "processes": {"before": len(baseline["processes"]), "after": len(after["processes"])},
+                "boxes": {
+                    "before": Counter(baseline["boxes"].values()),
+                    "after": Counter(after["boxes"].values()),
+                    "new": new_boxes,
+                    "live_after": sorted(b for b, s in after["boxes"].items() if s in LIVE_STATES),
+                },
+                "files": {
+                    "before": len(baseline["files"]),
+                    "after": len(after["files"]),
+                    "new": sorted(after["files"] - baseline["files"])[:20],
+                },
+                "host_tmp": {"new": sorted(after["host_tmp"] - baseline["host_tmp"])},
+            },
+            "session_snapshots_in_boxes": sum(1 for root in roots for f in file_set(root) if _is_session_snapshot(f)),
+        }
+    )
     result["leaked"] = _leaked(result["leaks"])
 
     machine: dict[str, Any] = {"examples": examples}
@@ -255,25 +276,48 @@ def _leaked(leaks: dict[str, Any]) -> list[str]:
 
 # ------------------------------------------------------------------ parent: one child per backend
 def _table(results: list[dict[str, Any]]) -> str:
-    head = ("backend", "cmds", "thr", "s", "ok", "lost", "mixed", "wrong", "fds", "procs", "boxes live",
-            "rss first/last/max MiB", "slope KiB/1k (2nd half)", "leaked", "machine")
+    head = (
+        "backend",
+        "cmds",
+        "thr",
+        "s",
+        "ok",
+        "lost",
+        "mixed",
+        "wrong",
+        "fds",
+        "procs",
+        "boxes live",
+        "rss first/last/max MiB",
+        "slope KiB/1k (2nd half)",
+        "leaked",
+        "machine",
+    )
     rows = [head]
     for r in results:
         if "error" in r:
             rows.append((r["backend"], "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "ERROR"))
             continue
         res, lk, rss, m = r["results"], r["leaks"], r["rss_kib"], r["machine"]
-        rows.append((
-            r["backend"], str(r["commands"]), str(r["threads"]), str(r["seconds"]), str(res.get("ok", 0)),
-            str(res.get("lost", 0)), str(res.get("mixed", 0)),
-            str(res.get("wrong_output", 0) + res.get("wrong_returncode", 0)),
-            f"{lk['fds']['before']}->{lk['fds']['after']}", f"{lk['processes']['before']}->{lk['processes']['after']}",
-            str(len(lk["boxes"]["live_after"])),
-            "/".join(f"{rss[k] / 1024:.0f}" for k in ("first", "last", "max")),
-            f"{rss['slope_kib_per_1000']} ({rss['slope_second_half_kib_per_1000']})",
-            "none" if not r["leaked"] else "YES",
-            f"{m['examples']} ex {'ok' if not m.get('failed') else 'FAILED'} {m.get('seconds', 0)}s",
-        ))
+        rows.append(
+            (
+                r["backend"],
+                str(r["commands"]),
+                str(r["threads"]),
+                str(r["seconds"]),
+                str(res.get("ok", 0)),
+                str(res.get("lost", 0)),
+                str(res.get("mixed", 0)),
+                str(res.get("wrong_output", 0) + res.get("wrong_returncode", 0)),
+                f"{lk['fds']['before']}->{lk['fds']['after']}",
+                f"{lk['processes']['before']}->{lk['processes']['after']}",
+                str(len(lk["boxes"]["live_after"])),
+                "/".join(f"{rss[k] / 1024:.0f}" for k in ("first", "last", "max")),
+                f"{rss['slope_kib_per_1000']} ({rss['slope_second_half_kib_per_1000']})",
+                "none" if not r["leaked"] else "YES",
+                f"{m['examples']} ex {'ok' if not m.get('failed') else 'FAILED'} {m.get('seconds', 0)}s",
+            )
+        )
     widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in rows]
     lines.insert(1, "-" * len(lines[0]))
@@ -285,8 +329,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backends", default=",".join(backends.REFERENCE_BACKENDS))
     parser.add_argument("--commands", type=int, default=int(os.environ.get("KIT_SOAK_COMMANDS", "10000")))
     parser.add_argument("--threads", type=int, default=8)
-    parser.add_argument("--examples", type=int, default=int(os.environ.get("KIT_SOAK_EXAMPLES", "1000")),
-                        help="random session-machine examples per backend (0: none)")
+    parser.add_argument(
+        "--examples",
+        type=int,
+        default=int(os.environ.get("KIT_SOAK_EXAMPLES", "1000")),
+        help="random session-machine examples per backend (0: none)",
+    )
     parser.add_argument("--sample-every", type=int, default=250)
     parser.add_argument("--out", default="soak/results.json")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: run one backend, print JSON
@@ -303,11 +351,28 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory(prefix=f"kit-soak-{backend}-") as tmp:
             (Path(tmp) / "tmp").mkdir()
             env = {**os.environ, "TMPDIR": str(Path(tmp) / "tmp"), "KIT_SOAK_WORKDIR": tmp}
-            cmd = [sys.executable, "-W", "ignore::DeprecationWarning", "-m", "conformance.soak", "--one", backend,
-                   "--commands", str(args.commands), "--threads", str(args.threads),
-                   "--examples", str(args.examples), "--sample-every", str(args.sample_every)]
-            print(f"soak: {backend}: {args.commands} commands from {args.threads} threads, "
-                  f"{args.examples} machine examples", flush=True)
+            cmd = [
+                sys.executable,
+                "-W",
+                "ignore::DeprecationWarning",
+                "-m",
+                "conformance.soak",
+                "--one",
+                backend,
+                "--commands",
+                str(args.commands),
+                "--threads",
+                str(args.threads),
+                "--examples",
+                str(args.examples),
+                "--sample-every",
+                str(args.sample_every),
+            ]
+            print(
+                f"soak: {backend}: {args.commands} commands from {args.threads} threads, "
+                f"{args.examples} machine examples",
+                flush=True,
+            )
             proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
             line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("KIT-SOAK-RESULT ")), None)
             if line is None:
@@ -318,12 +383,25 @@ def main(argv: list[str] | None = None) -> int:
                 results.append(json.loads(line.split(" ", 1)[1]))
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"generated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                               "results": results}, indent=2, default=sorted) + "\n")
+    out.write_text(
+        json.dumps(
+            {"generated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "results": results},
+            indent=2,
+            default=sorted,
+        )
+        + "\n"
+    )
     print(_table(results))
     print(f"written: {out}")
-    bad = [r for r in results if "error" in r or r["leaked"] or r["checked"] != r["commands"]
-           or r["results"].get("ok", 0) != r["commands"] or r["machine"].get("failed")]
+    bad = [
+        r
+        for r in results
+        if "error" in r
+        or r["leaked"]
+        or r["checked"] != r["commands"]
+        or r["results"].get("ok", 0) != r["commands"]
+        or r["machine"].get("failed")
+    ]
     return 1 if bad else 0
 
 

@@ -15,8 +15,9 @@ import sys
 CHECKS_PACKAGE = "conformance.checks"
 
 
-def command(*options: str, python: str | None = None, workers: int = 0,
-            report: str | os.PathLike[str] | None = None) -> list[str]:
+def command(
+    *options: str, python: str | None = None, workers: int = 0, report: str | os.PathLike[str] | None = None
+) -> list[str]:
     """``python -m pytest --pyargs conformance.checks`` with the kit's fixed options, then ``options``.
 
     ``workers``: pytest-xdist workers (0: none, the checks run in the child itself);

@@ -72,8 +72,10 @@ def collect(package: str = "conformance.checks") -> Checks:
     collector = _Collector()
     sink = io.StringIO()
     with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
-        code = pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
-                            "--pyargs", package], plugins=[collector])
+        code = pytest.main(
+            ["--collect-only", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", "--pyargs", package],
+            plugins=[collector],
+        )
     if code not in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
         raise RuntimeError(f"collecting {package} failed (exit {int(code)}):\n{sink.getvalue()[-3000:]}")
     return collector.checks

@@ -76,8 +76,9 @@ def harness_capabilities(contract: Contract) -> frozenset[str]:
     return frozenset(n for n, c in contract.capabilities.items() if c["determined_by"] == "harness")
 
 
-def applicability(contract: Contract, clause: Clause, present: Collection[str],
-                  black_box: Collection[str] | None = None) -> tuple[str, str]:
+def applicability(
+    contract: Contract, clause: Clause, present: Collection[str], black_box: Collection[str] | None = None
+) -> tuple[str, str]:
     """(``applies`` | ``not-applicable`` | ``unverified``, the skip reason) of ``clause`` for a run.
 
     ``black_box``: for a black-box check, the harness capabilities it needs
@@ -91,18 +92,22 @@ def applicability(contract: Contract, clause: Clause, present: Collection[str],
     for cap in lacking:
         only_for = contract.capabilities[cap].get("only_for")
         if only_for and only_for not in present:
-            return NA_PREFIX, (f"{NA_PREFIX} (capability: {cap} concerns {only_for} backends only; "
-                               f"this backend is not {only_for})")
+            return NA_PREFIX, (
+                f"{NA_PREFIX} (capability: {cap} concerns {only_for} backends only; this backend is not {only_for})"
+            )
     if black_box is not None:
         lacking = [c for c in black_box if c not in present]
     if lacking:
-        return UNVERIFIED_PREFIX, (f"{UNVERIFIED_PREFIX} (harness: the run has no {', '.join(lacking)}, "
-                                   "so the kit could not observe this clause)")
+        return UNVERIFIED_PREFIX, (
+            f"{UNVERIFIED_PREFIX} (harness: the run has no {', '.join(lacking)}, "
+            "so the kit could not observe this clause)"
+        )
     return APPLIES, ""
 
 
-def gate_reason(contract: Contract, clause_ids: Iterable[str], present: Collection[str],
-                black_box: Collection[str] | None = None) -> str | None:
+def gate_reason(
+    contract: Contract, clause_ids: Iterable[str], present: Collection[str], black_box: Collection[str] | None = None
+) -> str | None:
     """The skip reason of a check citing ``clause_ids``, or None when it runs.
 
     Not-applicable wins over unverified: a behaviour the backend does not
@@ -165,10 +170,17 @@ def aggregate(contract: Contract, outcomes: Iterable[CheckOutcome]) -> list[Clau
     for clause in contract:
         results = by_clause.get(clause.id, [])
         verdict, reason = combine(results)
-        verdicts.append(ClauseVerdict(
-            clause.id, clause.level, clause.group, verdict, reason,
-            sorted(o.nodeid for o in results), round(sum(o.duration_s for o in results), 3),
-        ))
+        verdicts.append(
+            ClauseVerdict(
+                clause.id,
+                clause.level,
+                clause.group,
+                verdict,
+                reason,
+                sorted(o.nodeid for o in results),
+                round(sum(o.duration_s for o in results), 3),
+            )
+        )
     return verdicts
 
 
@@ -187,19 +199,29 @@ def combine(results: list[CheckOutcome]) -> tuple[str, str]:
     if any(not o.black_box for o in passed) or (passed and not unverified):
         return "pass", ""
     if unverified:
-        seen = (f"; its black-box check(s) passed ({', '.join(o.nodeid.rsplit('::', 1)[-1] for o in passed)}), "
-                "which shows no violation but not the whole clause") if passed else ""
+        seen = (
+            (
+                f"; its black-box check(s) passed ({', '.join(o.nodeid.rsplit('::', 1)[-1] for o in passed)}), "
+                "which shows no violation but not the whole clause"
+            )
+            if passed
+            else ""
+        )
         return "unverified", unverified[0].reason + seen
     return "not-applicable", results[0].reason
 
 
-def from_evidence(clause_id: str, evidence: Iterable[dict[str, Any]],
-                  black_box: Collection[str] = ()) -> list[CheckOutcome]:
+def from_evidence(
+    clause_id: str, evidence: Iterable[dict[str, Any]], black_box: Collection[str] = ()
+) -> list[CheckOutcome]:
     """The check outcomes a report's clause entry records (reasons as far as the excerpts keep them);
     ``black_box``: the check ids (manifest keys) that are black-box checks."""
-    return [CheckOutcome(e["id"], (clause_id,), e["outcome"], e.get("excerpt", ""), e.get("duration_s", 0.0),
-                         e["id"] in black_box)
-            for e in evidence]
+    return [
+        CheckOutcome(
+            e["id"], (clause_id,), e["outcome"], e.get("excerpt", ""), e.get("duration_s", 0.0), e["id"] in black_box
+        )
+        for e in evidence
+    ]
 
 
 # ------------------------------------------------------------------ clause verdicts -> summary, profiles, certificate
@@ -261,8 +283,7 @@ def undeclared(contract: Contract, clauses: Iterable[dict[str, Any]], backend: d
     out = []
     for name, signs in sorted((backend.get("undeclared_capabilities") or {}).items()):
         needing = [by_id[c.id] for c in contract if name in c.capabilities and c.id in by_id]
-        entry: dict[str, Any] = {"capability": name, "signs": list(signs),
-                                 "clauses": sorted(c["id"] for c in needing)}
+        entry: dict[str, Any] = {"capability": name, "signs": list(signs), "clauses": sorted(c["id"] for c in needing)}
         if not signs:
             entry["probe"] = "not run"
             out.append(entry)
@@ -298,14 +319,18 @@ def certification(report: dict[str, Any]) -> tuple[bool, str | None, list[str]]:
             reason = f"MUST clause {clause['id']} {'failed' if clause['verdict'] == 'fail' else 'was skipped'}"
             capability = _probe_of(report, clause["id"])
             if capability:
-                reason += (f" (probe of undeclared capability {capability}: the backend shows signs of it; "
-                           f"declare {capability} and fix this, or disclaim it)")
+                reason += (
+                    f" (probe of undeclared capability {capability}: the backend shows signs of it; "
+                    f"declare {capability} and fix this, or disclaim it)"
+                )
             reasons.append(reason)
     rows = report.get("profiles", {})
     met = [name for name, row in rows.items() if row["met"]]
     if not met and not any(_blocking(c) for c in report.get("clauses", [])):
-        reasons.append("no certification profile is met: " + "; ".join(
-            f"{name} has {len(row['unverified'])} unverified MUST clause(s)" for name, row in rows.items()))
+        reasons.append(
+            "no certification profile is met: "
+            + "; ".join(f"{name} has {len(row['unverified'])} unverified MUST clause(s)" for name, row in rows.items())
+        )
     if reasons:
         return False, None, reasons
     return True, met[0], []

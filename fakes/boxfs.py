@@ -39,18 +39,40 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-KINDS = ("outside", "not_found", "not_a_directory", "is_a_directory", "not_a_file", "exists", "not_empty",
-         "loop", "invalid", "permission", "io")
+KINDS = (
+    "outside",
+    "not_found",
+    "not_a_directory",
+    "is_a_directory",
+    "not_a_file",
+    "exists",
+    "not_empty",
+    "loop",
+    "invalid",
+    "permission",
+    "io",
+)
 MAX_HOPS = 40  # symlinks followed in one resolution, as the kernel's limit
 MAX_PATH = 4096
 MAX_RETRIES = 1000  # a component that keeps changing under the walk
 CHUNK = 256 * 1024
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_ERRNO_KINDS = {errno.ENOENT: "not_found", errno.ENOTDIR: "not_a_directory", errno.EISDIR: "is_a_directory",
-                errno.EEXIST: "exists", errno.ENOTEMPTY: "not_empty", errno.ELOOP: "loop",
-                errno.EACCES: "permission", errno.EPERM: "permission", errno.EINVAL: "invalid",
-                errno.ENAMETOOLONG: "invalid", errno.EXDEV: "invalid", errno.EBUSY: "permission",
-                errno.EROFS: "permission", errno.ENXIO: "not_a_file"}
+_ERRNO_KINDS = {
+    errno.ENOENT: "not_found",
+    errno.ENOTDIR: "not_a_directory",
+    errno.EISDIR: "is_a_directory",
+    errno.EEXIST: "exists",
+    errno.ENOTEMPTY: "not_empty",
+    errno.ELOOP: "loop",
+    errno.EACCES: "permission",
+    errno.EPERM: "permission",
+    errno.EINVAL: "invalid",
+    errno.ENAMETOOLONG: "invalid",
+    errno.EXDEV: "invalid",
+    errno.EBUSY: "permission",
+    errno.EROFS: "permission",
+    errno.ENXIO: "not_a_file",
+}
 
 
 class FsError(Exception):
@@ -139,7 +161,7 @@ class BoxFS:
             norm = "/" + norm.lstrip("/")
         for area in self.areas:
             if area.holds(norm):
-                return area, [p for p in norm[len(area.box_path):].split("/") if p]
+                return area, [p for p in norm[len(area.box_path) :].split("/") if p]
         raise FsError("outside", path)
 
     def _open_area(self, area: Area, path: str) -> int:
@@ -167,11 +189,11 @@ class BoxFS:
                     try:
                         child = os.open(name, _DIR_FLAGS, dir_fd=fd)
                     except OSError as exc:
-                        here = posixpath.join(area.box_path, *parts[:i + 1])
+                        here = posixpath.join(area.box_path, *parts[: i + 1])
                         odd = exc.errno in (errno.ELOOP, errno.ENOTDIR)  # a link, or not a directory
                         kind = _kind(name, fd) if odd else None
                         if kind == "link":
-                            restart = self._follow(fd, name, area, parts[:i], parts[i + 1:], original)
+                            restart = self._follow(fd, name, area, parts[:i], parts[i + 1 :], original)
                             break
                         if kind == "other":
                             raise FsError("not_a_directory", here)
@@ -256,8 +278,9 @@ class BoxFS:
             if place.name is None:
                 raise FsError("is_a_directory", path)
             try:
-                fd = os.open(place.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
-                             dir_fd=place.dir_fd)
+                fd = os.open(
+                    place.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=place.dir_fd
+                )
             except OSError as exc:
                 if exc.errno == errno.ELOOP:  # became a link after the walk: refuse rather than chase it
                     raise FsError("not_a_file", path, "it changed while it was opened")
@@ -304,8 +327,9 @@ class BoxFS:
             with os.scandir(fd) as it:
                 for entry in it:
                     with contextlib.suppress(FileNotFoundError):  # removed meanwhile
-                        entries.append(Entry(entry.name, posixpath.join(path, entry.name),
-                                             entry.stat(follow_symlinks=False)))
+                        entries.append(
+                            Entry(entry.name, posixpath.join(path, entry.name), entry.stat(follow_symlinks=False))
+                        )
             return sorted(entries, key=lambda e: e.name)
         except OSError as exc:
             raise _from_os(exc, path)
@@ -337,7 +361,7 @@ class BoxFS:
     def write(self, path: str, data: bytes | Iterable[bytes], *, parents: bool = True) -> int:
         """Write ``data`` (bytes, or chunks) to ``path``; returns the size written."""
         with self.writer(path, parents=parents) as out:
-            for chunk in ([data] if isinstance(data, bytes | bytearray | memoryview) else data):
+            for chunk in [data] if isinstance(data, bytes | bytearray | memoryview) else data:
                 out.write(chunk)
             out.commit()
             return out.size
@@ -349,8 +373,7 @@ class BoxFS:
                     return
                 raise FsError("exists", path)
             self._mkdir_owned(place.dir_fd, place.name, path, exist_ok=exist_ok)
-            if exist_ok and not stat.S_ISDIR(os.stat(place.name, dir_fd=place.dir_fd,
-                                                     follow_symlinks=False).st_mode):
+            if exist_ok and not stat.S_ISDIR(os.stat(place.name, dir_fd=place.dir_fd, follow_symlinks=False).st_mode):
                 raise FsError("exists", path, "not a directory")
 
     def makedirs(self, path: str) -> None:
@@ -405,8 +428,9 @@ class Writer:
             mode = stat.S_IMODE(existing.st_mode)
         self.tmp = f".{self.name[:200]}.{secrets.token_hex(6)}.part"
         try:
-            self.fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                              mode, dir_fd=place.dir_fd)
+            self.fd = os.open(
+                self.tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=place.dir_fd
+            )
         except OSError as exc:
             raise _from_os(exc, self.path)
         self.done = False
@@ -422,7 +446,7 @@ class Writer:
         view = memoryview(chunk)
         try:
             while view:
-                view = view[os.write(self.fd, view):]
+                view = view[os.write(self.fd, view) :]
         except OSError as exc:
             raise _from_os(exc, self.path)
         self.size += len(chunk)
@@ -466,8 +490,11 @@ def box_owner(world: Any) -> tuple[int, int]:
 def areas(world: Any, box: Any, parts: Sequence[str] = ("home", "workspace", "tmp")) -> list[Area]:
     """The box's ``parts`` at the vendor's paths (``World.layout``) and at their host paths, which is
     what commands see where the world has no mount namespaces."""
-    named = {"home": (world.layout.home, box.home_dir), "workspace": (world.layout.workspace, box.workspace_dir),
-             "tmp": ("/tmp", box.tmp_dir)}
+    named = {
+        "home": (world.layout.home, box.home_dir),
+        "workspace": (world.layout.workspace, box.workspace_dir),
+        "tmp": ("/tmp", box.tmp_dir),
+    }
     found: list[Area] = []
     for part in parts:
         inside, host = named[part]
@@ -561,13 +588,12 @@ def _copy_file(src_fd: int, dest_fd: int, name: str, uid: int, gid: int) -> None
             return
         os.set_blocking(fd, True)
         tmp = f".{name[:200]}.{secrets.token_hex(6)}.part"
-        out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
-                      dir_fd=dest_fd)
+        out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dest_fd)
         try:
             while chunk := os.read(fd, CHUNK):
                 view = memoryview(chunk)
                 while view:
-                    view = view[os.write(out, view):]
+                    view = view[os.write(out, view) :]
             os.fchmod(out, stat.S_IMODE(st.st_mode))
             os.fchown(out, uid, gid)
             os.utime(out, ns=(st.st_atime_ns, st.st_mtime_ns))

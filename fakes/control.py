@@ -163,8 +163,9 @@ class ControlServer:
         return f"http://kit:{self.token}@{host}:{port}"
 
     def start(self) -> ControlServer:
-        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05},
-                                        name="fake-control", daemon=True)
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="fake-control", daemon=True
+        )
         self._thread.start()
         return self
 
@@ -227,9 +228,11 @@ class ControlServer:
         with self._lock:
             holder = self._holder
             if holder is not None and holder != pid and _alive(holder):
-                raise ControlBusy(f"this fake already serves a run in process {holder}; a fake serves one run at "
-                                  "a time (its fault script and sandbox list would be shared): wait for that run, "
-                                  "or start another fake")
+                raise ControlBusy(
+                    f"this fake already serves a run in process {holder}; a fake serves one run at "
+                    "a time (its fault script and sandbox list would be shared): wait for that run, "
+                    "or start another fake"
+                )
             self._holder = pid
 
 
@@ -312,10 +315,18 @@ class _Handler(BaseHTTPRequestHandler):
             request = json.loads(self.rfile.read(length))
             value = control.encode(control.handle(request))
         except Exception as exc:
-            self._reply(200, {"error": {
-                "type": type(exc).__name__, "module": type(exc).__module__, "message": str(exc),
-                "args": _json_args(exc), "traceback": "".join(traceback.format_exception(exc)[-6:]),
-            }})
+            self._reply(
+                200,
+                {
+                    "error": {
+                        "type": type(exc).__name__,
+                        "module": type(exc).__module__,
+                        "message": str(exc),
+                        "args": _json_args(exc),
+                        "traceback": "".join(traceback.format_exception(exc)[-6:]),
+                    }
+                },
+            )
             return
         self._reply(200, {"value": value})
 
@@ -337,8 +348,10 @@ def parse_address(address: str) -> tuple[str, int, str]:
         host = port = token = None
         parts = None
     if parts is None or parts.scheme != "http" or not host or not port or not token:
-        raise ControlError(f"a control address looks like {ADDRESS_FORM} (as `hermes-backend-kit fake serve` "
-                           "prints it); the one given does not")
+        raise ControlError(
+            f"a control address looks like {ADDRESS_FORM} (as `hermes-backend-kit fake serve` "
+            "prints it); the one given does not"
+        )
     return host, port, token
 
 
@@ -349,8 +362,14 @@ class ControlClient:
     reached (for example the fake process's exit code and the end of its log).
     """
 
-    def __init__(self, address: str, *, timeout: float = 120.0, label: str = "fake",
-                 describe_failure: Callable[[], str] | None = None):
+    def __init__(
+        self,
+        address: str,
+        *,
+        timeout: float = 120.0,
+        label: str = "fake",
+        describe_failure: Callable[[], str] | None = None,
+    ):
         self.host, self.port, self._token = parse_address(address)
         self.address = address
         self.timeout = timeout
@@ -375,8 +394,10 @@ class ControlClient:
                 more = self.describe_failure()
             except Exception:
                 more = ""
-        return ControlError(f"the {self.label} fake's control channel at {self.host}:{self.port} cannot be reached "
-                            f"({type(exc).__name__}: {exc}){'; ' + more if more else ''}")
+        return ControlError(
+            f"the {self.label} fake's control channel at {self.host}:{self.port} cannot be reached "
+            f"({type(exc).__name__}: {exc}){'; ' + more if more else ''}"
+        )
 
     def _post(self, body: bytes) -> dict[str, Any]:
         for attempt in (0, 1):
@@ -386,8 +407,9 @@ class ControlClient:
             if conn is None:
                 conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
             try:
-                conn.request("POST", PATH, body, {"Authorization": f"Bearer {self._token}",
-                                                  "Content-Type": "application/json"})
+                conn.request(
+                    "POST", PATH, body, {"Authorization": f"Bearer {self._token}", "Content-Type": "application/json"}
+                )
                 response = conn.getresponse()
                 data = response.read()
             except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError) as exc:
@@ -404,13 +426,17 @@ class ControlClient:
                 else:
                     self._idle.append(conn)
             if response.status == 401:
-                raise ControlError(f"the {self.label} fake refused the control token: the address is not this "
-                                   "fake's (it prints a new one each time it starts)")
+                raise ControlError(
+                    f"the {self.label} fake refused the control token: the address is not this "
+                    "fake's (it prints a new one each time it starts)"
+                )
             try:
                 return json.loads(data)
             except ValueError:
-                raise ControlError(f"the {self.label} fake's control channel answered {response.status} with "
-                                   f"something that is not JSON: {data[:200]!r}") from None
+                raise ControlError(
+                    f"the {self.label} fake's control channel answered {response.status} with "
+                    f"something that is not JSON: {data[:200]!r}"
+                ) from None
         raise AssertionError("unreachable")
 
     def request(self, op: str, **fields: Any) -> Any:

@@ -135,8 +135,14 @@ def corrupt(response: Response, fault: Fault, closing: threading.Event) -> Respo
 class Delivery:
     """Sends a response body piece by piece, applying a corrupting fault on the way."""
 
-    def __init__(self, send: Send, receive: Receive, fault: Fault | None, closing: threading.Event,
-                 gone: asyncio.Event | None = None):
+    def __init__(
+        self,
+        send: Send,
+        receive: Receive,
+        fault: Fault | None,
+        closing: threading.Event,
+        gone: asyncio.Event | None = None,
+    ):
         self._send = send
         self._receive = receive
         self.closing = closing
@@ -167,7 +173,7 @@ class Delivery:
         if self.stopped or not data:
             return
         if self.kind in ("drop", "half-close") and self.sent + len(data) >= self.after:
-            await self._cut(data[:self.after - self.sent], self.kind)
+            await self._cut(data[: self.after - self.sent], self.kind)
             return
         if self.kind in ("truncate", "garbage"):
             offset = self._line_start(data)
@@ -180,8 +186,8 @@ class Delivery:
                     await self._raw(rest)
                     return
                 newline = rest.find(b"\n")
-                line = rest[:newline + 1] if newline >= 0 else rest
-                await self._cut(line[:len(line) // 2], "drop")
+                line = rest[: newline + 1] if newline >= 0 else rest
+                await self._cut(line[: len(line) // 2], "drop")
                 return
         await self._raw(data)
 

@@ -50,14 +50,34 @@ STOP_GRACE_S = 20.0  # stopping ends streams and kills box processes; a stuck fa
 STOP_DEADLINE_S = 15.0  # inside the fake's process: exit even if its stop hangs
 CONTROL_VAR = "HERMES_KIT_FAKE_CONTROL"
 # The fake's process gets this machine's basics and the box world's switch, never the kit's credentials.
-_PASS_ENV = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "PYTHONPATH",
-             "PYTHONHASHSEED", "PYTHONDONTWRITEBYTECODE", "PYTHONUTF8", "VIRTUAL_ENV", NAMESPACES_ENV)
+_PASS_ENV = (
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "LANG",
+    "LANGUAGE",
+    "TZ",
+    "TMPDIR",
+    "PYTHONPATH",
+    "PYTHONHASHSEED",
+    "PYTHONDONTWRITEBYTECODE",
+    "PYTHONUTF8",
+    "VIRTUAL_ENV",
+    NAMESPACES_ENV,
+)
 _PASS_PREFIXES = ("LC_", "COVERAGE_")
 
 
 # ------------------------------------------------------------------ in the fake's process
-def serve(name: str, root: Path, options: FakeOptions, *, on_ready: Callable[[FakeService, str], None],
-          watch_stdin: bool = False) -> int:
+def serve(
+    name: str,
+    root: Path,
+    options: FakeOptions,
+    *,
+    on_ready: Callable[[FakeService, str], None],
+    watch_stdin: bool = False,
+) -> int:
     """Start fake ``name`` under ``root`` with its control channel; serve until told to stop.
 
     Call from the main thread: SIGINT and SIGTERM stop it.  ``on_ready``
@@ -71,9 +91,15 @@ def serve(name: str, root: Path, options: FakeOptions, *, on_ready: Callable[[Fa
     fake = services.start(name, root, options)
     control = None
     try:
-        info = {"name": fake.name, "env": fake.env, "secret_vars": sorted(fake.secret_vars),
-                "credential_var": fake.credential_var, "paths_note": fake.paths_note,
-                "profile": options.profile, "max_sandboxes": options.max_sandboxes}
+        info = {
+            "name": fake.name,
+            "env": fake.env,
+            "secret_vars": sorted(fake.secret_vars),
+            "credential_var": fake.credential_var,
+            "paths_note": fake.paths_note,
+            "profile": options.profile,
+            "max_sandboxes": options.max_sandboxes,
+        }
         control = ControlServer(fake.world, info=info).start()
         on_ready(fake, control.address)
         while not stop.wait(1.0):
@@ -122,19 +148,29 @@ def add_limit_options(target: argparse.ArgumentParser, *, default_profile: str) 
     target.add_argument("--port", type=int, default=0, help="TCP port (default: an ephemeral port)")
     target.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
     target.add_argument("--api-key", default=None, help="the key to accept (default: a random one, printed)")
-    target.add_argument("--profile", choices=services.PROFILES, default=default_profile,
-                        help="vendor: the real service's limits and timings; suite: what the kit's own runs use "
-                             f"(sandbox caps of {services.SUITE_MAX_SANDBOXES}, instant state changes, short "
-                             f"intervals, every protocol extension) (default: {default_profile})")
-    target.add_argument("--max-sandboxes", type=int, default=None, metavar="N",
-                        help="sandboxes one key may hold at once (upstash: the box quota, 10 on the vendor "
-                             "profile; deepinfra: active sandboxes, 5 on the vendor profile); a conformance run "
-                             "needs more than those (1000 is plenty)")
+    target.add_argument(
+        "--profile",
+        choices=services.PROFILES,
+        default=default_profile,
+        help="vendor: the real service's limits and timings; suite: what the kit's own runs use "
+        f"(sandbox caps of {services.SUITE_MAX_SANDBOXES}, instant state changes, short "
+        f"intervals, every protocol extension) (default: {default_profile})",
+    )
+    target.add_argument(
+        "--max-sandboxes",
+        type=int,
+        default=None,
+        metavar="N",
+        help="sandboxes one key may hold at once (upstash: the box quota, 10 on the vendor "
+        "profile; deepinfra: active sandboxes, 5 on the vendor profile); a conformance run "
+        "needs more than those (1000 is plenty)",
+    )
 
 
 def options_from(args: argparse.Namespace) -> FakeOptions:
-    return FakeOptions(profile=args.profile, max_sandboxes=args.max_sandboxes, host=args.host, port=args.port,
-                       api_key=args.api_key)
+    return FakeOptions(
+        profile=args.profile, max_sandboxes=args.max_sandboxes, host=args.host, port=args.port, api_key=args.api_key
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -171,12 +207,28 @@ class _Child:
         self.workdir = workdir
         self.log_path = workdir / "fake.log"
         workdir.mkdir(parents=True, exist_ok=True)
-        command = [sys.executable, "-m", "fakes.process", name, "--root", str(workdir), "--watch-stdin",
-                   "--remove-root", *options.argv()]
+        command = [
+            sys.executable,
+            "-m",
+            "fakes.process",
+            name,
+            "--root",
+            str(workdir),
+            "--watch-stdin",
+            "--remove-root",
+            *options.argv(),
+        ]
         with open(self.log_path, "wb") as log:
             # Its own session: a Ctrl-C at the terminal reaches the kit, which then stops the fake in order.
-            self.proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
-                                         env=child_env(), cwd=workdir, start_new_session=True)
+            self.proc = subprocess.Popen(
+                command,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                env=child_env(),
+                cwd=workdir,
+                start_new_session=True,
+            )
         self._stopped = False
 
     def describe(self) -> str:
@@ -199,8 +251,9 @@ class _Child:
         while b"\n" not in buffer:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise FakeError(f"the {self.name} fake's process did not get ready within {timeout:.0f} s; "
-                                f"{self.describe()}")
+                raise FakeError(
+                    f"the {self.name} fake's process did not get ready within {timeout:.0f} s; {self.describe()}"
+                )
             readable, _, _ = select.select([fd], [], [], remaining)
             if not readable:
                 continue
@@ -214,8 +267,9 @@ class _Child:
         try:
             return str(json.loads(buffer.split(b"\n", 1)[0])["control"])
         except (ValueError, KeyError, TypeError):
-            raise FakeError(f"the {self.name} fake's process announced {buffer[:200]!r}, not its control "
-                            "address") from None
+            raise FakeError(
+                f"the {self.name} fake's process announced {buffer[:200]!r}, not its control address"
+            ) from None
 
     def stop(self) -> None:
         """End the fake (its streams, its box processes, its world) and remove everything it made."""
@@ -246,8 +300,9 @@ class _Child:
         for entry in self.workdir.iterdir() if self.workdir.is_dir() else ():
             if entry != self.log_path:
                 shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() else entry.unlink(missing_ok=True)
-        logger.warning("the %s fake's process ended with code %s; its log is %s", self.name, proc.returncode,
-                       self.log_path)
+        logger.warning(
+            "the %s fake's process ended with code %s; its log is %s", self.name, proc.returncode, self.log_path
+        )
 
 
 def _descendants(root: int) -> list[int]:
@@ -267,10 +322,17 @@ def _descendants(root: int) -> list[int]:
 
 
 def _service(info: dict[str, Any], client: ControlClient, stop: Callable[[], None]) -> FakeService:
-    return FakeService(name=str(info["name"]), env=dict(info["env"]), world=info["root"],
-                       secret_vars=frozenset(info.get("secret_vars") or ()),
-                       credential_var=info.get("credential_var"), paths_note=str(info.get("paths_note") or ""),
-                       pid=info.get("pid"), control=client.address, _stop=stop)
+    return FakeService(
+        name=str(info["name"]),
+        env=dict(info["env"]),
+        world=info["root"],
+        secret_vars=frozenset(info.get("secret_vars") or ()),
+        credential_var=info.get("credential_var"),
+        paths_note=str(info.get("paths_note") or ""),
+        pid=info.get("pid"),
+        control=client.address,
+        _stop=stop,
+    )
 
 
 class PendingFake:
@@ -309,8 +371,9 @@ def launch(name: str, workdir: Path, options: FakeOptions | None = None) -> Pend
     return PendingFake(name, workdir, options or FakeOptions())
 
 
-def spawn(name: str, workdir: Path, options: FakeOptions | None = None, *,
-          timeout: float = READY_TIMEOUT_S) -> FakeService:
+def spawn(
+    name: str, workdir: Path, options: FakeOptions | None = None, *, timeout: float = READY_TIMEOUT_S
+) -> FakeService:
     """Fake ``name`` serving from its own process; ``workdir`` belongs to it and is removed by ``stop()``."""
     return launch(name, workdir, options).result(timeout)
 
@@ -325,15 +388,22 @@ def attach(address: str, *, expect: str | None = None) -> FakeService:
         client = ControlClient(address, label=expect or "attached")
         info = client.hello()
     except ControlError as exc:
-        raise FakeError(f"{exc} (the address comes from `hermes-backend-kit fake serve`, passed with "
-                        f"--fake-control or {CONTROL_VAR})") from None
+        raise FakeError(
+            f"{exc} (the address comes from `hermes-backend-kit fake serve`, passed with "
+            f"--fake-control or {CONTROL_VAR})"
+        ) from None
     name = str(info["name"])
     if expect is not None and name != expect:
         client.close()
-        other = (f"pass the address `hermes-backend-kit fake serve {expect}` prints"
-                 if expect in services.SERVERS else f"the {expect} fake is no server")
-        raise FakeError(f"the control address is a {name} fake's, but this run needs the {expect} fake: {other}, "
-                        f"or drop --fake-control (and unset {CONTROL_VAR})")
+        other = (
+            f"pass the address `hermes-backend-kit fake serve {expect}` prints"
+            if expect in services.SERVERS
+            else f"the {expect} fake is no server"
+        )
+        raise FakeError(
+            f"the control address is a {name} fake's, but this run needs the {expect} fake: {other}, "
+            f"or drop --fake-control (and unset {CONTROL_VAR})"
+        )
     client.label = name
     try:
         client.request("lease", pid=os.getpid())

@@ -56,7 +56,7 @@ async def write_all(fd: int, data: bytes) -> bool:
     view = memoryview(data)
     while view:
         try:
-            view = view[os.write(fd, view):]
+            view = view[os.write(fd, view) :]
         except BlockingIOError:
             await _ready(fd, write=True)
         except (BrokenPipeError, OSError):
@@ -155,8 +155,9 @@ def close_io(proc: BoxProcess) -> None:
         proc.pty_master = None
 
 
-async def output_events(streams: Sequence[tuple[str, int]], exited: asyncio.Future[Any], *, chunk: int,
-                        quiet_s: float, max_drain_s: float) -> AsyncGenerator[tuple[str, bytes], None]:
+async def output_events(
+    streams: Sequence[tuple[str, int]], exited: asyncio.Future[Any], *, chunk: int, quiet_s: float, max_drain_s: float
+) -> AsyncGenerator[tuple[str, bytes], None]:
     """Yield (stream, bytes) in arrival order until the output is over.
 
     Over means every stream is at EOF, or the main process has exited and then

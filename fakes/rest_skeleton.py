@@ -182,6 +182,7 @@ Handler = Callable[[Request, Any], Awaitable[Any]]
 
 def endpoint(route: str, *, stream_faults: bool = False) -> Callable[[Handler], Callable[[Request], Awaitable[Any]]]:
     """Wrap ``handler`` in the skeleton; ``route`` is the fault route name (the vendor's settings.ROUTES)."""
+
     def wrap(handler: Handler) -> Callable[[Request], Awaitable[Any]]:
         async def run(request: Request) -> Any:
             svc: VendorService = request.app.state.service
@@ -219,23 +220,28 @@ def endpoint(route: str, *, stream_faults: bool = False) -> Callable[[Handler], 
 
 def create_app(service: VendorService, routes: Sequence[BaseRoute]) -> Starlette:
     """An app serving a vendor's ``routes``; any other path answers (after auth) that the fake does not serve it."""
+
     async def unknown(request: Request) -> Response:
         try:
             service.authenticate(request.headers)
         except ApiError as exc:
             return exc.response()
-        return service.error(404, f"not found: {request.method} {request.url.path} is not served by the "
-                                  f"{service.vendor} fake").response()
+        return service.error(
+            404, f"not found: {request.method} {request.url.path} is not served by the {service.vendor} fake"
+        ).response()
 
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
         return service.error(exc.status_code, str(exc.detail)).response()
 
     async def server_error(request: Request, exc: Exception) -> Response:
-        return service.error(500, f"internal error in the {service.vendor} fake: {type(exc).__name__}: {exc}"
-                             ).response()
+        return service.error(
+            500, f"internal error in the {service.vendor} fake: {type(exc).__name__}: {exc}"
+        ).response()
 
-    app = Starlette(routes=[*routes, Route("/{path:path}", unknown, methods=_METHODS)],
-                    exception_handlers={HTTPException: http_error, Exception: server_error})
+    app = Starlette(
+        routes=[*routes, Route("/{path:path}", unknown, methods=_METHODS)],
+        exception_handlers={HTTPException: http_error, Exception: server_error},
+    )
     app.state.service = service
     return app

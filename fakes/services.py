@@ -68,8 +68,9 @@ class FakeOptions:
 
 def _no_cap(name: str, options: FakeOptions) -> None:
     if options.max_sandboxes is not None:
-        raise ValueError(f"the {name} fake has no sandbox cap to set (it makes sandboxes on demand); "
-                         "drop --max-sandboxes")
+        raise ValueError(
+            f"the {name} fake has no sandbox cap to set (it makes sandboxes on demand); drop --max-sandboxes"
+        )
 
 
 def _tempdir(workdir: Path, options: FakeOptions) -> FakeService:
@@ -154,7 +155,11 @@ def _deepinfra(workdir: Path, options: FakeOptions) -> FakeService:
 
 
 FAKES: dict[str, Callable[[Path, FakeOptions], FakeService]] = {
-    "tempdir": _tempdir, "upstash": _upstash, "cloudflare": _cloudflare, "deepinfra": _deepinfra}
+    "tempdir": _tempdir,
+    "upstash": _upstash,
+    "cloudflare": _cloudflare,
+    "deepinfra": _deepinfra,
+}
 # The fakes that are servers (every one but tempdir, whose boxes the backend itself makes in its
 # own process): these run in their own process during a suite run, and `fake serve` serves them.
 SERVERS = ("cloudflare", "deepinfra", "upstash")

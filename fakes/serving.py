@@ -20,14 +20,21 @@ import uvicorn
 
 
 class LoopbackServer:
-    def __init__(self, app: Any, *, host: str = "127.0.0.1", port: int = 0, name: str = "fake",
-                 **uvicorn_options: Any):
+    def __init__(self, app: Any, *, host: str = "127.0.0.1", port: int = 0, name: str = "fake", **uvicorn_options: Any):
         self.app = app
         self.host = host
         self.port = port
         self.name = name
-        self._options = {"log_config": None, "log_level": "warning", "access_log": False, "lifespan": "off",
-                         "loop": "asyncio", "http": "h11", "timeout_graceful_shutdown": 2, **uvicorn_options}
+        self._options = {
+            "log_config": None,
+            "log_level": "warning",
+            "access_log": False,
+            "lifespan": "off",
+            "loop": "asyncio",
+            "http": "h11",
+            "timeout_graceful_shutdown": 2,
+            **uvicorn_options,
+        }
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
 
@@ -45,8 +52,9 @@ class LoopbackServer:
         sock.listen(512)
         self.port = sock.getsockname()[1]
         self._server = server = uvicorn.Server(uvicorn.Config(self.app, **self._options))
-        self._thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True,
-                                        name=f"{self.name}-{self.port}")
+        self._thread = threading.Thread(
+            target=server.run, kwargs={"sockets": [sock]}, daemon=True, name=f"{self.name}-{self.port}"
+        )
         self._thread.start()
         deadline = time.monotonic() + timeout
         while not server.started:
@@ -116,6 +124,5 @@ class FakeServer:
     def __enter__(self) -> Self:
         return self.start()
 
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self.stop()

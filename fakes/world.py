@@ -243,9 +243,17 @@ def _shell_code(code: int | None) -> int | None:
 class World:
     """All boxes of one fake service."""
 
-    def __init__(self, root: Path | None = None, *, layout: PathLayout | None = None,
-                 create_delay_s: float = 0.0, pause_delay_s: float = 0.0, resume_delay_s: float = 0.0,
-                 namespaces: bool | None = None, driver: NamespaceDriver | None = None):
+    def __init__(
+        self,
+        root: Path | None = None,
+        *,
+        layout: PathLayout | None = None,
+        create_delay_s: float = 0.0,
+        pause_delay_s: float = 0.0,
+        resume_delay_s: float = 0.0,
+        namespaces: bool | None = None,
+        driver: NamespaceDriver | None = None,
+    ):
         self.root = Path(root) if root else Path(tempfile.mkdtemp(prefix="kit-world-"))
         self.root.mkdir(parents=True, exist_ok=True)
         self.layout = layout or PathLayout()
@@ -259,8 +267,9 @@ class World:
         if self.isolated:
             self.driver.warm()
         # The host ids that root inside a box maps to: what the fakes give the files they write.
-        self.box_uid, self.box_gid = ((self.driver.box_uid, self.driver.box_gid) if self.isolated
-                                      else (os.geteuid(), os.getegid()))
+        self.box_uid, self.box_gid = (
+            (self.driver.box_uid, self.driver.box_gid) if self.isolated else (os.geteuid(), os.getegid())
+        )
 
     @property
     def namespaced(self) -> bool:
@@ -285,11 +294,16 @@ class World:
 
     def host_path(self, box: Box, path: str) -> Path:
         """The host file behind an absolute path inside ``box``."""
-        for inside, outside in ((self.layout.home, box.home_dir), (self.layout.workspace, box.workspace_dir),
-                                ("/tmp", box.tmp_dir), (str(box.home_dir), box.home_dir),
-                                (str(box.workspace_dir), box.workspace_dir), (str(box.tmp_dir), box.tmp_dir)):
+        for inside, outside in (
+            (self.layout.home, box.home_dir),
+            (self.layout.workspace, box.workspace_dir),
+            ("/tmp", box.tmp_dir),
+            (str(box.home_dir), box.home_dir),
+            (str(box.workspace_dir), box.workspace_dir),
+            (str(box.tmp_dir), box.tmp_dir),
+        ):
             if path == inside or path.startswith(inside.rstrip("/") + "/"):
-                return outside / path[len(inside):].lstrip("/")
+                return outside / path[len(inside) :].lstrip("/")
         raise PermissionError(f"{path} is outside the box's home, workspace and tmp")
 
     def box_home(self, box: Box) -> str:
@@ -299,9 +313,15 @@ class World:
         return self.layout.workspace if self.isolated else str(box.workspace_dir)
 
     def _spec(self, box: Box) -> BoxSpec:
-        return BoxSpec(hostname=(box.name or box.id)[:64], binds=(
-            Bind(box.home_dir, self.layout.home), Bind(box.workspace_dir, self.layout.workspace),
-            Bind(box.tmp_dir, "/tmp"), Bind(box.tmp_dir, "/var/tmp")))
+        return BoxSpec(
+            hostname=(box.name or box.id)[:64],
+            binds=(
+                Bind(box.home_dir, self.layout.home),
+                Bind(box.workspace_dir, self.layout.workspace),
+                Bind(box.tmp_dir, "/tmp"),
+                Bind(box.tmp_dir, "/var/tmp"),
+            ),
+        )
 
     def _running(self, box: Box) -> NamespaceBox:
         """The box's init, started on its first command (again after a kill_all)."""
@@ -344,11 +364,17 @@ class World:
         return None
 
     # -- boxes -------------------------------------------------------------------------
-    def create(self, *, name: str | None = None, owner: str | None = None, labels: Iterable[str] = (),
-               meta: dict[str, object] | None = None, box_id: str | None = None) -> Box:
+    def create(
+        self,
+        *,
+        name: str | None = None,
+        owner: str | None = None,
+        labels: Iterable[str] = (),
+        meta: dict[str, object] | None = None,
+        box_id: str | None = None,
+    ) -> Box:
         box_id = box_id or "box_" + secrets.token_hex(8)
-        box = Box(id=box_id, name=name, dir=self.root / box_id, owner=owner, labels=list(labels),
-                  meta=dict(meta or {}))
+        box = Box(id=box_id, name=name, dir=self.root / box_id, owner=owner, labels=list(labels), meta=dict(meta or {}))
         for sub in (box.home_dir, box.workspace_dir, box.tmp_dir):
             sub.mkdir(parents=True, exist_ok=True)
             if (self.box_uid, self.box_gid) != (os.geteuid(), os.getegid()):
@@ -385,18 +411,23 @@ class World:
 
     def get(self, key: str, *, include_deleted: bool = False) -> Box | None:
         with self._lock:
-            box = self._boxes.get(key) or next((b for b in self._boxes.values()
-                                                if b.name == key and b.state != DELETED), None)
+            box = self._boxes.get(key) or next(
+                (b for b in self._boxes.values() if b.name == key and b.state != DELETED), None
+            )
         if box is None or (box.state == DELETED and not include_deleted):
             return None
         return box
 
-    def boxes(self, *, owner: str | None = None, label: str | None = None,
-              include_deleted: bool = False) -> list[Box]:
+    def boxes(self, *, owner: str | None = None, label: str | None = None, include_deleted: bool = False) -> list[Box]:
         with self._lock:
             found = list(self._boxes.values())
-        return [b for b in found if (include_deleted or b.state != DELETED)
-                and (owner is None or b.owner == owner) and (label is None or label in b.labels)]
+        return [
+            b
+            for b in found
+            if (include_deleted or b.state != DELETED)
+            and (owner is None or b.owner == owner)
+            and (label is None or label in b.labels)
+        ]
 
     def state(self, box: Box) -> str:
         if box.state in (IDLE, RUNNING):
@@ -456,9 +487,19 @@ class World:
             proc.signal(signum)
 
     # -- commands ----------------------------------------------------------------------
-    def spawn(self, box: Box, *, cmd: str | None = None, argv: Sequence[str] | None = None, cwd: str | None = None,
-              env: dict[str, str] | None = None, login: bool = True, tty: bool = False,
-              rows: int | None = None, cols: int | None = None) -> BoxProcess:
+    def spawn(
+        self,
+        box: Box,
+        *,
+        cmd: str | None = None,
+        argv: Sequence[str] | None = None,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        login: bool = True,
+        tty: bool = False,
+        rows: int | None = None,
+        cols: int | None = None,
+    ) -> BoxProcess:
         """Start a command in ``box``: ``cmd`` through ``bash -lc`` (or ``-c``), or ``argv`` as is.
 
         ``tty`` runs it on a new PTY (sized ``rows`` x ``cols``, default 24 x 80) that
@@ -471,31 +512,49 @@ class World:
             command = ["bash", "-lc" if login else "-c", cmd]
         else:
             raise ValueError("spawn needs cmd or argv")
-        base_env = {"HOME": self.box_home(box), "USER": self.layout.user, "LOGNAME": self.layout.user,
-                    "SHELL": "/bin/bash", "PATH": BOX_PATH, "LANG": "C.UTF-8",
-                    "TERM": "xterm-256color" if tty else "dumb",
-                    "TMPDIR": "/tmp" if self.isolated else str(box.tmp_dir)}
+        base_env = {
+            "HOME": self.box_home(box),
+            "USER": self.layout.user,
+            "LOGNAME": self.layout.user,
+            "SHELL": "/bin/bash",
+            "PATH": BOX_PATH,
+            "LANG": "C.UTF-8",
+            "TERM": "xterm-256color" if tty else "dumb",
+            "TMPDIR": "/tmp" if self.isolated else str(box.tmp_dir),
+        }
         merged = {**base_env, **(env or {})}
         where = cwd or self.box_home(box)
-        proc = self._spawn_isolated(box, command, merged, where, tty, rows, cols) if self.isolated \
+        proc = (
+            self._spawn_isolated(box, command, merged, where, tty, rows, cols)
+            if self.isolated
             else self._spawn_on_host(box, command, merged, where, tty, rows, cols)
+        )
         box.add_process(proc)
         with self._lock:
             box.touch()
         return proc
 
-    def _spawn_isolated(self, box: Box, command: list[str], env: dict[str, str], cwd: str, tty: bool,
-                        rows: int | None, cols: int | None) -> BoxProcess:
+    def _spawn_isolated(
+        self, box: Box, command: list[str], env: dict[str, str], cwd: str, tty: bool, rows: int | None, cols: int | None
+    ) -> BoxProcess:
         running = self._running(box)
         if not tty:
-            popen = self.driver.spawn(running, command, env=env, cwd=cwd, stdin=subprocess.PIPE,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            popen = self.driver.spawn(
+                running,
+                command,
+                env=env,
+                cwd=cwd,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            )
             return BoxProcess(popen)
         master, slave = self.driver.open_pty(running)
         try:
             _set_winsize(slave, rows or 24, cols or 80)
-            popen = self.driver.spawn(running, command, env=env, cwd=cwd, stdin=slave, stdout=slave, stderr=slave,
-                                      tty=True)
+            popen = self.driver.spawn(
+                running, command, env=env, cwd=cwd, stdin=slave, stdout=slave, stderr=slave, tty=True
+            )
         except BaseException:
             os.close(master)
             raise
@@ -503,19 +562,36 @@ class World:
             os.close(slave)  # the command holds it now; keeping it would hide the command's exit (no EIO)
         return BoxProcess(popen, pty_master=master)
 
-    def _spawn_on_host(self, box: Box, command: list[str], env: dict[str, str], cwd: str, tty: bool,
-                       rows: int | None, cols: int | None) -> BoxProcess:
+    def _spawn_on_host(
+        self, box: Box, command: list[str], env: dict[str, str], cwd: str, tty: bool, rows: int | None, cols: int | None
+    ) -> BoxProcess:
         args = ["/usr/bin/env", "-i", *(f"{k}={v}" for k, v in env.items()), *command]
         host_cwd = cwd if Path(cwd).is_dir() else str(box.home_dir)
         if not tty:
-            popen = subprocess.Popen(args, cwd=host_cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, start_new_session=True, bufsize=0, env=_LAUNCH_ENV)
+            popen = subprocess.Popen(
+                args,
+                cwd=host_cwd,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+                bufsize=0,
+                env=_LAUNCH_ENV,
+            )
             return BoxProcess(popen)
         master, slave = pty.openpty()
         try:
             _set_winsize(slave, rows or 24, cols or 80)
-            popen = subprocess.Popen(args, cwd=host_cwd, stdin=slave, stdout=slave, stderr=slave, env=_LAUNCH_ENV,
-                                     start_new_session=True, preexec_fn=_take_controlling_tty)
+            popen = subprocess.Popen(
+                args,
+                cwd=host_cwd,
+                stdin=slave,
+                stdout=slave,
+                stderr=slave,
+                env=_LAUNCH_ENV,
+                start_new_session=True,
+                preexec_fn=_take_controlling_tty,
+            )
         except BaseException:
             os.close(master)
             raise

@@ -37,5 +37,16 @@ from isolation.driver import SYSTEM_DIRS, Bind, BoxSpec, Driver, IsolationError,
 from isolation.namespaces import ID_RANGE, ROOT_ID_BASE, NamespaceBox, NamespaceDriver
 from isolation.popen import BoxPopen
 
-__all__ = ["ID_RANGE", "ROOT_ID_BASE", "SYSTEM_DIRS", "Bind", "BoxPopen", "BoxSpec", "Driver", "IsolationError",
-           "NamespaceBox", "NamespaceDriver", "Running"]
+__all__ = [
+    "ID_RANGE",
+    "ROOT_ID_BASE",
+    "SYSTEM_DIRS",
+    "Bind",
+    "BoxPopen",
+    "BoxSpec",
+    "Driver",
+    "IsolationError",
+    "NamespaceBox",
+    "NamespaceDriver",
+    "Running",
+]

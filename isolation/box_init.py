@@ -61,8 +61,17 @@ AT_FDCWD, AT_RECURSIVE = -100, 0x8000
 MOUNT_ATTR_RDONLY = 0x1
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_NAME = 1, 4, 24, 15
 SYS_MOUNT_SETATTR = 442  # the same number on every architecture
-SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "loongarch64": 41, "ppc64le": 203, "ppc64": 203,
-                  "s390x": 217, "i686": 217, "armv7l": 218}
+SYS_PIVOT_ROOT = {
+    "x86_64": 155,
+    "aarch64": 41,
+    "riscv64": 41,
+    "loongarch64": 41,
+    "ppc64le": 203,
+    "ppc64": 203,
+    "s390x": 217,
+    "i686": 217,
+    "armv7l": 218,
+}
 # Capabilities box commands never get (bounding set): mounting, devices, raw I/O, kernel and
 # clock settings, tracing outside the box's uid, file handles that bypass the mount view.
 DROPPED_CAPS = (2, 9, 12, 16, 17, 19, 20, 21, 22, 25, 26, 27, 30, 32, 33, 34, 35, 36, 37, 38, 39, 40)
@@ -80,8 +89,12 @@ libc.syscall.restype = ctypes.c_long
 
 
 class MountAttr(ctypes.Structure):
-    _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64),
-                ("propagation", ctypes.c_uint64), ("userns_fd", ctypes.c_uint64)]
+    _fields_ = [
+        ("attr_set", ctypes.c_uint64),
+        ("attr_clr", ctypes.c_uint64),
+        ("propagation", ctypes.c_uint64),
+        ("userns_fd", ctypes.c_uint64),
+    ]
 
 
 def _fail(what: str) -> OSError:
@@ -98,8 +111,7 @@ def unshare(flags: int) -> None:
         raise _fail(f"unshare({flags:#x})")
 
 
-def mount(source: str | None, target: str, fstype: str | None = None, flags: int = 0,
-          data: str | None = None) -> None:
+def mount(source: str | None, target: str, fstype: str | None = None, flags: int = 0, data: str | None = None) -> None:
     if libc.mount(_b(source), _b(target), _b(fstype), flags, _b(data)) != 0:
         raise _fail(f"mount {source} on {target}")
 
@@ -110,15 +122,22 @@ def umount(target: str, flags: int = 0) -> None:
 
 
 def prctl(option: int, arg: int) -> int:
-    return int(libc.prctl(ctypes.c_int(option), ctypes.c_ulong(arg), ctypes.c_ulong(0), ctypes.c_ulong(0),
-                          ctypes.c_ulong(0)))
+    return int(
+        libc.prctl(ctypes.c_int(option), ctypes.c_ulong(arg), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0))
+    )
 
 
 def make_readonly(target: str) -> None:
     """Read-only for ``target`` and every mount below it."""
     attr = MountAttr(MOUNT_ATTR_RDONLY, 0, 0, 0)
-    done = libc.syscall(ctypes.c_long(SYS_MOUNT_SETATTR), ctypes.c_int(AT_FDCWD), _b(target),
-                        ctypes.c_uint(AT_RECURSIVE), ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)))
+    done = libc.syscall(
+        ctypes.c_long(SYS_MOUNT_SETATTR),
+        ctypes.c_int(AT_FDCWD),
+        _b(target),
+        ctypes.c_uint(AT_RECURSIVE),
+        ctypes.byref(attr),
+        ctypes.c_size_t(ctypes.sizeof(attr)),
+    )
     if done == 0:
         return
     # Kernels before 5.12: the top mount only, keeping the flags a user namespace may not drop.
@@ -167,8 +186,8 @@ class Channel:
             raise ValueError(f"frame of {size} bytes")
         if len(self._buf) < HEADER.size + size:
             return None
-        payload = bytes(self._buf[HEADER.size:HEADER.size + size])
-        del self._buf[:HEADER.size + size]
+        payload = bytes(self._buf[HEADER.size : HEADER.size + size])
+        del self._buf[: HEADER.size + size]
         return json.loads(payload)
 
     def take_fds(self, count: int) -> list[int]:
@@ -217,7 +236,7 @@ class Stage:
         path = os.path.normpath(path)
         flags = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
         if path == STAGE or path.startswith(STAGE + "/"):
-            return os.open(path[len(STAGE):].lstrip("/") or ".", flags, dir_fd=self.under)
+            return os.open(path[len(STAGE) :].lstrip("/") or ".", flags, dir_fd=self.under)
         return os.open(path, flags)
 
     def bind(self, path: str, where: str) -> None:
@@ -312,8 +331,12 @@ def _build_dev(dev: str) -> None:
     os.symlink("pts/ptmx", f"{dev}/ptmx")
     _mkdirs(f"{dev}/shm")
     mount("shm", f"{dev}/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777,size=64m")
-    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
-                         ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):
+    for name, target in (
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+    ):
         os.symlink(target, f"{dev}/{name}")
 
 
@@ -472,8 +495,13 @@ class Init:
                 os.chdir("/")
             try:
                 # Every descriptor of the init is close-on-exec: the command gets exactly 0-2.
-                return os.posix_spawn(path, argv, env, setsid=True,
-                                      file_actions=[(os.POSIX_SPAWN_DUP2, fd, i) for i, fd in enumerate(fds[:3])])
+                return os.posix_spawn(
+                    path,
+                    argv,
+                    env,
+                    setsid=True,
+                    file_actions=[(os.POSIX_SPAWN_DUP2, fd, i) for i, fd in enumerate(fds[:3])],
+                )
             except OSError:
                 pass  # the fork path runs into the same error and reports it as a shell would
             finally:

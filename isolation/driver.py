@@ -62,9 +62,18 @@ class Driver(Protocol):
 
     def start(self, spec: BoxSpec) -> Running: ...
 
-    def spawn(self, box: Running, argv: Sequence[str], *, env: Mapping[str, str], cwd: str,
-              stdin: StdStream = None, stdout: StdStream = None, stderr: StdStream = None,
-              tty: bool = False) -> subprocess.Popen[bytes]:
+    def spawn(
+        self,
+        box: Running,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str],
+        cwd: str,
+        stdin: StdStream = None,
+        stdout: StdStream = None,
+        stderr: StdStream = None,
+        tty: bool = False,
+    ) -> subprocess.Popen[bytes]:
         """Start ``argv`` in the box, in a session and process group of its own (a PTY on stdin
         becomes its controlling terminal when ``tty``); the handle behaves as a Popen."""
         ...

@@ -65,8 +65,10 @@ class Mode:
 
     def describe(self) -> str:
         if not self.userns:
-            return "own mount, PID, IPC and UTS namespaces; no user namespace, box root is host root " \
-                   "without mount and device capabilities"
+            return (
+                "own mount, PID, IPC and UTS namespaces; no user namespace, box root is host root "
+                "without mount and device capabilities"
+            )
         who = f"host uid {self.uid}" if self.stage_as_root else "the calling user"
         return f"own user, mount, PID, IPC and UTS namespaces; box root is {who}"
 
@@ -120,8 +122,13 @@ class NamespaceBox:
     def _handshake(self) -> None:
         assert self._channel is not None and self._setup is not None
         spec = self.spec
-        self._channel.send({"op": "box", "hostname": spec.hostname[:64] or "box", "binds": [
-            {"source": str(b.source), "target": b.target, "writable": b.writable} for b in spec.binds]})
+        self._channel.send(
+            {
+                "op": "box",
+                "hostname": spec.hostname[:64] or "box",
+                "binds": [{"source": str(b.source), "target": b.target, "writable": b.writable} for b in spec.binds],
+            }
+        )
         while True:
             try:
                 message = self._channel.receive()
@@ -131,12 +138,12 @@ class NamespaceBox:
                 raise IsolationError(f"box {spec.hostname}: its setup process is unreachable: {exc}") from exc
             if message is None:
                 code = self._setup.wait(5)
-                raise IsolationError(f"box {spec.hostname}: its setup process exited ({code}) before the box "
-                                     "was ready")
+                raise IsolationError(f"box {spec.hostname}: its setup process exited ({code}) before the box was ready")
             op = message.get("op")
             if op == "failed":
-                raise IsolationError(f"box {spec.hostname}: {message.get('stage')} step failed: "
-                                     f"{message.get('message')}")
+                raise IsolationError(
+                    f"box {spec.hostname}: {message.get('stage')} step failed: {message.get('message')}"
+                )
             if op == "ready":
                 (self._init_pidfd,) = self._channel.take_fds(1)
                 self.init_pid = _pidfd_pid(self._init_pidfd)
@@ -184,8 +191,10 @@ class NamespaceBox:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             try:
-                self.request({"op": "spawn", "argv": argv, "env": env, "cwd": cwd, "tty": tty,
-                              "nfds": len(fds) + 1}, [*fds, theirs.fileno()])
+                self.request(
+                    {"op": "spawn", "argv": argv, "env": env, "cwd": cwd, "tty": tty, "nfds": len(fds) + 1},
+                    [*fds, theirs.fileno()],
+                )
             finally:
                 theirs.close()
             channel = box_init.Channel(ours)
@@ -230,9 +239,15 @@ class NamespaceBox:
 def prepare_message(mode: Mode, system_dirs: Sequence[str]) -> dict:
     """What a setup process needs before it knows its box: the id maps and the system directories."""
     count = ID_RANGE if mode.stage_as_root else 1
-    return {"op": "prepare", "stage_as_root": mode.stage_as_root, "userns": mode.userns,
-            "setgroups": mode.stage_as_root, "uid_map": f"0 {mode.uid} {count}\n",
-            "gid_map": f"0 {mode.gid} {count}\n", "system": system_entries(system_dirs)}
+    return {
+        "op": "prepare",
+        "stage_as_root": mode.stage_as_root,
+        "userns": mode.userns,
+        "setgroups": mode.stage_as_root,
+        "uid_map": f"0 {mode.uid} {count}\n",
+        "gid_map": f"0 {mode.gid} {count}\n",
+        "system": system_entries(system_dirs),
+    }
 
 
 def system_entries(system_dirs: Sequence[str]) -> list[dict[str, str]]:
@@ -251,9 +266,14 @@ def launch_setup(prepare: dict) -> tuple[subprocess.Popen[bytes], socket.socket]
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         setup = subprocess.Popen(
-            [sys.executable, "-I", "-S", _INIT_SCRIPT, str(theirs.fileno())], pass_fds=[theirs.fileno()],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_INIT_ENV,
-            start_new_session=True)
+            [sys.executable, "-I", "-S", _INIT_SCRIPT, str(theirs.fileno())],
+            pass_fds=[theirs.fileno()],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=_INIT_ENV,
+            start_new_session=True,
+        )
     except BaseException:
         ours.close()
         raise
@@ -388,11 +408,29 @@ class NamespaceDriver:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 setup.wait(5)
 
-    def spawn(self, box: NamespaceBox, argv: Sequence[str], *, env: Mapping[str, str], cwd: str,
-              stdin: StdStream = None, stdout: StdStream = None, stderr: StdStream = None,
-              tty: bool = False) -> BoxPopen:
-        return BoxPopen(list(argv), launch=box.launch, tty=tty, env=dict(env), cwd=cwd, stdin=stdin, stdout=stdout,
-                        stderr=stderr, bufsize=0)
+    def spawn(
+        self,
+        box: NamespaceBox,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str],
+        cwd: str,
+        stdin: StdStream = None,
+        stdout: StdStream = None,
+        stderr: StdStream = None,
+        tty: bool = False,
+    ) -> BoxPopen:
+        return BoxPopen(
+            list(argv),
+            launch=box.launch,
+            tty=tty,
+            env=dict(env),
+            cwd=cwd,
+            stdin=stdin,
+            stdout=stdout,
+            stderr=stderr,
+            bufsize=0,
+        )
 
     def command_prefix(self, box: NamespaceBox, cwd: str) -> list[str]:
         """nsenter into the box's namespaces (an interactive shell, a tool that wants a plain argv).
@@ -403,8 +441,18 @@ class NamespaceDriver:
         ``spawn`` is the confined way to run a command.
         """
         user = ["--user"] if box.mode.userns else []
-        return ["nsenter", f"--target={box.init_pid}", *user, "--mount", "--pid", "--ipc", "--uts", "--root",
-                f"--wdns={cwd}", "--"]
+        return [
+            "nsenter",
+            f"--target={box.init_pid}",
+            *user,
+            "--mount",
+            "--pid",
+            "--ipc",
+            "--uts",
+            "--root",
+            f"--wdns={cwd}",
+            "--",
+        ]
 
     def open_pty(self, box: NamespaceBox) -> tuple[int, int]:
         """A terminal of the box's own devpts (its name is valid inside); a host PTY if that fails."""
@@ -483,8 +531,9 @@ def _probe() -> tuple[Mode | None, str]:
                     return mode, mode.describe()
                 reasons.append(f"{mode.describe()}: `true` exited {code}")
             except (IsolationError, OSError, subprocess.SubprocessError) as exc:
-                reasons.append(str(exc) if not isinstance(exc, OSError) or exc.errno != errno.EPERM
-                               else f"not permitted: {exc}")
+                reasons.append(
+                    str(exc) if not isinstance(exc, OSError) or exc.errno != errno.EPERM else f"not permitted: {exc}"
+                )
             finally:
                 box.kill(10)
         return None, "; ".join(reasons)

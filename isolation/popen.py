@@ -101,10 +101,26 @@ class BoxPopen(subprocess.Popen):
         super().__init__(args, **kwargs)
 
     # Popen calls this with its positional arguments; only the descriptors and env/cwd matter here.
-    def _execute_child(self, args: Any, executable: Any, preexec_fn: Any, close_fds: Any, pass_fds: Any,
-                       cwd: Any, env: Any, startupinfo: Any, creationflags: Any, shell: Any,
-                       p2cread: int, p2cwrite: int, c2pread: int, c2pwrite: int, errread: int, errwrite: int,
-                       *rest: Any) -> None:
+    def _execute_child(
+        self,
+        args: Any,
+        executable: Any,
+        preexec_fn: Any,
+        close_fds: Any,
+        pass_fds: Any,
+        cwd: Any,
+        env: Any,
+        startupinfo: Any,
+        creationflags: Any,
+        shell: Any,
+        p2cread: int,
+        p2cwrite: int,
+        c2pread: int,
+        c2pwrite: int,
+        errread: int,
+        errwrite: int,
+        *rest: Any,
+    ) -> None:
         argv = [os.fsdecode(a) for a in ([args] if isinstance(args, (str, bytes, os.PathLike)) else args)]
         if shell:
             argv = ["/bin/sh", "-c", *argv]

@@ -32,14 +32,21 @@ class SuiteRun:
         return {cid for cid, verdict in self.verdicts().items() if verdict == "fail"}
 
 
-def run_suite(*args: str, cwd: Path, python: str = sys.executable, timeout: float = 600,
-              workers: int = 2, extra_env: dict[str, str] | None = None) -> SuiteRun:
+def run_suite(
+    *args: str,
+    cwd: Path,
+    python: str = sys.executable,
+    timeout: float = 600,
+    workers: int = 2,
+    extra_env: dict[str, str] | None = None,
+) -> SuiteRun:
     """Run the conformance suite in a fresh process, from ``cwd``, and read its report."""
     report = cwd / "report.json"
     cmd = suite_command.command(*args, python=python, workers=workers, report=report)
     # The kit's own behaviour must not depend on the machine running it (CI changes --live).
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PYTEST_", "TEMPDIR_BOX_", "HERMES_")) and k != "CI"}
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "TEMPDIR_BOX_", "HERMES_")) and k != "CI"
+    }
     env.update(extra_env or {})
     proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
     data = json.loads(report.read_text()) if report.exists() else None

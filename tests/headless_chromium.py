@@ -146,19 +146,43 @@ def render(page: Path, log_to: Path, *, width: int = 1280, height: int = 900, ti
     for path in dirs.values():
         path.mkdir(parents=True, exist_ok=True)
     dirs["runtime"].chmod(0o700)
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(dirs["home"]), "LANG": "C.UTF-8",
-           "XDG_CONFIG_HOME": str(dirs["config"]), "XDG_CACHE_HOME": str(dirs["cache"]),
-           "XDG_DATA_HOME": str(dirs["data"]), "XDG_RUNTIME_DIR": str(dirs["runtime"]), "TMPDIR": str(dirs["tmp"])}
-    args = [exe, "--headless=new", "--remote-debugging-port=0", "--remote-debugging-address=127.0.0.1",
-            f"--user-data-dir={dirs['profile']}", f"--window-size={width},{height}", "--no-first-run",
-            "--no-default-browser-check", "--disable-gpu", "--disable-dev-shm-usage", "--disable-extensions",
-            "--disable-background-networking", "--disable-component-update", "--disable-sync",
-            "--disable-default-apps", "--disable-breakpad", "--hide-scrollbars", "--mute-audio", "about:blank"]
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(dirs["home"]),
+        "LANG": "C.UTF-8",
+        "XDG_CONFIG_HOME": str(dirs["config"]),
+        "XDG_CACHE_HOME": str(dirs["cache"]),
+        "XDG_DATA_HOME": str(dirs["data"]),
+        "XDG_RUNTIME_DIR": str(dirs["runtime"]),
+        "TMPDIR": str(dirs["tmp"]),
+    }
+    args = [
+        exe,
+        "--headless=new",
+        "--remote-debugging-port=0",
+        "--remote-debugging-address=127.0.0.1",
+        f"--user-data-dir={dirs['profile']}",
+        f"--window-size={width},{height}",
+        "--no-first-run",
+        "--no-default-browser-check",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--disable-extensions",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--disable-default-apps",
+        "--disable-breakpad",
+        "--hide-scrollbars",
+        "--mute-audio",
+        "about:blank",
+    ]
     if os.geteuid() == 0:
         args.insert(1, "--no-sandbox")  # Chromium refuses to start its sandbox as root
     log = (root / "chromium.log").open("wb")
-    proc = subprocess.Popen(args, env=env, cwd=dirs["tmp"], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        args, env=env, cwd=dirs["tmp"], stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True
+    )
     deadline = time.monotonic() + timeout
     try:
         with connect(_devtools_url(dirs["profile"], proc, deadline), max_size=None, open_timeout=30) as ws:
@@ -172,8 +196,12 @@ def render(page: Path, log_to: Path, *, width: int = 1280, height: int = 900, ti
             cdp.call("Page.navigate", session, url=url)
             state = ""
             while time.monotonic() < deadline:
-                state = cdp.call("Runtime.evaluate", session, returnByValue=True,
-                                 expression="document.readyState + ' ' + location.href")["result"]["value"]
+                state = cdp.call(
+                    "Runtime.evaluate",
+                    session,
+                    returnByValue=True,
+                    expression="document.readyState + ' ' + location.href",
+                )["result"]["value"]
                 if state == f"complete {url}":
                     break
                 time.sleep(0.05)
@@ -182,18 +210,29 @@ def render(page: Path, log_to: Path, *, width: int = 1280, height: int = 900, ti
 
             def value(expression: str) -> Any:
                 return cdp.call("Runtime.evaluate", session, expression=expression, returnByValue=True)["result"][
-                    "value"]
+                    "value"
+                ]
 
             text, title = value("document.body.innerText"), value("document.title")
             size = cdp.call("Page.getLayoutMetrics", session)["cssContentSize"]
-            shot = cdp.call("Page.captureScreenshot", session, format="png", captureBeyondViewport=True,
-                            clip={"x": 0, "y": 0, "width": size["width"], "height": min(size["height"], 16000),
-                                  "scale": 1})
+            shot = cdp.call(
+                "Page.captureScreenshot",
+                session,
+                format="png",
+                captureBeyondViewport=True,
+                clip={"x": 0, "y": 0, "width": size["width"], "height": min(size["height"], 16000), "scale": 1},
+            )
             requests = [e["params"]["request"]["url"] for e in cdp.events if e["method"] == "Network.requestWillBeSent"]
-            rendered = Rendered(title=title, text=text, errors=_errors(cdp.events), requests=requests,
-                                screenshot=base64.b64decode(shot["data"]),
-                                size=(int(size["width"]), int(size["height"])), version=version,
-                                pid=proc.pid)
+            rendered = Rendered(
+                title=title,
+                text=text,
+                errors=_errors(cdp.events),
+                requests=requests,
+                screenshot=base64.b64decode(shot["data"]),
+                size=(int(size["width"]), int(size["height"])),
+                version=version,
+                pid=proc.pid,
+            )
             try:
                 cdp.call("Browser.close")
             except Exception:  # the browser may close the socket before it answers

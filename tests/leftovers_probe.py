@@ -78,8 +78,10 @@ def main() -> int:
         os.makedirs(upper, exist_ok=True)
         os.makedirs(work, exist_ok=True)
         home = os.path.expanduser("~")
-        subprocess.run(["mount", "-t", "overlay", "overlay", "-o", f"lowerdir={home},upperdir={upper},workdir={work}",
-                        home], check=True)
+        subprocess.run(
+            ["mount", "-t", "overlay", "overlay", "-o", f"lowerdir={home},upperdir={upper},workdir={work}", home],
+            check=True,
+        )
     if args.private_tmp:
         subprocess.run(["mount", "--bind", args.private_tmp, "/tmp"], check=True)
     libc = ctypes.CDLL(None, use_errno=True)

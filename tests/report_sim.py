@@ -24,8 +24,14 @@ def must_needing(*capabilities: str) -> set[str]:
     return {c.id for c in CONTRACT if c.level == "MUST" and set(capabilities) & set(c.capabilities)}
 
 
-def run(present: Collection[str], *, fail: Collection[str] = (), waivers: list[Any] = (),
-        undeclared: dict[str, list[str]] | None = None, disclaimed: Collection[str] = ()) -> dict[str, Any]:
+def run(
+    present: Collection[str],
+    *,
+    fail: Collection[str] = (),
+    waivers: list[Any] = (),
+    undeclared: dict[str, list[str]] | None = None,
+    disclaimed: Collection[str] = (),
+) -> dict[str, Any]:
     """The report of a complete run with capabilities ``present`` whose checks of ``fail`` fail.
 
     ``undeclared``: the declarable capabilities neither declared nor disclaimed, with their signs
@@ -52,16 +58,30 @@ def run(present: Collection[str], *, fail: Collection[str] = (), waivers: list[A
             outcome.absorb("call", "passed", "", 0.1)
         outcomes.append(outcome)
     context = {
-        "backend": {"spec": "sim", "name": "sim", "capabilities": sorted(present),
-                    "declared_capabilities": sorted(declared), "disclaimed_capabilities": sorted(disclaimed),
-                    "undeclared_capabilities": undeclared},
+        "backend": {
+            "spec": "sim",
+            "name": "sim",
+            "capabilities": sorted(present),
+            "declared_capabilities": sorted(declared),
+            "disclaimed_capabilities": sorted(disclaimed),
+            "undeclared_capabilities": undeclared,
+        },
         "host": {"mode": "builtin", "requested": "auto", "features": dict.fromkeys(CONTRACT.host_features, True)},
         "fake": "tempdir" if "world" in present else None,
         "live": False,
     }
-    return build.build(CONTRACT, outcomes, context, duration_s=1.0, started_at=time.time(), spec="sim",
-                       host_requested="auto", waivers=list(waivers), complete=True,
-                       checks_sha256=shipped["checks_sha256"])
+    return build.build(
+        CONTRACT,
+        outcomes,
+        context,
+        duration_s=1.0,
+        started_at=time.time(),
+        spec="sim",
+        host_requested="auto",
+        waivers=list(waivers),
+        complete=True,
+        checks_sha256=shipped["checks_sha256"],
+    )
 
 
 def rederive(report: dict[str, Any]) -> dict[str, Any]:

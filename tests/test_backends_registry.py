@@ -35,7 +35,8 @@ def test_a_missing_sdk_names_the_extra_that_installs_it(monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     assert backends.KNOWN_BACKENDS["deepinfra"].missing_extra() == (
         "backend deepinfra needs its SDK, the 'deepinfra' extra: module 'deepinfra' is not importable. "
-        "Install it with: pip install 'hermes-backend-kit[deepinfra]'")
+        "Install it with: pip install 'hermes-backend-kit[deepinfra]'"
+    )
     assert backends.KNOWN_BACKENDS["cloudflare_sandbox"].missing_extra() is None  # plain HTTP, no SDK
 
 

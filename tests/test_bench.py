@@ -17,19 +17,63 @@ from conformance.bench.minimal import ColdSample
 from fakes import process
 
 ROOT = Path(__file__).resolve().parents[1]
-FIGURES = {"cold_start_ms", "rtt_p50_ms", "rtt_p95_ms", "output_bounded_mib_s", "output_full_mib_s",
-           "rss_bounded_mib", "rss_full_mib", "stdin_mib_s", "sync_push_s", "sync_back_s", "suite_s"}
+FIGURES = {
+    "cold_start_ms",
+    "rtt_p50_ms",
+    "rtt_p95_ms",
+    "output_bounded_mib_s",
+    "output_full_mib_s",
+    "rss_bounded_mib",
+    "rss_full_mib",
+    "stdin_mib_s",
+    "sync_push_s",
+    "sync_back_s",
+    "suite_s",
+}
 
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory) -> tuple[dict, str]:
     out = tmp_path_factory.mktemp("bench") / "results.json"
     proc = subprocess.run(
-        [sys.executable, "-W", "ignore::DeprecationWarning", "-m", "conformance.bench", "--quick",
-         "--backends", "tempdir_box", "--skip-suite", "--sizes", "1K,8K", "--stream-size", "64K",
-         "--stdin-size", "64K", "--sync-files", "5", "--sync-big-size", "64K", "--concurrency", "1,2",
-         "--per-call-size", "16K", "--rounds", "3", "--cold-samples", "1", "--world-rounds", "5", "--out", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=120)
+        [
+            sys.executable,
+            "-W",
+            "ignore::DeprecationWarning",
+            "-m",
+            "conformance.bench",
+            "--quick",
+            "--backends",
+            "tempdir_box",
+            "--skip-suite",
+            "--sizes",
+            "1K,8K",
+            "--stream-size",
+            "64K",
+            "--stdin-size",
+            "64K",
+            "--sync-files",
+            "5",
+            "--sync-big-size",
+            "64K",
+            "--concurrency",
+            "1,2",
+            "--per-call-size",
+            "16K",
+            "--rounds",
+            "3",
+            "--cold-samples",
+            "1",
+            "--world-rounds",
+            "5",
+            "--out",
+            str(out),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(out.read_text()), out.with_suffix(".md").read_text()
 
@@ -72,14 +116,30 @@ def test_world_only_updates_just_the_world_figure(results, tmp_path):
     data, _ = results
     out = tmp_path / "results.json"
     out.write_text(json.dumps({**data, "world": {"spawn_p50_ms": -1.0, "bash_c_p50_ms": -1.0, "ratio": -1.0}}))
-    proc = subprocess.run([sys.executable, "-W", "ignore::DeprecationWarning", "-m", "conformance.bench",
-                           "--world-only", "--world-rounds", "3", "--out", str(out)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-W",
+            "ignore::DeprecationWarning",
+            "-m",
+            "conformance.bench",
+            "--world-only",
+            "--world-rounds",
+            "3",
+            "--out",
+            str(out),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     updated = json.loads(out.read_text())
     assert updated["world"]["ratio"] > 0 and updated["world_detail"]["rounds"] == 3
-    assert {k: v for k, v in updated.items() if not k.startswith("world")} == \
-        {k: v for k, v in data.items() if not k.startswith("world")}
+    assert {k: v for k, v in updated.items() if not k.startswith("world")} == {
+        k: v for k, v in data.items() if not k.startswith("world")
+    }
     assert out.with_suffix(".md").read_text() == report.to_markdown(updated)
 
 
@@ -157,10 +217,14 @@ def test_cold_start_rounds_rotate_after_an_unmeasured_warm_up():
             if fail_at is not None and calls.count(name) == fail_at:
                 raise RuntimeError("sandbox refused")
             return ColdSample(0.001, 0.002)
+
         return run
 
-    a, b, c = (cold.Contender("a", start("a")), cold.Contender("b", start("b")),
-               cold.Contender("c", start("c", fail_at=3)))
+    a, b, c = (
+        cold.Contender("a", start("a")),
+        cold.Contender("b", start("b")),
+        cold.Contender("c", start("c", fail_at=3)),
+    )
     cold.interleave([a, b, c], 3, lambda *args: None)
     assert calls[:3] == ["a", "b", "c"]  # the warm-up round
     assert calls[3:6] == ["b", "c", "a"] and calls[6:8] == ["c", "a"]  # rotated; c failed in round 2
@@ -171,15 +235,27 @@ def test_cold_start_rounds_rotate_after_an_unmeasured_warm_up():
 
 def test_targets_are_met_or_missed_from_the_same_run():
     def target(cold_ms: float | None, bounded: float | None) -> dict:
-        figures = {"cold_start_ms": {"value": cold_ms, "detail": {"interleaved": True}},
-                   "output_bounded_mib_s": {"value": bounded}}
+        figures = {
+            "cold_start_ms": {"value": cold_ms, "detail": {"interleaved": True}},
+            "output_bounded_mib_s": {"value": bounded},
+        }
         return {"figures": figures}
 
-    data = {"options": {"stream": 100 << 20},
-            "targets": {"tempdir_box": target(100.0, 300.0), "upstash_box": target(210.0, 120.0),
-                        "deepinfra": target(150.0, 40.0)}}
-    found = goals.evaluate(data, {"upstash_box": {"cold_start_ms": 200.0, "output_mib_s": 90.0},
-                                  "deepinfra": {"cold_start_ms": None, "error": "RuntimeError: boom"}})
+    data = {
+        "options": {"stream": 100 << 20},
+        "targets": {
+            "tempdir_box": target(100.0, 300.0),
+            "upstash_box": target(210.0, 120.0),
+            "deepinfra": target(150.0, 40.0),
+        },
+    }
+    found = goals.evaluate(
+        data,
+        {
+            "upstash_box": {"cold_start_ms": 200.0, "output_mib_s": 90.0},
+            "deepinfra": {"cold_start_ms": None, "error": "RuntimeError: boom"},
+        },
+    )
     up = found["upstash_box"]["checks"]
     assert up["cold_vs_minimal"] == {"value": 1.05, "limit": 1.1, "met": True}
     assert up["cold_vs_tempdir_box"] == {"value": 2.1, "limit": 2.0, "met": False}
@@ -189,8 +265,10 @@ def test_targets_are_met_or_missed_from_the_same_run():
     assert deep["cold_vs_minimal"]["met"] is None and deep["cold_vs_minimal"]["na"] == "RuntimeError: boom"
     assert deep["cold_vs_tempdir_box"]["met"] is True and deep["bounded_mib_s"]["met"] is False
     markdown = "\n".join(goals.markdown({**data, "goals": found}))
-    assert ("| upstash_box | 210 ms | 200 ms | 1.05x (pass, ≤ 1.1x) | 100 ms | 2.10x (miss, ≤ 2x) | "
-            "120.0 MiB/s (pass, ≥ 100 MiB/s) | 90.0 MiB/s |") in markdown
+    assert (
+        "| upstash_box | 210 ms | 200 ms | 1.05x (pass, ≤ 1.1x) | 100 ms | 2.10x (miss, ≤ 2x) | "
+        "120.0 MiB/s (pass, ≥ 100 MiB/s) | 90.0 MiB/s |"
+    ) in markdown
     quick = goals.evaluate({**data, "options": {"stream": 4 << 20}}, {"upstash_box": {"cold_start_ms": 200.0}})
     assert quick["upstash_box"]["checks"]["bounded_mib_s"]["na"] == "measured at 4 MiB, not 100 MiB"
 
@@ -203,11 +281,16 @@ def test_profile_summary_splits_the_client_from_the_fake(tmp_path):
     fake = 'process 11:"/usr/bin/python -m fakes.process deepinfra --root /tmp/x"'
     box = 'process 12:"/usr/bin/python -I -S /work/isolation/box_init.py 5"'
     raw = tmp_path / "prof.txt"
-    raw.write_text("\n".join([
-        f"{client};run (conformance/bench/profile.py:60);feed (reference/common/stream_handle.py:44) 30",
-        f"{client};{fake};loop (asyncio/base_events.py:600);encode (fakes/deepinfra/exec_stream.py:80) 60",
-        f"{client};{fake};{box};fill (isolation/box_init.py:90) 10",
-    ]) + "\n")
+    raw.write_text(
+        "\n".join(
+            [
+                f"{client};run (conformance/bench/profile.py:60);feed (reference/common/stream_handle.py:44) 30",
+                f"{client};{fake};loop (asyncio/base_events.py:600);encode (fakes/deepinfra/exec_stream.py:80) 60",
+                f"{client};{fake};{box};fill (isolation/box_init.py:90) 10",
+            ]
+        )
+        + "\n"
+    )
     assert profile.process_role(box) == "box init processes (the fake's box world)"
     text = profile.summarize(raw)
     assert "60.0%  fake process (server)" in text and "30.0%  client process (kit, host, backend)" in text

@@ -29,18 +29,22 @@ def test_a_black_box_check_is_gated_by_its_own_harness_needs_only():
     assert applicability(CONTRACT, own, DECLARED, black_box=()) == ("applies", "")
     kind, reason = applicability(CONTRACT, replaced, DECLARED, black_box=("sandbox-delete",))
     assert kind == "unverified" and reason.startswith("unverified (harness: the run has no sandbox-delete")
-    assert applicability(CONTRACT, replaced, DECLARED | {"sandbox-delete"}, black_box=("sandbox-delete",))[0] \
-        == "applies"
+    assert (
+        applicability(CONTRACT, replaced, DECLARED | {"sandbox-delete"}, black_box=("sandbox-delete",))[0] == "applies"
+    )
     # a capability the backend does not claim still makes the clause not applicable
     assert applicability(CONTRACT, persistent_kept, set(), black_box=())[0] == "not-applicable"
 
 
-@pytest.mark.parametrize("world, black_box, verdict", [
-    (("skipped", UNVERIFIED), ("passed", ""), "unverified"),  # part of the clause seen: still unverified
-    (("skipped", UNVERIFIED), ("failed", "twin session broken"), "fail"),  # a violation is a violation
-    (("passed", ""), ("passed", ""), "pass"),
-    (("passed", ""), ("failed", "twin session broken"), "fail"),
-])
+@pytest.mark.parametrize(
+    "world, black_box, verdict",
+    [
+        (("skipped", UNVERIFIED), ("passed", ""), "unverified"),  # part of the clause seen: still unverified
+        (("skipped", UNVERIFIED), ("failed", "twin session broken"), "fail"),  # a violation is a violation
+        (("passed", ""), ("passed", ""), "pass"),
+        (("passed", ""), ("failed", "twin session broken"), "fail"),
+    ],
+)
 def test_a_black_box_pass_never_stands_in_for_the_world_check(world, black_box, verdict):
     found, reason = combine([_outcome(WORLD_CHECK, *world), _outcome(BLACK_BOX_CHECK, *black_box, black_box=True)])
     assert found == verdict, reason
@@ -64,7 +68,8 @@ def test_without_a_world_a_black_box_failure_fails_the_clause_and_the_certificat
     assert clause["verdict"] == "fail"
     assert {e["id"]: e["outcome"] for e in clause["checks"]} == {
         WORLD_CHECK.removeprefix("conformance/checks/"): "skipped",
-        BLACK_BOX_CHECK.removeprefix("conformance/checks/"): "failed"}
+        BLACK_BOX_CHECK.removeprefix("conformance/checks/"): "failed",
+    }
     assert report["certified"] is False and f"MUST clause {OWN} failed" in report["not_certified_because"]
     assert verify.problems(report) == []
     passing = run(DECLARED)
@@ -82,23 +87,29 @@ def test_verify_catches_a_black_box_failure_relabelled_or_its_flag_dropped():
     rederive(relabelled)
     assert relabelled["certified"] is True
     found = verify.problems(relabelled)
-    assert any(p.startswith(f"{OWN}: test_black_box.py::") and "the run has every capability" in p for p in found), found
+    assert any(p.startswith(f"{OWN}: test_black_box.py::") and "the run has every capability" in p for p in found), (
+        found
+    )
     unflagged = copy.deepcopy(run(DECLARED))
     evidence = next(e for c in unflagged["clauses"] if c["id"] == OWN for e in c["checks"] if e.get("black_box"))
     evidence.pop("black_box")
-    assert any("is a black-box check in this kit version, but the report says otherwise" in p
-               for p in verify.problems(unflagged))
+    assert any(
+        "is a black-box check in this kit version, but the report says otherwise" in p
+        for p in verify.problems(unflagged)
+    )
 
 
 def test_a_black_box_marker_must_name_harness_capabilities(pytester):
-    pytester.makepyfile(test_bad="""
+    pytester.makepyfile(
+        test_bad="""
         import pytest
 
         @pytest.mark.black_box("persistence")
         @pytest.mark.clause("lifecycle.delete-own-only")
         def test_x():
             pass
-    """)
+    """
+    )
     result = pytester.runpytest("--collect-only", "-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*black_box names persistence, which are not harness capabilities*"])

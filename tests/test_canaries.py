@@ -23,7 +23,7 @@ CANARIES = {
 
 # A backend that hands the canaries to the kit: is_available() returns one (a failing check prints
 # it), probe() logs one, doctor_checks() prints one, and a command echoes the rest.
-LEAKING_PLUGIN = '''
+LEAKING_PLUGIN = """
 import logging
 import os
 
@@ -49,19 +49,22 @@ class LeakingProvider(TempdirBoxProvider):
 
 def register(ctx):
     ctx.register_terminal_environment_provider(LeakingProvider())
-'''
+"""
 
 
 def _env(canaries: bool) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PYTEST_", "TEMPDIR_BOX_", "HERMES_")) and k != "CI" and k not in CANARIES}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("PYTEST_", "TEMPDIR_BOX_", "HERMES_")) and k != "CI" and k not in CANARIES
+    }
     return {**env, **CANARIES} if canaries else env
 
 
 def _texts(proc: subprocess.CompletedProcess, *paths: Path) -> dict[str, str]:
     found = {"stdout": proc.stdout, "stderr": proc.stderr}
     for path in paths:
-        for file in ([path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())):
+        for file in [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file()):
             found[str(file)] = file.read_text(errors="replace")
     return found
 
@@ -74,9 +77,25 @@ def _no_canary(texts: dict[str, str]) -> None:
 
 def _certify(tmp_path: Path, label: str, canaries: bool) -> tuple[subprocess.CompletedProcess, Path]:
     out = tmp_path / label
-    proc = subprocess.run([sys.executable, "-W", "ignore::DeprecationWarning", "-m", "conformance.cli", "certify",
-                           "--backend", "upstash_box", "--out", str(out)],
-                          capture_output=True, text=True, timeout=900, cwd=tmp_path, env=_env(canaries))
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-W",
+            "ignore::DeprecationWarning",
+            "-m",
+            "conformance.cli",
+            "certify",
+            "--backend",
+            "upstash_box",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=tmp_path,
+        env=_env(canaries),
+    )
     return proc, out
 
 
@@ -89,8 +108,13 @@ def test_certify_shows_no_canary_and_gives_the_same_verdicts(tmp_path):
     plain, plain_out = _certify(tmp_path, "plain", canaries=False)
     marked, marked_out = _certify(tmp_path, "canaries", canaries=True)
     assert (marked_out / "report.json").exists(), marked.stdout[-2000:] + marked.stderr[-2000:]
-    assert {p.name for p in marked_out.iterdir()} == {"report.json", "report.md", "report.html", "junit.xml",
-                                                      "badge.json"}
+    assert {p.name for p in marked_out.iterdir()} == {
+        "report.json",
+        "report.md",
+        "report.html",
+        "junit.xml",
+        "badge.json",
+    }
     _no_canary(_texts(marked, marked_out, tmp_path))
     assert _verdicts(marked_out) == _verdicts(plain_out)
     assert marked.returncode == plain.returncode
@@ -102,11 +126,42 @@ def test_a_backend_that_hands_out_canaries_gets_them_masked_everywhere(tmp_path)
     (plugin / "plugin.yaml").write_text('name: leaking\nversion: "1.0"\ndescription: leaks keys\nkind: backend\n')
     (plugin / "__init__.py").write_text(LEAKING_PLUGIN)
     report, junit, log = tmp_path / "report.json", tmp_path / "junit.xml", tmp_path / "kit.log"
-    proc = subprocess.run([sys.executable, "-m", "pytest", "--pyargs", "conformance.checks", "-p", "no:cacheprovider",
-                           "-n", "2", "--backend", str(plugin), "--fake", "tempdir", "-k", "test_provider",
-                           "--report", str(report), "--junitxml", str(junit), "-o", "junit_logging=all",
-                           "--log-file", str(log), "--log-file-level", "DEBUG", "-rA", "--showlocals"],
-                          capture_output=True, text=True, timeout=900, cwd=tmp_path, env=_env(canaries=True))
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "--pyargs",
+            "conformance.checks",
+            "-p",
+            "no:cacheprovider",
+            "-n",
+            "2",
+            "--backend",
+            str(plugin),
+            "--fake",
+            "tempdir",
+            "-k",
+            "test_provider",
+            "--report",
+            str(report),
+            "--junitxml",
+            str(junit),
+            "-o",
+            "junit_logging=all",
+            "--log-file",
+            str(log),
+            "--log-file-level",
+            "DEBUG",
+            "-rA",
+            "--showlocals",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=tmp_path,
+        env=_env(canaries=True),
+    )
     assert report.exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
     _no_canary(_texts(proc, report, junit, log))
     verdicts = {c["id"]: c for c in json.loads(report.read_text())["clauses"]}

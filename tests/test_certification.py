@@ -24,8 +24,14 @@ FUTURE = (dt.date.today() + dt.timedelta(days=30)).isoformat()
 
 def _waivers(tmp_path, **entry) -> str:
     path = tmp_path / "waivers.yaml"
-    waiver = {"clause": "exec.result-shape", "reason": "known issue", "issue": "https://example.invalid/i/1",
-              "expires": FUTURE, "strict": False, **entry}
+    waiver = {
+        "clause": "exec.result-shape",
+        "reason": "known issue",
+        "issue": "https://example.invalid/i/1",
+        "expires": FUTURE,
+        "strict": False,
+        **entry,
+    }
     path.write_text(yaml.safe_dump([waiver]))
     return str(path)
 
@@ -43,12 +49,15 @@ def test_edited_check_files_make_a_run_incomplete(monkeypatch):
     assert not complete and "check files differ from this kit version: test_exec.py" in reasons[0]
 
 
-@pytest.mark.parametrize("entry, message", [
-    ({"expires": "2020-01-01"}, "expired on 2020-01-01"),
-    ({"clause": "exec.nope"}, "unknown clause 'exec.nope'"),
-    ({"issue": "see slack"}, "issue must be the URL"),
-    ({"strict": "yes"}, "strict must be true or false"),
-])
+@pytest.mark.parametrize(
+    "entry, message",
+    [
+        ({"expires": "2020-01-01"}, "expired on 2020-01-01"),
+        ({"clause": "exec.nope"}, "unknown clause 'exec.nope'"),
+        ({"issue": "see slack"}, "issue must be the URL"),
+        ({"strict": "yes"}, "strict must be true or false"),
+    ],
+)
 def test_bad_waivers_are_errors_naming_the_fix(tmp_path, entry, message):
     with pytest.raises(WaiverError, match=message):
         load(_waivers(tmp_path, **entry), CONTRACT)
@@ -66,8 +75,9 @@ def test_a_narrowed_run_is_not_certified_and_a_strict_pass_is_an_error(tmp_path)
     report = run.report
     assert report["complete"] is False and report["certified"] is False
     assert any("did not run" in r for r in report["incomplete_reasons"])
-    assert report["errors"] == ["strict waiver for exec.result-shape but the clause passes: remove the waiver "
-                                "(https://example.invalid/i/1)"]
+    assert report["errors"] == [
+        "strict waiver for exec.result-shape but the clause passes: remove the waiver (https://example.invalid/i/1)"
+    ]
     assert verify.problems(report) == []
 
 
@@ -77,12 +87,36 @@ def test_certify_with_a_waived_must_failure_and_verify(tmp_path):
     out = tmp_path / "out"
     key = tmp_path / "signing.key"
     assert cli.main(["keygen", "--key", str(key)]) == 0
-    proc = subprocess.run([sys.executable, "-m", "conformance.cli", "certify", "--backend",
-                           "fakes.mutants.no_group_kill:provider", "--fake", "tempdir", "--waivers", waivers,
-                           "--out", str(out), "--sign-key", str(key)],
-                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
-    assert {p.name for p in out.iterdir()} == {"report.json", "report.md", "report.html", "junit.xml", "badge.json",
-                                               "report.json.sig"}
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "conformance.cli",
+            "certify",
+            "--backend",
+            "fakes.mutants.no_group_kill:provider",
+            "--fake",
+            "tempdir",
+            "--waivers",
+            waivers,
+            "--out",
+            str(out),
+            "--sign-key",
+            str(key),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
+    assert {p.name for p in out.iterdir()} == {
+        "report.json",
+        "report.md",
+        "report.html",
+        "junit.xml",
+        "badge.json",
+        "report.json.sig",
+    }
     report = json.loads((out / "report.json").read_text())
     assert proc.returncode == 0 and report["certified"] is True, proc.stdout[-2000:] + proc.stderr[-2000:]
     # a local backend against the tempdir world: every MUST clause observed, so the full profile
@@ -97,13 +131,28 @@ def test_certify_with_a_waived_must_failure_and_verify(tmp_path):
     # progress per contract group: the timeout group's line counts its failing (waived) check
     assert re.search(r"^timeout\s+\d+/\d+\s+pass \d+ fail [1-9]\d* skip \d+", proc.stdout, re.MULTILINE), proc.stdout
 
-    ok = subprocess.run([sys.executable, "-m", "conformance.cli", "verify", str(out / "report.json"),
-                         "--signature", str(out / "report.json.sig"), "--public-key", f"{key}.pub"],
-                        capture_output=True, text=True, timeout=60)
+    ok = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "conformance.cli",
+            "verify",
+            str(out / "report.json"),
+            "--signature",
+            str(out / "report.json.sig"),
+            "--public-key",
+            f"{key}.pub",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert ok.returncode == 0 and "signature: OK" in ok.stdout, ok.stdout
     for edit, problem in (
-        (lambda r: r["clauses"][0].update(verdict="pass" if r["clauses"][0]["verdict"] != "pass" else "fail"),
-         "summary does not match"),
+        (
+            lambda r: r["clauses"][0].update(verdict="pass" if r["clauses"][0]["verdict"] != "pass" else "fail"),
+            "summary does not match",
+        ),
         (lambda r: r.update(certified=False), "certified is False (profile full) but the verdicts say True"),
         (lambda r: r["kit"].update(checks_sha256="0" * 64), "not this kit version's checks"),
         (lambda r: r["clauses"].pop(), "not the contract's clauses"),
@@ -121,19 +170,33 @@ def test_certify_with_a_waived_must_failure_and_verify(tmp_path):
     forged["waivers"] = []
     rederive(forged)
     assert forged["certified"] is True
-    assert any(p.startswith("timeout.kills-tree: verdict is pass but its checks say fail")
-               for p in verify.problems(forged)), verify.problems(forged)
+    assert any(
+        p.startswith("timeout.kills-tree: verdict is pass but its checks say fail") for p in verify.problems(forged)
+    ), verify.problems(forged)
 
 
 @pytest.mark.suite
 @pytest.mark.parametrize("backend", backends.REFERENCE_BACKENDS)
 def test_doctor_on_a_fake_backed_reference_backend(backend, tmp_path):
-    proc = subprocess.run([sys.executable, "-W", "ignore", "-m", "conformance.cli", "doctor", "--backend",
-                           backend], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "-W", "ignore", "-m", "conformance.cli", "doctor", "--backend", backend],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
     rows = [line for line in proc.stdout.splitlines() if line.startswith(("ok  ", "FAIL"))]
     steps = [line[6:26].strip() for line in rows]
-    assert steps == ["plugin loads", "is_available", "probe", "doctor_checks", "create environment",
-                     "round trip", "identity", "cleanup"], proc.stdout
+    assert steps == [
+        "plugin loads",
+        "is_available",
+        "probe",
+        "doctor_checks",
+        "create environment",
+        "round trip",
+        "identity",
+        "cleanup",
+    ], proc.stdout
     assert proc.returncode == 0 and all(r.startswith("ok") for r in rows), proc.stdout
     assert "ubx_" not in proc.stdout  # never a credential
     assert "None" not in proc.stdout, proc.stdout
@@ -144,9 +207,24 @@ def test_doctor_on_a_fake_backed_reference_backend(backend, tmp_path):
 def test_certify_writes_four_files_that_verify(backend, fake, tmp_path):
     """Every reference backend certifies against its fake (started by the run itself)."""
     out = tmp_path / "out"
-    proc = subprocess.run([sys.executable, "-W", "ignore::DeprecationWarning", "-m", "conformance.cli", "certify",
-                           "--backend", backend, "--out", str(out)],
-                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-W",
+            "ignore::DeprecationWarning",
+            "-m",
+            "conformance.cli",
+            "certify",
+            "--backend",
+            backend,
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert {p.name for p in out.iterdir()} == {"report.json", "report.md", "report.html", "junit.xml", "badge.json"}
     assert verify.verify_file(out / "report.json") == []
@@ -179,17 +257,35 @@ def test_a_backend_loaded_without_a_fake_gets_no_full_certificate(tmp_path):
 
 
 @pytest.mark.suite
-@pytest.mark.parametrize("mutant, check", [
-    ("deletes_by_task", "test_black_box.py::test_cleanup_leaves_other_sessions_running_with_their_files"),
-    ("silent_recreate", "test_black_box.py::test_sandbox_deleted_elsewhere_is_reported_then_replaced"),
-])
+@pytest.mark.parametrize(
+    "mutant, check",
+    [
+        ("deletes_by_task", "test_black_box.py::test_cleanup_leaves_other_sessions_running_with_their_files"),
+        ("silent_recreate", "test_black_box.py::test_sandbox_deleted_elsewhere_is_reported_then_replaced"),
+    ],
+)
 def test_certify_without_a_world_catches_what_the_world_based_checks_would(mutant, check, tmp_path, builtin_host):
     """Loaded by module:attr (no fake, so no world): a black-box check fails the clause the mutant breaks."""
     module = importlib.import_module(f"fakes.mutants.{mutant}")
     out = tmp_path / "out"
-    proc = subprocess.run([sys.executable, "-W", "ignore::DeprecationWarning", "-m", "conformance.cli", "certify",
-                           "--backend", f"fakes.mutants.{mutant}:provider", "--out", str(out)],
-                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-W",
+            "ignore::DeprecationWarning",
+            "-m",
+            "conformance.cli",
+            "certify",
+            "--backend",
+            f"fakes.mutants.{mutant}:provider",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
     report = json.loads((out / "report.json").read_text())
     assert proc.returncode == 1 and report["certified"] is False, proc.stdout[-2000:]
     assert report["fake"] is None and "world" not in report["backend"]["capabilities"]
@@ -210,8 +306,10 @@ def test_an_undeclared_capability_with_signs_is_probed_and_its_failure_refuses_t
     assert report is not None, run.output[-3000:]
     assert report["backend"]["declared_capabilities"] == ["file-sync", "stdin-stream"]
     signs = report["backend"]["undeclared_capabilities"]["persistence"]
-    assert any(s.startswith("sets self.persistent (Hermes reads _persistent) (fakes.mutants.misnamed_persistent:")
-               for s in signs), signs
+    assert any(
+        s.startswith("sets self.persistent (Hermes reads _persistent) (fakes.mutants.misnamed_persistent:")
+        for s in signs
+    ), signs
     (entry,) = report["undeclared"]
     assert entry["capability"] == "persistence" and entry["probe"] == "failed"
     assert entry["must_failed"] == ["lifecycle.persistent-flag"]
@@ -219,7 +317,8 @@ def test_an_undeclared_capability_with_signs_is_probed_and_its_failure_refuses_t
     assert report["certified"] is False
     assert report["not_certified_because"] == [
         "MUST clause lifecycle.persistent-flag failed (probe of undeclared capability persistence: the backend "
-        "shows signs of it; declare persistence and fix this, or disclaim it)"]
+        "shows signs of it; declare persistence and fix this, or disclaim it)"
+    ]
     assert "undeclared capability persistence (signs: sets self.persistent" in run.output
     assert "probe failed 1 clause(s) (lifecycle.persistent-flag), 1 of them MUST" in run.output
     assert verify.problems(report) == []

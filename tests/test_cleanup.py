@@ -28,12 +28,14 @@ pytestmark = pytest.mark.suite
 # Files the interpreter itself writes (bytecode caches) when it is installed under $HOME (pyenv).
 _INTERPRETER_DIRS = tuple(
     str(Path(prefix).resolve().relative_to(Path.home().resolve()))
-    for prefix in {sys.prefix, sys.base_prefix} if Path(prefix).resolve().is_relative_to(Path.home().resolve()))
+    for prefix in {sys.prefix, sys.base_prefix}
+    if Path(prefix).resolve().is_relative_to(Path.home().resolve())
+)
 
 # A local backend with no isolation of its own, like Hermes's built-in local backend: commands run on
 # this machine with the host process's environment (HOME, TMPDIR), the cwd they are given, and the
 # host's temp dir for the session snapshot.
-HOST_SHELL_PLUGIN = '''
+HOST_SHELL_PLUGIN = """
 import subprocess
 import tempfile
 
@@ -76,7 +78,7 @@ class HostShellProvider(TerminalEnvironmentProvider):
 
 def register(ctx):
     ctx.register_terminal_environment_provider(HostShellProvider())
-'''
+"""
 
 
 def _namespace_prefix() -> list[str]:
@@ -94,11 +96,29 @@ def _probe(tmp_path: Path, *command: str, timeout: float = 900) -> tuple[dict, P
     scratch_tmp, scratch_home = tmp_path / "tmp", tmp_path / "home"
     scratch_tmp.mkdir(exist_ok=True)
     scratch_home.mkdir()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "TEMPDIR_BOX_", "HERMES_"))
-           and k not in ("CI", "TMPDIR")}
-    proc = subprocess.run([*_namespace_prefix(), sys.executable, str(ROOT / "tests" / "leftovers_probe.py"),
-                           "--private-tmp", str(scratch_tmp), "--private-home", str(scratch_home), "--", *command],
-                          capture_output=True, text=True, timeout=timeout, cwd="/", env=env)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("PYTEST_", "TEMPDIR_BOX_", "HERMES_")) and k not in ("CI", "TMPDIR")
+    }
+    proc = subprocess.run(
+        [
+            *_namespace_prefix(),
+            sys.executable,
+            str(ROOT / "tests" / "leftovers_probe.py"),
+            "--private-tmp",
+            str(scratch_tmp),
+            "--private-home",
+            str(scratch_home),
+            "--",
+            *command,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd="/",
+        env=env,
+    )
     output = proc.stdout + proc.stderr
     lines = [line for line in proc.stdout.splitlines() if line.startswith('{"returncode"')]
     assert lines, f"the probe reported nothing:\n{output[-3000:]}"
@@ -135,15 +155,28 @@ def _nothing_left(result: dict, scratch_tmp: Path, scratch_home: Path, output: s
 def test_certify_against_a_leaky_local_backend_leaves_nothing(tmp_path):
     """Loaded by module:attr (no fake), so even the boxes live wherever the backend puts them by default."""
     result, scratch_tmp, scratch_home, output = _probe(
-        tmp_path, sys.executable, "-m", "conformance.cli", "certify", "--backend",
-        "fakes.mutants.leaves_processes:provider", "--out", "/tmp/out")
+        tmp_path,
+        sys.executable,
+        "-m",
+        "conformance.cli",
+        "certify",
+        "--backend",
+        "fakes.mutants.leaves_processes:provider",
+        "--out",
+        "/tmp/out",
+    )
     assert result["returncode"] == 1, output[-3000:]
     report = json.loads((scratch_tmp / "out" / "report.json").read_text())
     failed = {c["id"] for c in report["clauses"] if c["verdict"] == "fail"}
     assert "timeout.kills-tree" in failed, f"the mutant did not leak as it should: {sorted(failed)}"
     _nothing_left(result, scratch_tmp, scratch_home, output, keep={"out"})
-    assert {p.name for p in (scratch_tmp / "out").iterdir()} == {"report.json", "report.md", "report.html",
-                                                                  "junit.xml", "badge.json"}
+    assert {p.name for p in (scratch_tmp / "out").iterdir()} == {
+        "report.json",
+        "report.md",
+        "report.html",
+        "junit.xml",
+        "badge.json",
+    }
 
 
 def test_a_local_backend_without_isolation_never_works_in_the_users_home(tmp_path):
@@ -154,8 +187,12 @@ def test_a_local_backend_without_isolation_never_works_in_the_users_home(tmp_pat
     plugin.mkdir(parents=True)
     (plugin / "plugin.yaml").write_text('name: host-shell\nversion: "1.0"\ndescription: local bash\nkind: backend\n')
     (plugin / "__init__.py").write_text(HOST_SHELL_PLUGIN)
-    result, scratch_tmp, scratch_home, output = _probe(tmp_path, *suite_command.command(
-        "--backend", "/tmp/host_shell", "-k", "test_exec or test_cwd or test_identity or test_persist", workers=2))
+    result, scratch_tmp, scratch_home, output = _probe(
+        tmp_path,
+        *suite_command.command(
+            "--backend", "/tmp/host_shell", "-k", "test_exec or test_cwd or test_identity or test_persist", workers=2
+        ),
+    )
     assert "passed" in output, output[-3000:]
     _nothing_left(result, scratch_tmp, scratch_home, output, keep={"host_shell"})
 
@@ -163,6 +200,7 @@ def test_a_local_backend_without_isolation_never_works_in_the_users_home(tmp_pat
 @pytest.mark.parametrize("backend", ["tempdir_box", "upstash_box"])
 def test_doctor_leaves_nothing(tmp_path, backend):
     result, scratch_tmp, scratch_home, output = _probe(
-        tmp_path, sys.executable, "-m", "conformance.cli", "doctor", "--backend", backend, timeout=300)
+        tmp_path, sys.executable, "-m", "conformance.cli", "doctor", "--backend", backend, timeout=300
+    )
     assert result["returncode"] == 0, output[-3000:]
     _nothing_left(result, scratch_tmp, scratch_home, output, keep=set())

@@ -148,8 +148,15 @@ def test_requests_meeting_no_fault_reach_the_server_unchanged(injector, server, 
         assert client.get(f"{base}/v1/boxes/b1").json()["state"] == "running"
         assert client.get(f"{base}/v1/boxes/catalog").json() == {"sizes": ["small"]}
         assert client.get(f"{base}/elsewhere").status_code == 200
-    assert server.hits == Counter({"POST /v1/boxes": 1, "POST /v1/boxes/b1/exec": 1, "GET /v1/boxes/b1": 1,
-                                   "GET /v1/boxes/catalog": 1, "GET /elsewhere": 1})
+    assert server.hits == Counter(
+        {
+            "POST /v1/boxes": 1,
+            "POST /v1/boxes/b1/exec": 1,
+            "GET /v1/boxes/b1": 1,
+            "GET /v1/boxes/catalog": 1,
+            "GET /elsewhere": 1,
+        }
+    )
     assert {role: sum(c.values()) for role, c in injector.seen.items()} == {"create": 1, "exec": 1, "read": 1}
 
 
@@ -304,7 +311,7 @@ def test_truncate_sends_half_of_the_line_past_the_bytes_then_cuts(injector, serv
     before = next(i for i in range(len(original)) if sum(map(len, original[:i])) >= 250)
     head = b"".join(original[:before])
     assert isinstance(error, httpx.RemoteProtocolError)
-    assert got == head + original[before][:len(original[before]) // 2]
+    assert got == head + original[before][: len(original[before]) // 2]
 
 
 def test_an_async_client_meets_the_same_faults(injector, server, base):
@@ -355,17 +362,21 @@ def test_the_kits_tables_name_the_routes_its_fakes_fault():
     websocket = {"WS /v2/box/{id}/exec-session": WS_ROUTE}
     for name, fake in (("upstash", UPSTASH), ("deepinfra", DEEPINFRA), ("cloudflare", CLOUDFLARE)):
         kit = fault_routes.vendor(name).role_routes()
-        assert {role: {websocket.get(r, r) for r in routes} for role, routes in kit.items()} == \
-            {role: set(routes) for role, routes in fake.items()}, name
+        assert {role: {websocket.get(r, r) for r in routes} for role, routes in kit.items()} == {
+            role: set(routes) for role, routes in fake.items()
+        }, name
 
 
-@pytest.mark.parametrize("routes, message", [
-    ({"create": ["POST /a"], "exec": ["POST /a/{id}/x"]}, "no route for role"),
-    ({"create": ["POST /a"], "exec": ["FETCH /x"], "read": ["GET /a"]}, "must be 'METHOD /path'"),
-    ({"create": ["POST /a"], "exec": ["POST /a/x{id}"], "read": ["GET /a"]}, "a placeholder is a whole segment"),
-    ({"create": ["POST /a/{id}"], "exec": ["POST /a/{box}"], "read": ["GET /a"]}, "match the same requests"),
-    ({"create": ["POST /a"], "exec": ["POST /b"], "read": ["GET /a"], "pause": ["POST /c"]}, "unknown role"),
-])
+@pytest.mark.parametrize(
+    "routes, message",
+    [
+        ({"create": ["POST /a"], "exec": ["POST /a/{id}/x"]}, "no route for role"),
+        ({"create": ["POST /a"], "exec": ["FETCH /x"], "read": ["GET /a"]}, "must be 'METHOD /path'"),
+        ({"create": ["POST /a"], "exec": ["POST /a/x{id}"], "read": ["GET /a"]}, "a placeholder is a whole segment"),
+        ({"create": ["POST /a/{id}"], "exec": ["POST /a/{box}"], "read": ["GET /a"]}, "match the same requests"),
+        ({"create": ["POST /a"], "exec": ["POST /b"], "read": ["GET /a"], "pause": ["POST /c"]}, "unknown role"),
+    ],
+)
 def test_a_wrong_route_table_is_an_error_naming_the_entry(routes, message):
     with pytest.raises(RouteTableError, match=message):
         fault_routes.build("test", routes, "test table")

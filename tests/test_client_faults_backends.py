@@ -80,8 +80,9 @@ def _read_outcome(kit: KitRun) -> tuple[Any, ...]:
 
 def _outcomes(backend: str, way: str, workdir: Path, notes: dict[str, str]) -> dict[str, tuple[Any, ...]]:
     before = dict(os.environ)
-    kit = KitRun.start(RunOptions(backend=backend, host="builtin", client_faults="on" if way == "client" else "off"),
-                       workdir)
+    kit = KitRun.start(
+        RunOptions(backend=backend, host="builtin", client_faults="on" if way == "client" else "off"), workdir
+    )
     try:
         assert isinstance(kit.world, FaultWorld) is (way == "client"), kit.world
         found = {kind: _exec_outcome(kit, kind, notes) for kind in EXEC_FAULTS}
@@ -105,8 +106,12 @@ def test_every_fault_kind_means_the_same_in_the_fake_and_in_the_client(tmp_path,
     assert set(fake) == set(client) == set(KINDS)
     unfired = [kind for kind in KINDS if not fake[kind][0]]
     assert not unfired, f"{backend}: the fake's faults never fired: {unfired}"
-    differ = [f"{kind}: through the fake's script {fake[kind]}, injected client-side {client[kind]}; Hermes saw "
-              f"{said['fake'].get(kind)!r} and {said['client'].get(kind)!r}" for kind in KINDS if fake[kind] != client[kind]]
+    differ = [
+        f"{kind}: through the fake's script {fake[kind]}, injected client-side {client[kind]}; Hermes saw "
+        f"{said['fake'].get(kind)!r} and {said['client'].get(kind)!r}"
+        for kind in KINDS
+        if fake[kind] != client[kind]
+    ]
     assert not differ, f"{backend} (fired, raised, exit code, ran to the end, runs): " + "; ".join(differ)
 
 

@@ -23,8 +23,14 @@ from fakes.mutants import MUTANTS
 from tests.conftest import SuiteRun, run_suite
 
 TRANSPORT = [c.id for c in contract.load().clauses if "transport-faults" in c.capabilities]
-TRANSPORT_MUTANTS = ("resends_commands", "no_rate_limit_retry", "blocking_finalizer", "open_without_deadline",
-                     "raises_after_start", "timeout_word_in_error")
+TRANSPORT_MUTANTS = (
+    "resends_commands",
+    "no_rate_limit_retry",
+    "blocking_finalizer",
+    "open_without_deadline",
+    "raises_after_start",
+    "timeout_word_in_error",
+)
 
 
 def _both_ways(tmp_path: Path, *args: str) -> tuple[SuiteRun, SuiteRun]:
@@ -45,15 +51,19 @@ def test_transport_clauses_get_the_same_verdicts_with_faults_injected_client_sid
     by_fake = {cid: fake.verdicts()[cid] for cid in TRANSPORT}
     by_client = {cid: client.verdicts()[cid] for cid in TRANSPORT}
     assert len(TRANSPORT) >= 8 and set(by_fake.values()) <= {"pass", "fail"}, (
-        f"through the fake: {by_fake}\n{fake.output[-3000:]}")
+        f"through the fake: {by_fake}\n{fake.output[-3000:]}"
+    )
     assert by_client == by_fake, f"client-side: {by_client}\n{client.output[-3000:]}"
     assert fake.report["backend"]["transport_faults"] == "fake"
     assert client.report["backend"]["transport_faults"] == f"client-side ({backend.split('_')[0]} routes)"
 
 
 def test_the_transport_mutants_are_the_ones_scoped_to_the_transport_checks(builtin_host):
-    scoped = [name for name in MUTANTS
-              if "test_transport_faults" in getattr(importlib.import_module(f"fakes.mutants.{name}"), "SCOPE", "")]
+    scoped = [
+        name
+        for name in MUTANTS
+        if "test_transport_faults" in getattr(importlib.import_module(f"fakes.mutants.{name}"), "SCOPE", "")
+    ]
     assert sorted(scoped) == sorted(TRANSPORT_MUTANTS)
 
 
@@ -64,10 +74,21 @@ def test_a_transport_mutant_fails_the_same_clauses_with_faults_injected_client_s
     exactly, through the fake's fault script with the same scope and fake.  Together the two tests say it
     fails the same clauses both ways, and the fake's way runs once in the kit's tests, not twice."""
     module = importlib.import_module(f"fakes.mutants.{name}")
-    client = run_suite("--backend", f"fakes.mutants.{name}:provider", "--fake", module.FAKE, "-k", module.SCOPE,
-                       "-W", "ignore::DeprecationWarning", "--client-faults=on", cwd=tmp_path)
+    client = run_suite(
+        "--backend",
+        f"fakes.mutants.{name}:provider",
+        "--fake",
+        module.FAKE,
+        "-k",
+        module.SCOPE,
+        "-W",
+        "ignore::DeprecationWarning",
+        "--client-faults=on",
+        cwd=tmp_path,
+    )
     assert client.report is not None, client.output[-2000:]
     assert client.report["backend"]["transport_faults"].startswith("client-side"), client.report["backend"]
     assert client.failed() == set(module.BREAKS), (
         f"mutant {name} ({module.WHAT}): client-side unexpected failures {sorted(client.failed() - module.BREAKS)}, "
-        f"missed {sorted(module.BREAKS - client.failed())}")
+        f"missed {sorted(module.BREAKS - client.failed())}"
+    )

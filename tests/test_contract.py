@@ -27,9 +27,16 @@ def test_bundled_contract_is_version_2_and_every_clause_says_since_when():
 
 
 def test_every_lifecycle_rule_of_the_seeds_is_a_clause():
-    for cid in ("lifecycle.delete-own-only", "lifecycle.gone-counts-deleted", "persist.paused-resumed",
-                "persist.deleted-replaced", "persist.error-reported", "env.strip-keys-invisible",
-                "env.key-not-logged", "errors.redacted"):
+    for cid in (
+        "lifecycle.delete-own-only",
+        "lifecycle.gone-counts-deleted",
+        "persist.paused-resumed",
+        "persist.deleted-replaced",
+        "persist.error-reported",
+        "env.strip-keys-invisible",
+        "env.key-not-logged",
+        "errors.redacted",
+    ):
         assert cid in BUNDLED
 
 
@@ -63,11 +70,18 @@ def test_every_must_clause_says_how_to_fix_it():
         (lambda d: d["clauses"][0].pop("since"), "clauses[0]: 'since' is a required property"),
         (lambda d: d["clauses"][0].update(since="9.0"), "clauses[0].since: '9.0' is later than the contract's version"),
         (lambda d: d.pop("profiles"), "'profiles' is a required property"),
-        (lambda d: d["profiles"]["full"]["harness"].append("persistence"),
-         "profiles.full.harness: 'persistence' is not a harness capability"),
-        (lambda d: d["capabilities"]["transport-faults"].update(only_for="teleport"),
-         "capabilities.transport-faults.only_for: 'teleport' is not a declared or provider capability"),
-        (lambda d: d["capabilities"]["persistence"].update(only_for="remote"), "capabilities.persistence.determined_by"),
+        (
+            lambda d: d["profiles"]["full"]["harness"].append("persistence"),
+            "profiles.full.harness: 'persistence' is not a harness capability",
+        ),
+        (
+            lambda d: d["capabilities"]["transport-faults"].update(only_for="teleport"),
+            "capabilities.transport-faults.only_for: 'teleport' is not a declared or provider capability",
+        ),
+        (
+            lambda d: d["capabilities"]["persistence"].update(only_for="remote"),
+            "capabilities.persistence.determined_by",
+        ),
     ],
 )
 def test_loader_names_the_bad_field(mutate, expected):

@@ -33,14 +33,18 @@ def test_since_agrees_with_the_released_contracts():
 
 
 def test_changes_tell_added_changed_revised_and_removed_apart():
-    old = ({"id": "a.x", "level": "MUST", "title": "t", "statement": "s  one", "source": "x"},
-           {"id": "a.y", "level": "MUST", "title": "t", "statement": "s", "source": "x"},
-           {"id": "a.z", "level": "SHOULD", "title": "t", "statement": "s", "source": "x"},
-           {"id": "a.gone", "level": "MAY", "title": "t", "statement": "s", "source": "x"})
-    new = ({"id": "a.x", "level": "MUST", "title": "t", "statement": "s one", "source": "x"},  # whitespace only
-           {"id": "a.y", "level": "MUST", "title": "t", "statement": "s", "source": "better source"},
-           {"id": "a.z", "level": "MUST", "title": "t", "statement": "s", "source": "x"},
-           {"id": "a.new", "level": "MUST", "title": "t", "statement": "s", "source": "x"})
+    old = (
+        {"id": "a.x", "level": "MUST", "title": "t", "statement": "s  one", "source": "x"},
+        {"id": "a.y", "level": "MUST", "title": "t", "statement": "s", "source": "x"},
+        {"id": "a.z", "level": "SHOULD", "title": "t", "statement": "s", "source": "x"},
+        {"id": "a.gone", "level": "MAY", "title": "t", "statement": "s", "source": "x"},
+    )
+    new = (
+        {"id": "a.x", "level": "MUST", "title": "t", "statement": "s one", "source": "x"},  # whitespace only
+        {"id": "a.y", "level": "MUST", "title": "t", "statement": "s", "source": "better source"},
+        {"id": "a.z", "level": "MUST", "title": "t", "statement": "s", "source": "x"},
+        {"id": "a.new", "level": "MUST", "title": "t", "statement": "s", "source": "x"},
+    )
     found = {c.clause: c for c in contract_history.changes(old, new)}
     assert set(found) == {"a.y", "a.z", "a.new", "a.gone"}
     assert (found["a.y"].kind, found["a.y"].fields) == ("revised", ("source",))
@@ -103,7 +107,7 @@ def test_compare_names_a_file_that_is_not_a_report(tmp_path, capsys):
 
 
 def test_the_stored_1_0_contract_is_the_released_text():
-    data = yaml.safe_load(contract_history.resources.files("conformance").joinpath("contracts/1.0.yaml")
-                          .read_text("utf-8"))
+    data = yaml.safe_load(
+        contract_history.resources.files("conformance").joinpath("contracts/1.0.yaml").read_text("utf-8")
+    )
     assert data["version"] == 1 and len(data["clauses"]) == 127
-

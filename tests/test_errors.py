@@ -25,7 +25,7 @@ from conformance.report import bench_plot, files
 CLI = [sys.executable, "-W", "ignore::DeprecationWarning", "-m", "conformance.cli"]
 BINARY = bytes(range(256)) * 4  # not UTF-8, not JSON, not YAML
 
-PROVIDER = '''
+PROVIDER = """
 from fakes.tempdir_box.box_provider import TempdirBoxProvider
 
 
@@ -35,7 +35,7 @@ class Provider(TempdirBoxProvider):
 
 def register(ctx):
     ctx.register_terminal_environment_provider(Provider())
-'''
+"""
 MANIFEST = 'name: broken_box\nversion: "1.0"\ndescription: a box for error tests\nkind: backend\n'
 
 
@@ -44,9 +44,12 @@ def _env(**extra: str) -> dict[str, str]:
     return {**env, **extra}
 
 
-def _run(*args: object, cwd: Path, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([*CLI, *map(str, args)], capture_output=True, text=True, timeout=timeout, cwd=cwd,
-                          env=env or _env())
+def _run(
+    *args: object, cwd: Path, env: dict[str, str] | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [*CLI, *map(str, args)], capture_output=True, text=True, timeout=timeout, cwd=cwd, env=env or _env()
+    )
 
 
 def _plugin(root: Path, *, manifest: str = MANIFEST, body: str = "    pass\n", name: str = "broken_box") -> Path:
@@ -72,9 +75,18 @@ def _one_error_line(done: subprocess.CompletedProcess, *expected: str) -> str:
 # ------------------------------------------------------------------ the hierarchy
 def test_every_kit_error_class_has_a_fix_and_the_docstring_tree_names_them_all():
     classes = errors.all_classes()
-    assert {c.__name__ for c in classes} >= {"KitError", "ContractError", "BackendLoadError", "PluginManifestError",
-                                             "BackendConfigError", "WaiverError", "ReportFileError", "SignatureError",
-                                             "ScaffoldError", "BenchFileError"}
+    assert {c.__name__ for c in classes} >= {
+        "KitError",
+        "ContractError",
+        "BackendLoadError",
+        "PluginManifestError",
+        "BackendConfigError",
+        "WaiverError",
+        "ReportFileError",
+        "SignatureError",
+        "ScaffoldError",
+        "BenchFileError",
+    }
     for cls in classes:
         assert isinstance(cls.fix, str) and cls.fix.strip(), f"{cls.__name__} has no fix of its own"
         error = cls.__new__(cls)
@@ -95,23 +107,31 @@ def test_the_old_names_are_the_new_classes_and_still_the_builtin_kinds():
 
 
 def test_an_error_crosses_processes_as_its_own_class_with_what_why_and_fix():
-    sent = errors.ContractError("x.yaml is not a valid contract (2 problem(s))", "fix the named fields",
-                                why="clauses[0].level: bad; clauses[1].id: repeats")
+    sent = errors.ContractError(
+        "x.yaml is not a valid contract (2 problem(s))",
+        "fix the named fields",
+        why="clauses[0].level: bad; clauses[1].id: repeats",
+    )
     back = errors.KitError.from_dict(json.loads(json.dumps(sent.to_dict())))
     assert type(back) is errors.ContractError and (back.what, back.why, back.fix) == (sent.what, sent.why, sent.fix)
-    assert str(back) == "x.yaml is not a valid contract (2 problem(s)): clauses[0].level: bad; clauses[1].id: " \
-                        "repeats — fix the named fields"
+    assert (
+        str(back) == "x.yaml is not a valid contract (2 problem(s)): clauses[0].level: bad; clauses[1].id: "
+        "repeats — fix the named fields"
+    )
     unknown = errors.KitError.from_dict({"kind": "NoSuchError", "what": "w", "fix": ""})
     assert type(unknown) is errors.KitError and unknown.fix == errors.KitError.fix
 
 
-@pytest.mark.parametrize("read, kind, expected", [
-    (lambda p: config.load(str(p), set()), errors.BackendConfigError, "not UTF-8 text"),
-    (lambda p: waivers.load(p, contract.load()), errors.WaiverError, "not UTF-8 text"),
-    (lambda p: files.read_report(p), errors.ReportFileError, "not UTF-8 text"),
-    (lambda p: contract.load(p.parent), errors.ContractFileError, "it is a directory"),
-    (lambda p: loader.read_manifest(p.parent), errors.PluginManifestError, "not UTF-8 text"),
-])
+@pytest.mark.parametrize(
+    "read, kind, expected",
+    [
+        (lambda p: config.load(str(p), set()), errors.BackendConfigError, "not UTF-8 text"),
+        (lambda p: waivers.load(p, contract.load()), errors.WaiverError, "not UTF-8 text"),
+        (lambda p: files.read_report(p), errors.ReportFileError, "not UTF-8 text"),
+        (lambda p: contract.load(p.parent), errors.ContractFileError, "it is a directory"),
+        (lambda p: loader.read_manifest(p.parent), errors.PluginManifestError, "not UTF-8 text"),
+    ],
+)
 def test_lower_layer_errors_become_the_most_specific_kit_error(tmp_path, read, kind, expected):
     path = tmp_path / "plugin.yaml"
     path.write_bytes(BINARY)
@@ -126,10 +146,13 @@ def test_certify_with_a_backend_that_does_not_exist(tmp_path):
     _one_error_line(done, "./nonexistent is not a directory — give a plugin directory")
 
 
-@pytest.mark.parametrize("manifest, expected", [
-    ("name: broken_box\n  version: [\n", "plugin.yaml is not valid YAML (line 2, column 10"),
-    ("- name\n- version\n", "must hold a mapping (name, version, description, kind), not a list — fix the file"),
-])
+@pytest.mark.parametrize(
+    "manifest, expected",
+    [
+        ("name: broken_box\n  version: [\n", "plugin.yaml is not valid YAML (line 2, column 10"),
+        ("- name\n- version\n", "must hold a mapping (name, version, description, kind), not a list — fix the file"),
+    ],
+)
 def test_certify_with_a_broken_plugin_yaml(tmp_path, manifest, expected):
     directory = _plugin(tmp_path, manifest=manifest)
     done = _run("certify", "--backend", directory, "--fake", "tempdir", "--out", tmp_path / "out", cwd=tmp_path)
@@ -152,16 +175,22 @@ def test_a_setup_error_under_debug_shows_the_runs_traceback(tmp_path):
 
 
 @pytest.mark.parametrize("content", [None, BINARY])
-@pytest.mark.parametrize("command", [["verify"], ["report", "compare"], ["report", "summary"], ["report", "matrix"],
-                                     ["report", "html"]])
+@pytest.mark.parametrize(
+    "command", [["verify"], ["report", "compare"], ["report", "summary"], ["report", "matrix"], ["report", "html"]]
+)
 def test_report_commands_on_a_missing_or_binary_file(tmp_path, command, content):
     path = tmp_path / "report.json"
     if content is not None:
         path.write_bytes(content)
-    args = [*command, path, *([path] if command[-1] == "compare" else []),
-            *(["--out", tmp_path / "page.html"] if command[-1] == "html" else [])]
-    line = _one_error_line(_run(*args, cwd=tmp_path), f"cannot read report {path}",
-                           "no such file" if content is None else "not UTF-8 text")
+    args = [
+        *command,
+        path,
+        *([path] if command[-1] == "compare" else []),
+        *(["--out", tmp_path / "page.html"] if command[-1] == "html" else []),
+    ]
+    line = _one_error_line(
+        _run(*args, cwd=tmp_path), f"cannot read report {path}", "no such file" if content is None else "not UTF-8 text"
+    )
     assert line.endswith("— pass a report.json written by `hermes-backend-kit certify` (or pytest --report)")
 
 
@@ -169,13 +198,27 @@ def _bad_inputs(tmp_path: Path) -> dict[str, tuple[list[object], str]]:
     existing = tmp_path / "key"
     existing.write_text("mine")
     return {
-        "backend-config": (["certify", "--backend", "tempdir_box", "--backend-config", tmp_path / "no.yaml",
-                            "--out", tmp_path / "out"], "--backend-config"),
-        "waivers": (["certify", "--backend", "tempdir_box", "--waivers", tmp_path / "no.yaml", "--out",
-                     tmp_path / "out"], "--waivers"),
+        "backend-config": (
+            [
+                "certify",
+                "--backend",
+                "tempdir_box",
+                "--backend-config",
+                tmp_path / "no.yaml",
+                "--out",
+                tmp_path / "out",
+            ],
+            "--backend-config",
+        ),
+        "waivers": (
+            ["certify", "--backend", "tempdir_box", "--waivers", tmp_path / "no.yaml", "--out", tmp_path / "out"],
+            "--waivers",
+        ),
         "doctor": (["doctor", "--backend", "./nonexistent"], "is not a directory"),
-        "verify half": (["verify", tmp_path / "r.json", "--signature", tmp_path / "r.sig"],
-                        "--signature and --public-key go together"),
+        "verify half": (
+            ["verify", tmp_path / "r.json", "--signature", tmp_path / "r.sig"],
+            "--signature and --public-key go together",
+        ),
         "sign": (["sign", tmp_path / "r.json", "--key", tmp_path / "no.key"], "private key"),
         "keygen": (["keygen", "--key", existing], "keygen never overwrites a key"),
         "contract show": (["contract", "show", "exec.nope"], "unknown clause 'exec.nope'"),
@@ -185,8 +228,21 @@ def _bad_inputs(tmp_path: Path) -> dict[str, tuple[list[object], str]]:
     }
 
 
-@pytest.mark.parametrize("case", ["backend-config", "waivers", "doctor", "verify half", "sign", "keygen",
-                                  "contract show", "contract validate", "init-plugin", "fake serve"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "backend-config",
+        "waivers",
+        "doctor",
+        "verify half",
+        "sign",
+        "keygen",
+        "contract show",
+        "contract validate",
+        "init-plugin",
+        "fake serve",
+    ],
+)
 def test_every_command_reports_bad_input_the_same_way(tmp_path, case):
     args, expected = _bad_inputs(tmp_path)[case]
     done = _run(*args, cwd=tmp_path, timeout=120)
@@ -224,13 +280,26 @@ def test_a_run_that_is_not_certified_exits_1(tmp_path):
     manifest = "name: broken_box\ndescription: no version\nkind: backend\n"
     directory = _plugin(tmp_path, manifest=manifest)
     out = tmp_path / "out"
-    done = _run("certify", "--backend", directory, "--fake", "tempdir", "--workers", "0", "--out", out, cwd=tmp_path,
-                env=_env(PYTEST_ADDOPTS="-k test_manifest_describes_a_backend"))
+    done = _run(
+        "certify",
+        "--backend",
+        directory,
+        "--fake",
+        "tempdir",
+        "--workers",
+        "0",
+        "--out",
+        out,
+        cwd=tmp_path,
+        env=_env(PYTEST_ADDOPTS="-k test_manifest_describes_a_backend"),
+    )
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
     report = json.loads((out / "report.json").read_text())
     verdicts = {c["id"]: c["verdict"] for c in report["clauses"]}
-    assert verdicts["register.manifest"] == "fail" and "MUST clause register.manifest failed" in \
-        report["not_certified_because"]
+    assert (
+        verdicts["register.manifest"] == "fail"
+        and "MUST clause register.manifest failed" in report["not_certified_because"]
+    )
     assert "error:" not in done.stderr and "Traceback" not in done.stderr
 
 
@@ -241,8 +310,10 @@ def test_a_bug_is_one_line_and_exit_3_and_its_traceback_only_with_debug(monkeypa
     monkeypatch.setattr(cli, "cmd_backends", broken)
     assert cli.main(["backends"]) == 3
     err = capsys.readouterr().err
-    assert err.splitlines() == ["error: internal error (ZeroDivisionError: the kit divided by zero) — rerun with "
-                                "--debug and report it with the traceback"]
+    assert err.splitlines() == [
+        "error: internal error (ZeroDivisionError: the kit divided by zero) — rerun with "
+        "--debug and report it with the traceback"
+    ]
     for argv in (["--debug", "backends"], ["backends", "--debug"]):
         assert cli.main(argv) == 3
         err = capsys.readouterr().err
@@ -253,8 +324,15 @@ def test_a_bug_is_one_line_and_exit_3_and_its_traceback_only_with_debug(monkeypa
 def test_doctor_names_the_unset_variable_the_plugin_requires(tmp_path):
     manifest = MANIFEST + "requires_env:\n  - BROKEN_BOX_KEY\n"
     body = "    def is_available(self):\n        return False\n"
-    done = _run("doctor", "--backend", _plugin(tmp_path, manifest=manifest, body=body), "--fake", "tempdir",
-                cwd=tmp_path, env=_env())
+    done = _run(
+        "doctor",
+        "--backend",
+        _plugin(tmp_path, manifest=manifest, body=body),
+        "--fake",
+        "tempdir",
+        cwd=tmp_path,
+        env=_env(),
+    )
     assert done.returncode == 1, done.stdout + done.stderr
     assert "FAIL  is_available         is_available() returned False\n" in done.stdout
     assert "      fix: set BROKEN_BOX_KEY (plugin.yaml requires_env)\n" in done.stdout
@@ -262,19 +340,24 @@ def test_doctor_names_the_unset_variable_the_plugin_requires(tmp_path):
 
 
 def test_doctor_fixes_come_from_each_rows_failure(tmp_path):
-    body = ("    def probe(self):\n"
-            "        return ('unreachable', 'the endpoint refused the connection')\n"
-            "    def doctor_checks(self):\n"
-            "        return [(True, 'sdk', 'installed'), (False, 'quota', '3 of 3 sandboxes in use')]\n"
-            "    def create_environment(self, *args, **kwargs):\n"
-            "        env = super().create_environment(*args, **kwargs)\n"
-            "        env.execute = lambda command, **kw: {'output': 'nothing ran'}\n"
-            "        return env\n")
+    body = (
+        "    def probe(self):\n"
+        "        return ('unreachable', 'the endpoint refused the connection')\n"
+        "    def doctor_checks(self):\n"
+        "        return [(True, 'sdk', 'installed'), (False, 'quota', '3 of 3 sandboxes in use')]\n"
+        "    def create_environment(self, *args, **kwargs):\n"
+        "        env = super().create_environment(*args, **kwargs)\n"
+        "        env.execute = lambda command, **kw: {'output': 'nothing ran'}\n"
+        "        return env\n"
+    )
     done = _run("doctor", "--backend", _plugin(tmp_path, body=body), "--fake", "tempdir", cwd=tmp_path)
     assert done.returncode == 1, done.stdout + done.stderr
     rows = done.stdout.splitlines()
-    fixes = {rows[i - 1][6:26].strip(): line.removeprefix("      fix: ") for i, line in enumerate(rows)
-             if line.startswith("      fix: ")}
+    fixes = {
+        rows[i - 1][6:26].strip(): line.removeprefix("      fix: ")
+        for i, line in enumerate(rows)
+        if line.startswith("      fix: ")
+    }
     assert fixes == {
         "probe": "fix what the probe reports: the endpoint refused the connection",
         "doctor_checks": "fix what the backend's own check(s) quota report",
@@ -290,9 +373,15 @@ def test_certify_stopped_by_a_signal_ends_its_run_and_removes_its_temp_root(tmp_
     """CI, nox or a closed terminal stops certify: its run's processes end and its temp root goes."""
     temp = tmp_path / "tmp"
     temp.mkdir()
-    proc = subprocess.Popen([*CLI, "certify", "--backend", "tempdir_box", "--out", str(tmp_path / "out")],
-                            cwd=tmp_path, env=_env(TMPDIR=str(temp)), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [*CLI, "certify", "--backend", "tempdir_box", "--out", str(tmp_path / "out")],
+        cwd=tmp_path,
+        env=_env(TMPDIR=str(temp)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 240
         # Wait until the run is under way: its temp root holds pytest's per-worker directories.

@@ -108,12 +108,14 @@ def test_the_fake_process_holds_none_of_the_kits_credentials(tmp_path, monkeypat
 
 
 def test_the_fake_ends_and_cleans_up_when_the_kit_is_killed(tmp_path):
-    script = ("import sys, time, json\n"
-              "from pathlib import Path\n"
-              "from fakes import process\n"
-              "fake = process.spawn('deepinfra', Path(sys.argv[1]))\n"
-              "print(json.dumps({'pid': fake.pid}), flush=True)\n"
-              "time.sleep(600)\n")
+    script = (
+        "import sys, time, json\n"
+        "from pathlib import Path\n"
+        "from fakes import process\n"
+        "fake = process.spawn('deepinfra', Path(sys.argv[1]))\n"
+        "print(json.dumps({'pid': fake.pid}), flush=True)\n"
+        "time.sleep(600)\n"
+    )
     workdir = tmp_path / "fake"
     kit = subprocess.Popen([sys.executable, "-c", script, str(workdir)], cwd=ROOT, stdout=subprocess.PIPE, text=True)
     try:
@@ -186,8 +188,14 @@ def test_a_kit_run_serves_its_fake_from_another_process(tmp_path, saved_environ)
 
 # ------------------------------------------------------------------ fake serve, by hand
 def _serve(*argv: str, env: dict[str, str] | None = None) -> tuple[subprocess.Popen[str], dict[str, str], str]:
-    proc = subprocess.Popen([sys.executable, "-m", "conformance.cli", "fake", "serve", *argv], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "conformance.cli", "fake", "serve", *argv],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     assert proc.stdout is not None
     lines: list[str] = []
     while not lines or "fake is serving" not in lines[-1]:
@@ -209,12 +217,14 @@ def _stopped(proc: subprocess.Popen[str]) -> int:
 def test_fake_serve_lifts_the_cap_and_prints_a_control_address(tmp_path):
     proc, exports, control = _serve("deepinfra", "--max-sandboxes", "2", "--root", str(tmp_path / "root"))
     try:
-        script = ("from deepinfra import Sandbox\n"
-                  "made = [Sandbox.create() for _ in range(2)]\n"
-                  "try:\n"
-                  "    Sandbox.create()\n"
-                  "except Exception as exc:\n"
-                  "    print('third:', exc)\n")
+        script = (
+            "from deepinfra import Sandbox\n"
+            "made = [Sandbox.create() for _ in range(2)]\n"
+            "try:\n"
+            "    Sandbox.create()\n"
+            "except Exception as exc:\n"
+            "    print('third:', exc)\n"
+        )
         env = {k: v for k, v in os.environ.items() if not k.startswith("DEEPINFRA_")} | exports
         done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stderr
@@ -254,16 +264,30 @@ def test_fake_serve_takes_the_key_and_profile_it_is_given():
 
 
 def test_fake_serve_rejects_a_cap_the_fake_does_not_have():
-    done = subprocess.run([sys.executable, "-m", "conformance.cli", "fake", "serve", "cloudflare",
-                           "--max-sandboxes", "5"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "conformance.cli", "fake", "serve", "cloudflare", "--max-sandboxes", "5"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 2 and "has no sandbox cap" in done.stderr and "— drop --max-sandboxes" in done.stderr
 
 
 def test_a_hand_started_fake_refuses_several_workers(tmp_path):
     proc, _, control = _serve("upstash", "--profile", "suite")
     try:
-        run = run_suite("--backend", "upstash_box", "--fake-control", control, "-k", "test_exec", cwd=tmp_path,
-                        workers=2, timeout=300)
+        run = run_suite(
+            "--backend",
+            "upstash_box",
+            "--fake-control",
+            control,
+            "-k",
+            "test_exec",
+            cwd=tmp_path,
+            workers=2,
+            timeout=300,
+        )
         assert run.returncode == 4 and "serves one run at a time" in run.output, run.output[-2000:]
     finally:
         _stopped(proc)
@@ -273,8 +297,9 @@ def test_a_hand_started_fake_refuses_several_workers(tmp_path):
 def test_the_suite_certifies_deepinfra_against_a_fake_started_by_hand(tmp_path):
     """With the user's credentials exported to both sides, and none of them reaching the fake's boxes or log."""
     root = tmp_path / "fake-root"
-    proc, _, control = _serve("deepinfra", "--max-sandboxes", "1000", "--root", str(root),
-                              env={**os.environ, **CANARIES})
+    proc, _, control = _serve(
+        "deepinfra", "--max-sandboxes", "1000", "--root", str(root), env={**os.environ, **CANARIES}
+    )
     seen: set[str] = set()
     leaks: list[str] = []
     done = threading.Event()
@@ -295,8 +320,18 @@ def test_the_suite_certifies_deepinfra_against_a_fake_started_by_hand(tmp_path):
     sampler = threading.Thread(target=sample_box_files, daemon=True)
     sampler.start()
     try:
-        run = run_suite("--backend", "deepinfra", "--fake-control", control, "-W", "ignore::DeprecationWarning",
-                        cwd=tmp_path, workers=0, timeout=1200, extra_env=CANARIES)
+        run = run_suite(
+            "--backend",
+            "deepinfra",
+            "--fake-control",
+            control,
+            "-W",
+            "ignore::DeprecationWarning",
+            cwd=tmp_path,
+            workers=0,
+            timeout=1200,
+            extra_env=CANARIES,
+        )
     finally:
         done.set()
         sampler.join(60)
@@ -320,15 +355,23 @@ def test_the_suite_certifies_deepinfra_against_a_fake_started_by_hand(tmp_path):
 def test_a_finalizer_that_calls_its_fake_stalls_no_check(tmp_path):
     selection = "test_exec or test_transport_faults or test_lifecycle"
     backend = ("--backend", "fakes.mutants.finalizer_calls_fake:provider", "--fake", "deepinfra")
-    listed = subprocess.run(suite_command.command("--collect-only", *backend, "-k", selection),
-                            cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    listed = subprocess.run(
+        suite_command.command("--collect-only", *backend, "-k", selection),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     selected = {line.split("::", 1)[1] for line in listed.stdout.splitlines() if "::" in line}
     assert len(selected) > 30, listed.stdout[-2000:]
     # Generous: the run takes 1-3 minutes on a loaded 2-core machine; a stalled fake costs 60 s per collection.
     run = run_suite(*backend, "-k", selection, "-W", "ignore::DeprecationWarning", cwd=tmp_path, timeout=900)
     assert run.report is not None, run.output[-3000:]
-    outcomes = {check["id"].split("::", 1)[1]: check["outcome"]
-                for clause in run.report["clauses"] for check in clause["checks"]}
+    outcomes = {
+        check["id"].split("::", 1)[1]: check["outcome"]
+        for clause in run.report["clauses"]
+        for check in clause["checks"]
+    }
     assert set(outcomes) == selected, f"checks without a verdict: {sorted(selected - set(outcomes))}"
     assert set(outcomes.values()) <= {"passed", "failed", "skipped"}, outcomes
     # A collection during the silent-finalizer check itself may wait on the silenced service: that check's

@@ -17,8 +17,16 @@ _PROBE.close()
 def test_the_report_records_how_the_fake_boxes_ran(tmp_path, namespaces):
     if namespaces == "on" and not _PROBE.isolated:
         pytest.skip(f"no usable namespaces here: {_PROBE.paths_note}")
-    run = run_suite("--backend", "upstash_box", "-k", "test_exec and returncode", cwd=tmp_path, workers=0,
-                    extra_env={"KIT_WORLD_NAMESPACES": namespaces}, timeout=300)
+    run = run_suite(
+        "--backend",
+        "upstash_box",
+        "-k",
+        "test_exec and returncode",
+        cwd=tmp_path,
+        workers=0,
+        extra_env={"KIT_WORLD_NAMESPACES": namespaces},
+        timeout=300,
+    )
     assert run.report is not None, run.output[-3000:]
     world = run.report["fake_world"]
     assert world["isolated"] is (namespaces == "on"), world

@@ -131,8 +131,9 @@ def test_drop_cuts_the_session_after_the_answer_and_the_given_bytes(injector, se
     armed = injector.arm("drop", "exec", after_bytes=300)
     frames, ended = converse(_url(server))
     assert armed.fired == 1 and ended == "closed" and server.starts == 2
-    assert frames[0]["type"] == "started" and outputs(frames) == 300 // (len(json.dumps(
-        {"type": "stdout", "data": "00" + "o" * 98})) + 4)  # the whole frames within 300 bytes
+    assert frames[0]["type"] == "started" and outputs(frames) == 300 // (
+        len(json.dumps({"type": "stdout", "data": "00" + "o" * 98})) + 4
+    )  # the whole frames within 300 bytes
 
 
 def test_half_close_after_the_answer_keeps_the_session_open_and_silent(injector, server):
@@ -163,7 +164,8 @@ def test_status_answers_the_upgrade_in_the_servers_place(injector, server):
     with pytest.raises(InvalidStatus) as refused:
         converse(_url(server))
     assert refused.value.response.status_code == 500 and json.loads(refused.value.response.body) == {
-        "error": "Internal server error"}
+        "error": "Internal server error"
+    }
     assert server.connections == 1
 
 
@@ -202,18 +204,26 @@ def _certificate(tmp_path: Path) -> tuple[ssl.SSLContext, ssl.SSLContext]:
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
     now = dt.datetime.now(dt.UTC)
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-            .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(minutes=5))
-            .not_valid_after(now + dt.timedelta(hours=1))
-            .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost"),
-                                                         x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-                           critical=False)
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .sign(key, hashes.SHA256()))
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(hours=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
     cert_path, key_path = tmp_path / "cert.pem", tmp_path / "key.pem"
     cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
+    key_path.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
     server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     server.load_cert_chain(cert_path, key_path)
     client = ssl.create_default_context(cafile=str(cert_path))

@@ -60,8 +60,15 @@ def blocks(text: str) -> list[Block]:
         end = next((j for j in range(i + 1, len(lines)) if lines[j].startswith("```")), None)
         assert end is not None, f"{GUIDE.name}:{i + 1}: a code block is never closed"
         marker = MARKER.match(lines[i - 1]) if i else None
-        found.append(Block(i + 1, opening.group(1), "\n".join(lines[i + 1:end]) + "\n",
-                           marker.group(1) if marker else None, marker.group(2).strip() if marker else ""))
+        found.append(
+            Block(
+                i + 1,
+                opening.group(1),
+                "\n".join(lines[i + 1 : end]) + "\n",
+                marker.group(1) if marker else None,
+                marker.group(2).strip() if marker else "",
+            )
+        )
         i = end + 1
     return found
 
@@ -92,8 +99,9 @@ def test_the_guide_ends_with_the_contract_changes_section():
 
 
 def _env(work: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PYTEST_", "TEMPDIR_BOX_", "HERMES_")) and k != "CI"}
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "TEMPDIR_BOX_", "HERMES_")) and k != "CI"
+    }
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     return env
@@ -107,9 +115,14 @@ def _not_certified_only_because_the_tree_is_edited(work: Path) -> list[str] | No
     report = json.loads(path.read_text())
     reasons = report.get("incomplete_reasons") or []
     failing = [c["id"] for c in report["clauses"] if c["verdict"] == "fail"]
-    if (not report["certified"] and not failing and report["profiles"]["black-box"]["met"]
-            and report["not_certified_because"] == ["the run is not complete"] and reasons
-            and all(r.startswith("check files differ from this kit version") for r in reasons)):
+    if (
+        not report["certified"]
+        and not failing
+        and report["profiles"]["black-box"]["met"]
+        and report["not_certified_because"] == ["the run is not complete"]
+        and reasons
+        and all(r.startswith("check files differ from this kit version") for r in reasons)
+    ):
         return reasons
     return None
 
@@ -137,15 +150,20 @@ def test_every_block_of_the_guide_runs(tmp_path):
             assert yaml.safe_load(block.body) is not None, f"{block}: empty YAML"
             ran += 1
             continue
-        cmd = ["bash", "-e", "-c", block.body] if block.lang == "bash" else [sys.executable, "-c",
-                                                                             HOST_PRELUDE + block.body]
+        cmd = (
+            ["bash", "-e", "-c", block.body]
+            if block.lang == "bash"
+            else [sys.executable, "-c", HOST_PRELUDE + block.body]
+        )
         proc = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=1200)
         if proc.returncode != 0:
             drift = _not_certified_only_because_the_tree_is_edited(work)
             if drift:
                 pytest.xfail(f"{block}: certified but for this tree's edited check files: {drift}")
-        assert proc.returncode == 0, f"{block} failed ({proc.returncode}):\n{block.body}\n" \
-                                     f"--- stdout\n{proc.stdout[-4000:]}\n--- stderr\n{proc.stderr[-4000:]}"
+        assert proc.returncode == 0, (
+            f"{block} failed ({proc.returncode}):\n{block.body}\n"
+            f"--- stdout\n{proc.stdout[-4000:]}\n--- stderr\n{proc.stderr[-4000:]}"
+        )
         ran += 1
     assert ran >= 10
     # What the blocks made is what the guide says they make.

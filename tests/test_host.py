@@ -177,13 +177,20 @@ def test_core_override_is_detected(tmp_path):
 
 
 def test_legacy_host_load(tmp_path):
-    ok = subprocess.run([sys.executable, "-m", "conformance.host.legacy", "fakes.tempdir_box"],
-                        capture_output=True, text=True, timeout=60)
+    ok = subprocess.run(
+        [sys.executable, "-m", "conformance.host.legacy", "fakes.tempdir_box"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert ok.returncode == 0, ok.stderr
-    eager = _write_plugin(tmp_path / "eager", "from agent.terminal_env_provider import TerminalEnvironmentProvider\n"
-                                              "def register(ctx):\n    pass\n")
-    bad = subprocess.run([sys.executable, "-m", "conformance.host.legacy", str(eager)],
-                         capture_output=True, text=True, timeout=60)
+    eager = _write_plugin(
+        tmp_path / "eager",
+        "from agent.terminal_env_provider import TerminalEnvironmentProvider\ndef register(ctx):\n    pass\n",
+    )
+    bad = subprocess.run(
+        [sys.executable, "-m", "conformance.host.legacy", str(eager)], capture_output=True, text=True, timeout=60
+    )
     assert bad.returncode == 1 and ("ImportError" in bad.stderr or "ModuleNotFoundError" in bad.stderr)
 
 
@@ -348,11 +355,17 @@ def test_feature_detection_tells_the_0_19_shape_from_the_current_one():
 
         def _wrap_command(self, command, cwd):
             snap, marker = shlex.quote(self._snapshot_path), self._cwd_marker
-            return "\n".join([
-                f"source {snap} >/dev/null 2>&1 || true", f"builtin cd -- {shlex.quote(cwd)} || exit 126",
-                "eval " + shlex.quote(command), "__ec=$?", f"export -p > {snap}",
-                f"printf '\\n{marker}%s{marker}\\n' \"$(pwd -P)\"", "exit $__ec",
-            ])
+            return "\n".join(
+                [
+                    f"source {snap} >/dev/null 2>&1 || true",
+                    f"builtin cd -- {shlex.quote(cwd)} || exit 126",
+                    "eval " + shlex.quote(command),
+                    "__ec=$?",
+                    f"export -p > {snap}",
+                    f"printf '\\n{marker}%s{marker}\\n' \"$(pwd -P)\"",
+                    "exit $__ec",
+                ]
+            )
 
         def execute(self, command, cwd="", *, timeout=None, **kwargs):
             self._before_execute()

@@ -8,11 +8,24 @@ from conformance.host.factory import container_config_for
 
 # The 18 keys of the host's _CONTAINER_KEYS with their defaults.
 HOST_KEYS = {
-    "container_cpu": 1, "container_memory": 5120, "container_disk": 51200, "container_persistent": True,
-    "modal_mode": "auto", "vercel_runtime": "", "docker_volumes": [], "docker_mount_cwd_to_workspace": False,
-    "docker_forward_env": [], "docker_env": {}, "docker_run_as_host_user": False, "docker_extra_args": [],
-    "docker_shm_size": "1g", "docker_network": True, "docker_persist_across_processes": True,
-    "docker_shared_container_key": "", "docker_orphan_reaper": True, "docker_snap_compat": False,
+    "container_cpu": 1,
+    "container_memory": 5120,
+    "container_disk": 51200,
+    "container_persistent": True,
+    "modal_mode": "auto",
+    "vercel_runtime": "",
+    "docker_volumes": [],
+    "docker_mount_cwd_to_workspace": False,
+    "docker_forward_env": [],
+    "docker_env": {},
+    "docker_run_as_host_user": False,
+    "docker_extra_args": [],
+    "docker_shm_size": "1g",
+    "docker_network": True,
+    "docker_persist_across_processes": True,
+    "docker_shared_container_key": "",
+    "docker_orphan_reaper": True,
+    "docker_snap_compat": False,
 }
 
 
@@ -22,8 +35,9 @@ def test_a_container_backend_gets_every_key_with_the_hosts_defaults():
 
 
 def test_terminal_settings_override_the_defaults_and_nothing_else_is_sent():
-    config = container_config_for(SimpleNamespace(is_container=True),
-                                  {"container_persistent": False, "docker_env": {"A": "1"}, "timeout": 9})
+    config = container_config_for(
+        SimpleNamespace(is_container=True), {"container_persistent": False, "docker_env": {"A": "1"}, "timeout": 9}
+    )
     assert config["container_persistent"] is False and config["docker_env"] == {"A": "1"}
     assert set(config) == set(HOST_KEYS)
 

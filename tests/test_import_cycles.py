@@ -49,8 +49,9 @@ def modules(root: Path, packages: Iterable[str]) -> dict[str, Path]:
 
 
 def _is_type_checking(test: ast.expr) -> bool:
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or \
-        (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
 
 
 def _imports(tree: ast.AST) -> Iterable[ast.Import | ast.ImportFrom]:
@@ -157,8 +158,7 @@ def cycles(edges: dict[str, list[Edge]]) -> list[list[Edge]]:
     for name in edges:
         if name not in index:
             connect(name)
-    return [_cycle_in(set(c), edges) for c in components
-            if len(c) > 1 or any(e.target == c[0] for e in edges[c[0]])]
+    return [_cycle_in(set(c), edges) for c in components if len(c) > 1 or any(e.target == c[0] for e in edges[c[0]])]
 
 
 def _cycle_in(component: set[str], edges: dict[str, list[Edge]]) -> list[Edge]:
@@ -198,8 +198,7 @@ def test_no_import_cycle_among_the_projects_modules() -> None:
     known = modules(ROOT, PACKAGES)
     assert len(known) > 100, f"found only {len(known)} modules under {', '.join(PACKAGES)}"
     found = cycles(graph(known, ROOT))
-    assert not found, "import cycle(s), function-level imports included:\n\n" + \
-        "\n\n".join(describe(c) for c in found)
+    assert not found, "import cycle(s), function-level imports included:\n\n" + "\n\n".join(describe(c) for c in found)
 
 
 def _write(root: Path, files: dict[str, str]) -> None:
@@ -209,13 +208,16 @@ def _write(root: Path, files: dict[str, str]) -> None:
 
 
 def test_the_check_finds_a_cycle_hidden_in_a_function(tmp_path: Path) -> None:
-    _write(tmp_path, {
-        "pkg/__init__.py": "",
-        "pkg/a.py": "from pkg.b import helper\n",
-        "pkg/b.py": "def helper():\n    from . import c\n    return c\n",
-        "pkg/c.py": "import os\n\ndef later():\n    from .a import helper\n    return helper\n",
-        "pkg/d.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg import a\n",
-    })
+    _write(
+        tmp_path,
+        {
+            "pkg/__init__.py": "",
+            "pkg/a.py": "from pkg.b import helper\n",
+            "pkg/b.py": "def helper():\n    from . import c\n    return c\n",
+            "pkg/c.py": "import os\n\ndef later():\n    from .a import helper\n    return helper\n",
+            "pkg/d.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg import a\n",
+        },
+    )
     found = cycles(graph(modules(tmp_path, ["pkg"]), tmp_path))
     assert len(found) == 1, [describe(c) for c in found]
     assert [e.target for e in found[0]] == ["pkg.a", "pkg.b", "pkg.c", "pkg.a"], describe(found[0])
@@ -223,13 +225,16 @@ def test_the_check_finds_a_cycle_hidden_in_a_function(tmp_path: Path) -> None:
 
 
 def test_a_name_from_a_package_init_is_an_edge_to_the_init_and_a_submodule_is_not(tmp_path: Path) -> None:
-    _write(tmp_path, {
-        "pkg/__init__.py": "from pkg.server import Server\nVERSION = 1\n",
-        "pkg/server.py": "from pkg import settings\n\ndef version():\n    from pkg import VERSION\n",
-        "pkg/settings.py": "",
-        "other/__init__.py": "",
-        "other/user.py": "import pkg.settings\n",
-    })
+    _write(
+        tmp_path,
+        {
+            "pkg/__init__.py": "from pkg.server import Server\nVERSION = 1\n",
+            "pkg/server.py": "from pkg import settings\n\ndef version():\n    from pkg import VERSION\n",
+            "pkg/settings.py": "",
+            "other/__init__.py": "",
+            "other/user.py": "import pkg.settings\n",
+        },
+    )
     edges = graph(modules(tmp_path, ["pkg", "other"]), tmp_path)
     assert {e.target for e in edges["other.user"]} == {"pkg", "pkg.settings"}
     assert {e.target for e in edges["pkg.server"]} == {"pkg.settings", "pkg"}

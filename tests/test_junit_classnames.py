@@ -20,10 +20,24 @@ def test_classnames_leave_out_the_path_from_the_rootdir(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "TEMPDIR_BOX_", "HERMES_"))}
     env["TEMPDIR_BOX_ROOT"] = str(tmp_path / "boxes")
     proc = subprocess.run(
-        suite_command.command("--backend", "fakes.tempdir_box:provider", "-k", "test_exec_properties",
-                              "--rootdir", str(ROOT.parent), "--junitxml", str(junit),
-                              "-o", "junit_family=xunit1"),  # xunit1 keeps the file attribute
-        cwd=ROOT.parent, env=env, capture_output=True, text=True, timeout=600)
+        suite_command.command(
+            "--backend",
+            "fakes.tempdir_box:provider",
+            "-k",
+            "test_exec_properties",
+            "--rootdir",
+            str(ROOT.parent),
+            "--junitxml",
+            str(junit),
+            "-o",
+            "junit_family=xunit1",
+        ),  # xunit1 keeps the file attribute
+        cwd=ROOT.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert junit.is_file(), proc.stdout[-3000:] + proc.stderr[-3000:]
     cases = ET.parse(junit).getroot().iter("testcase")
     seen = [(c.get("classname"), c.get("file")) for c in cases]

@@ -39,8 +39,10 @@ def checks() -> dict[str, tuple[set[str], Any]]:
     collector = _Keywords()
     sink = io.StringIO()
     with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
-        code = pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
-                            "--pyargs", "conformance.checks"], plugins=[collector])
+        code = pytest.main(
+            ["--collect-only", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", "--pyargs", "conformance.checks"],
+            plugins=[collector],
+        )
     assert code == pytest.ExitCode.OK, sink.getvalue()[-3000:]
     assert collector.checks, "no check was collected"
     return collector.checks

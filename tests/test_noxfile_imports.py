@@ -23,8 +23,8 @@ print(" ".join(project))
 
 
 def test_the_modules_noxfile_reads_import_the_standard_library_only():
-    proc = subprocess.run([sys.executable, "-I", "-S", "-c", PROBE, str(ROOT)], capture_output=True, text=True,
-                          timeout=60, cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", PROBE, str(ROOT)], capture_output=True, text=True, timeout=60, cwd=ROOT
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.split() == ["conformance", "conformance.backends", "conformance.suite_command"]
-

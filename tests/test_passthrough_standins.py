@@ -95,8 +95,11 @@ def test_the_prelude_unsets_and_exports_in_bash(hosts, monkeypatch):
         prelude = passthrough_prelude(frozenset({"KIT_T_OWN_KEY"}))
     finally:
         scope.reset_secret_scope(token)
-    script = ("export KIT_T_MISSING=stale KIT_T_OWN_KEY=stale\n" + prelude +
-              'echo "held=$KIT_T_HELD missing=${KIT_T_MISSING-unset} own=${KIT_T_OWN_KEY-unset}"')
+    script = (
+        "export KIT_T_MISSING=stale KIT_T_OWN_KEY=stale\n"
+        + prelude
+        + 'echo "held=$KIT_T_HELD missing=${KIT_T_MISSING-unset} own=${KIT_T_OWN_KEY-unset}"'
+    )
     shown = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True).stdout
     assert shown.strip() == "held=it's $quoted missing=unset own=unset"
 

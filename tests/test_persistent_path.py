@@ -15,15 +15,20 @@ from tests.conftest import run_suite
 
 def _kit(*, config_value=None, attr=None, manifest=None):
     provider = SimpleNamespace() if attr is None else SimpleNamespace(conformance_persistent_path=attr)
-    return SimpleNamespace(backend_config=config.BackendConfig(persistent_path=config_value), provider=provider,
-                           plugin=SimpleNamespace(manifest=manifest))
+    return SimpleNamespace(
+        backend_config=config.BackendConfig(persistent_path=config_value),
+        provider=provider,
+        plugin=SimpleNamespace(manifest=manifest),
+    )
 
 
 def test_the_first_source_that_names_a_path_speaks_for_the_backend():
     yaml = {"conformance": {"persistent_path": "/from-yaml"}}
     env = SimpleNamespace(cwd="/from-cwd")
-    assert persistent_path.of(_kit(config_value="/cfg", attr="/attr", manifest=yaml), env).describe() == \
-        "/cfg (backend-config persistent_path)"
+    assert (
+        persistent_path.of(_kit(config_value="/cfg", attr="/attr", manifest=yaml), env).describe()
+        == "/cfg (backend-config persistent_path)"
+    )
     assert persistent_path.of(_kit(attr="/attr", manifest=yaml), env).path == "/attr"
     assert persistent_path.of(_kit(manifest=yaml), env).declared_by == "plugin.yaml conformance.persistent_path"
     assert persistent_path.of(_kit(), env).describe() == "/from-cwd (default: the environment's cwd)"
@@ -58,8 +63,13 @@ def test_paths_reach_a_real_shell_as_one_word(tmp_path: Path):
     for declared, expected in cases:
         where = persistent_path.PersistentPath(declared, "test")
         script = f"printf x > {where.file('f;rm -rf x')} && cat {where.file('f;rm -rf x')}"
-        done = subprocess.run(["bash", "-c", script], env={"HOME": str(home), "PATH": "/usr/bin:/bin"},
-                              capture_output=True, text=True, check=False)
+        done = subprocess.run(
+            ["bash", "-c", script],
+            env={"HOME": str(home), "PATH": "/usr/bin:/bin"},
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         assert done.returncode == 0 and done.stdout == "x", (declared, done.stderr)
         assert (expected / "f;rm -rf x").read_text() == "x"
 
@@ -75,9 +85,11 @@ def test_a_bad_declaration_stops_the_run_in_one_line(tmp_path):
         "    name = 'keeps_nothing'\n"
         "    conformance_persistent_path = 'workspace'\n\n\n"
         "def register(ctx):\n"
-        "    ctx.register_terminal_environment_provider(Provider())\n")
+        "    ctx.register_terminal_environment_provider(Provider())\n"
+    )
     run = run_suite("--backend", str(plugin), "--fake", "tempdir", "-k", "test_persist", cwd=tmp_path, workers=0)
     assert run.returncode == 4, run.output[-1500:]
-    assert ("hermes-backend-kit: the provider attribute conformance_persistent_path 'workspace' must be an "
-            "absolute path") in run.output
+    assert (
+        "hermes-backend-kit: the provider attribute conformance_persistent_path 'workspace' must be an absolute path"
+    ) in run.output
     assert "Traceback" not in run.output

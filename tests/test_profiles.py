@@ -97,8 +97,9 @@ def test_a_verified_failure_outside_the_certified_profile_still_blocks():
 
 
 def test_a_waived_failure_counts_in_its_profile():
-    waiver = Waiver("lifecycle.delete-own-only", "known", "https://example.invalid/1",
-                    dt.date.today() + dt.timedelta(days=9), False)
+    waiver = Waiver(
+        "lifecycle.delete-own-only", "known", "https://example.invalid/1", dt.date.today() + dt.timedelta(days=9), False
+    )
     report = run(DECLARED | WORLD, fail={waiver.clause}, waivers=[waiver])
     full = report["profiles"]["full"]
     assert report["profile"] == "full" and full["waived"] == 1 and full["failing"] == []
@@ -134,5 +135,6 @@ def test_profile_scopes_follow_the_contract():
     every_must = {c.id for c in CONTRACT if c.level == "MUST"}
     assert set(verdicts.profile_scope(CONTRACT, "full")) == every_must
     assert set(verdicts.profile_scope(CONTRACT, "black-box")) == every_must - must_needing(
-        "world", "world-states", "transport-faults")
+        "world", "world-states", "transport-faults"
+    )
     assert list(CONTRACT.profiles) == ["full", "black-box"]  # strongest first

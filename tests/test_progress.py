@@ -22,8 +22,10 @@ from conformance.progress import Tally, plain_line
 from conformance.report.headline import must_failure_lines
 from tests.conftest import run_suite
 
-GROUP_LINE = re.compile(r"^(?P<group>[a-z]+)\s+(?P<done>\d+)/(?P<total>\d+)\s+pass (?P<passed>\d+) "
-                        r"fail (?P<failed>\d+) skip (?P<skipped>\d+)\s+\d+\.\d+s(?P<note>.*)$")
+GROUP_LINE = re.compile(
+    r"^(?P<group>[a-z]+)\s+(?P<done>\d+)/(?P<total>\d+)\s+pass (?P<passed>\d+) "
+    r"fail (?P<failed>\d+) skip (?P<skipped>\d+)\s+\d+\.\d+s(?P<note>.*)$"
+)
 ANSI = re.compile(r"\x1b[\[\]()=>]")  # CSI, OSC, charset and keypad sequences: what a terminal would act on
 
 
@@ -55,8 +57,14 @@ def assert_lines_match_report(lines: dict, report: dict) -> None:
     assert set(lines) - {"all"} == set(expected), lines
     for group, counts in expected.items():
         total = sum(counts.values())
-        assert lines[group] == {"done": total, "total": total, "passed": counts["passed"],
-                                "failed": counts["failed"], "skipped": counts["skipped"], "note": ""}, group
+        assert lines[group] == {
+            "done": total,
+            "total": total,
+            "passed": counts["passed"],
+            "failed": counts["failed"],
+            "skipped": counts["skipped"],
+            "note": "",
+        }, group
     everything = sum((c for c in expected.values()), collections.Counter())
     assert lines["all"]["done"] == lines["all"]["total"] == sum(everything.values())
     assert (lines["all"]["passed"], lines["all"]["failed"]) == (everything["passed"], everything["failed"])
@@ -124,11 +132,15 @@ def test_plain_line_layout():
 
 
 def test_every_failing_must_clause_gets_one_line_however_many():
-    clauses = [{"id": f"exec.c{i}", "level": "MUST", "verdict": "fail", "reason": f"check_{i}: first\n  second"}
-               for i in range(40)]
-    clauses += [{"id": "exec.should", "level": "SHOULD", "verdict": "fail", "reason": "x"},
-                {"id": "exec.long", "level": "MUST", "verdict": "fail", "reason": "y" * 1000},
-                {"id": "exec.ok", "level": "MUST", "verdict": "pass"}]
+    clauses = [
+        {"id": f"exec.c{i}", "level": "MUST", "verdict": "fail", "reason": f"check_{i}: first\n  second"}
+        for i in range(40)
+    ]
+    clauses += [
+        {"id": "exec.should", "level": "SHOULD", "verdict": "fail", "reason": "x"},
+        {"id": "exec.long", "level": "MUST", "verdict": "fail", "reason": "y" * 1000},
+        {"id": "exec.ok", "level": "MUST", "verdict": "pass"},
+    ]
     lines = must_failure_lines({"clauses": clauses})
     assert len(lines) == 41
     assert lines[0] == "MUST fail exec.c0: check_0: first second"
@@ -137,8 +149,24 @@ def test_every_failing_must_clause_gets_one_line_however_many():
 
 
 def test_live_with_v_is_refused_in_one_line(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "pytest", "--pyargs", "conformance.checks", "-p", "no:cacheprovider",
-                           "--progress=live", "-v", "--co"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "--pyargs",
+            "conformance.checks",
+            "-p",
+            "no:cacheprovider",
+            "--progress=live",
+            "-v",
+            "--co",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 4, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "--progress=live draws one line per contract group" in proc.stderr
 
@@ -146,8 +174,9 @@ def test_live_with_v_is_refused_in_one_line(tmp_path):
 # ------------------------------------------------------------------ real runs
 @pytest.mark.suite
 def test_plain_progress_under_xdist_counts_each_group(tmp_path):
-    run = run_suite("--backend", "tempdir_box", "-k", "test_cwd or test_errors", "-W", "ignore::DeprecationWarning",
-                    cwd=tmp_path)
+    run = run_suite(
+        "--backend", "tempdir_box", "-k", "test_cwd or test_errors", "-W", "ignore::DeprecationWarning", cwd=tmp_path
+    )
     assert run.returncode == 0 and run.report is not None, run.output[-3000:]
     lines = group_lines(run.output)
     assert {"cwd", "errors", "all"} <= set(lines), run.output[-3000:]
@@ -160,8 +189,18 @@ def test_plain_progress_under_xdist_counts_each_group(tmp_path):
 
 @pytest.mark.suite
 def test_plain_progress_without_xdist_shows_the_failing_group_and_every_failing_must(tmp_path):
-    run = run_suite("--backend", "fakes.mutants.output_cap:provider", "--fake", "tempdir", "-k", "test_output",
-                    "-W", "ignore::DeprecationWarning", cwd=tmp_path, workers=0)
+    run = run_suite(
+        "--backend",
+        "fakes.mutants.output_cap:provider",
+        "--fake",
+        "tempdir",
+        "-k",
+        "test_output",
+        "-W",
+        "ignore::DeprecationWarning",
+        cwd=tmp_path,
+        workers=0,
+    )
     assert run.report is not None, run.output[-3000:]
     lines = group_lines(run.output)
     assert lines["output"]["failed"] == 1 and lines["output"]["done"] == lines["output"]["total"], lines
@@ -174,18 +213,34 @@ def test_plain_progress_without_xdist_shows_the_failing_group_and_every_failing_
     assert not ANSI.search(progress_text)
 
 
-def _run_on_a_terminal(args: list[str], cwd: Path, timeout: float = 600, *, program: tuple[str, ...] = (),
-                       extra_env: dict[str, str] | None = None) -> tuple[int, str]:
+def _run_on_a_terminal(
+    args: list[str],
+    cwd: Path,
+    timeout: float = 600,
+    *,
+    program: tuple[str, ...] = (),
+    extra_env: dict[str, str] | None = None,
+) -> tuple[int, str]:
     """Run ``python -m pytest ARGS`` (or ``PROGRAM ARGS``) with a pseudo-terminal (120x40) as its stdout and
     stderr; its output and status."""
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PYTEST_", "TEMPDIR_BOX_", "HERMES_")) and k not in ("CI", "NO_COLOR")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("PYTEST_", "TEMPDIR_BOX_", "HERMES_")) and k not in ("CI", "NO_COLOR")
+    }
     env["TERM"] = "xterm-256color"
     env.update(extra_env or {})
-    proc = subprocess.Popen([*(program or (sys.executable, "-m", "pytest")), *args], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
-                            stdout=slave, stderr=slave, start_new_session=True)
+    proc = subprocess.Popen(
+        [*(program or (sys.executable, "-m", "pytest")), *args],
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=slave,
+        stderr=slave,
+        start_new_session=True,
+    )
     os.close(slave)
     chunks = []
     deadline = time.monotonic() + timeout
@@ -215,8 +270,22 @@ def _run_on_a_terminal(args: list[str], cwd: Path, timeout: float = 600, *, prog
 @pytest.mark.suite
 def test_live_progress_on_a_terminal_draws_groups_and_gives_the_cursor_back(tmp_path):
     returncode, output = _run_on_a_terminal(
-        ["--pyargs", "conformance.checks", "-p", "no:cacheprovider", "--backend", "tempdir_box", "-n", "2",
-         "-k", "test_cwd or test_identity", "-W", "ignore::DeprecationWarning"], tmp_path)
+        [
+            "--pyargs",
+            "conformance.checks",
+            "-p",
+            "no:cacheprovider",
+            "--backend",
+            "tempdir_box",
+            "-n",
+            "2",
+            "-k",
+            "test_cwd or test_identity",
+            "-W",
+            "ignore::DeprecationWarning",
+        ],
+        tmp_path,
+    )
     assert returncode == 0, output[-3000:]
     hide, show = output.rfind("\x1b[?25l"), output.rfind("\x1b[?25h")
     assert hide != -1, "no live display was drawn (it hides the cursor while it runs)"
@@ -224,7 +293,7 @@ def test_live_progress_on_a_terminal_draws_groups_and_gives_the_cursor_back(tmp_
     plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", output)
     assert "slowest running" in plain
     table_start = plain.rfind("slowest running")
-    final = plain[table_start:plain.index("verdicts per group", table_start)]
+    final = plain[table_start : plain.index("verdicts per group", table_start)]
     rows = {m.group(1): (m.group(2), m.group(3)) for m in re.finditer(r"^([a-z]+)\s+(\d+)/(\d+)", final, re.M)}
     assert {"cwd", "identity", "all"} <= set(rows) and all(done == total for done, total in rows.values()), final
     assert re.search(r"\d+ passed", plain[table_start:])  # pytest's summary follows the display
@@ -234,9 +303,11 @@ def test_live_progress_on_a_terminal_draws_groups_and_gives_the_cursor_back(tmp_
 def test_certify_on_a_terminal_shows_the_live_display(tmp_path):
     """certify relays its run through a pipe; on a terminal it still asks the run for the live display."""
     returncode, output = _run_on_a_terminal(
-        ["certify", "--backend", "tempdir_box", "--out", str(tmp_path / "out")], tmp_path,
+        ["certify", "--backend", "tempdir_box", "--out", str(tmp_path / "out")],
+        tmp_path,
         program=(sys.executable, "-c", "import sys; from conformance.cli import main; sys.exit(main())"),
-        extra_env={"PYTEST_ADDOPTS": "-k test_identity"})
+        extra_env={"PYTEST_ADDOPTS": "-k test_identity"},
+    )
     assert returncode == 1, output[-3000:]  # a narrowed run is not complete, so not certified
     hide, show = output.rfind("\x1b[?25l"), output.rfind("\x1b[?25h")
     assert hide != -1, "certify on a terminal drew no live display"

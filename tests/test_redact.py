@@ -11,15 +11,28 @@ from conformance import redact
 from conformance.redact import MASK, Redactor, credential_name
 
 
-@pytest.mark.parametrize("name", ["UPSTASH_BOX_API_KEY", "GITHUB_TOKEN", "HERMES_CF_TOKEN", "DB_PASSWORD",
-                                  "MYSQLPASSWORD", "AWS_SECRET_ACCESS_KEY", "OPENAI_API_KEY", "GH_PAT",
-                                  "client_secret", "NPM_TOKEN"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "UPSTASH_BOX_API_KEY",
+        "GITHUB_TOKEN",
+        "HERMES_CF_TOKEN",
+        "DB_PASSWORD",
+        "MYSQLPASSWORD",
+        "AWS_SECRET_ACCESS_KEY",
+        "OPENAI_API_KEY",
+        "GH_PAT",
+        "client_secret",
+        "NPM_TOKEN",
+    ],
+)
 def test_credential_names(name):
     assert credential_name(name)
 
 
-@pytest.mark.parametrize("name", ["PATH", "HOME", "SSLKEYLOGFILE", "KEYBOARD_LAYOUT", "MONKEY", "LANG",
-                                  "HTTPS_PROXY", "PYTHONPATH"])
+@pytest.mark.parametrize(
+    "name", ["PATH", "HOME", "SSLKEYLOGFILE", "KEYBOARD_LAYOUT", "MONKEY", "LANG", "HTTPS_PROXY", "PYTHONPATH"]
+)
 def test_ordinary_names(name):
     assert not credential_name(name)
 
@@ -27,7 +40,7 @@ def test_ordinary_names(name):
 def test_values_are_masked_with_their_escaped_spellings():
     r = Redactor()
     assert r.register("s3cr3t/value+x")
-    text = 'k=s3cr3t/value+x q=s3cr3t%2Fvalue%2Bx'
+    text = "k=s3cr3t/value+x q=s3cr3t%2Fvalue%2Bx"
     assert r.redact(text) == f"k={MASK} q={MASK}"
     quoted = Redactor()
     quoted.register('pa"ss\\word1')
@@ -44,19 +57,33 @@ def test_a_longer_value_is_masked_whole():
 def test_short_values_and_guessed_short_values_are_not_registered():
     r = Redactor()
     assert not r.register("abc")
-    names = r.register_environ({"GITHUB_TOKEN": "ghp_canary_1234", "SOME_KEY": "1", "FEATURE_TOKEN": "true",
-                                "PATH": "/usr/bin:/bin", "HOME": "/home/someone-long"})
+    names = r.register_environ(
+        {
+            "GITHUB_TOKEN": "ghp_canary_1234",
+            "SOME_KEY": "1",
+            "FEATURE_TOKEN": "true",
+            "PATH": "/usr/bin:/bin",
+            "HOME": "/home/someone-long",
+        }
+    )
     assert names == ["GITHUB_TOKEN"]
     assert r.redact("true /usr/bin:/bin ghp_canary_1234") == f"true /usr/bin:/bin {MASK}"
 
 
 def test_backend_config_env_keeps_endpoints_and_paths_readable():
     r = Redactor()
-    r.register_config_env({"VENDOR_BASE_URL": "https://api.example.invalid/v1", "VENDOR_ROOT": "/srv/boxes",
-                           "VENDOR_ACCOUNT": "acct-7f3a9c21", "VENDOR_API_KEY": "https://looks-like-a-url",
-                           "VENDOR_PROXY": "https://user:pw@proxy.invalid"})
-    text = ("https://api.example.invalid/v1 /srv/boxes acct-7f3a9c21 https://looks-like-a-url "
-            "https://user:pw@proxy.invalid")
+    r.register_config_env(
+        {
+            "VENDOR_BASE_URL": "https://api.example.invalid/v1",
+            "VENDOR_ROOT": "/srv/boxes",
+            "VENDOR_ACCOUNT": "acct-7f3a9c21",
+            "VENDOR_API_KEY": "https://looks-like-a-url",
+            "VENDOR_PROXY": "https://user:pw@proxy.invalid",
+        }
+    )
+    text = (
+        "https://api.example.invalid/v1 /srv/boxes acct-7f3a9c21 https://looks-like-a-url https://user:pw@proxy.invalid"
+    )
     assert r.redact(text) == f"https://api.example.invalid/v1 /srv/boxes {MASK} {MASK} {MASK}"
 
 

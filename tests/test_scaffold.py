@@ -19,8 +19,16 @@ import yaml
 from conformance.cli import main
 from conformance.scaffold import generate
 
-COMMON = {"pyproject.toml", "README.md", "waivers.example.yaml", ".github/workflows/certify.yml",
-          "acme/__init__.py", "acme/plugin.yaml", "acme/provider.py", "acme/environment.py"}
+COMMON = {
+    "pyproject.toml",
+    "README.md",
+    "waivers.example.yaml",
+    ".github/workflows/certify.yml",
+    "acme/__init__.py",
+    "acme/plugin.yaml",
+    "acme/provider.py",
+    "acme/environment.py",
+}
 
 
 def _files(root: Path) -> set[str]:
@@ -44,8 +52,9 @@ def test_the_plugin_is_complete_and_marks_what_to_change(tmp_path, template, ext
     assert 'acme = ["plugin.yaml"]' in pyproject  # the manifest ships in the wheel
     init = ast.parse(text["acme/__init__.py"])
     top_imports = [n for n in init.body if isinstance(n, ast.ImportFrom | ast.Import)]
-    assert all("provider" not in ast.unparse(n) and "agent" not in ast.unparse(n) for n in top_imports), \
+    assert all("provider" not in ast.unparse(n) and "agent" not in ast.unparse(n) for n in top_imports), (
         "the plugin API must be imported inside register(), not at module top"
+    )
     marked = {rel for rel, body in text.items() if "VENDOR:" in body}
     assert {"pyproject.toml", "acme/plugin.yaml", "acme/provider.py"} <= marked
     assert "VENDOR:" in text["README.md"]  # the README explains the marks
@@ -64,14 +73,17 @@ def test_the_generated_code_is_lint_clean(tmp_path, template):
     assert proc.returncode == 0, proc.stdout + proc.stderr  # with the generated pyproject's own settings
 
 
-@pytest.mark.parametrize("args, expected", [
-    (["9lives"], "error: '9lives' is not a valid Python package name — use lowercase"),
-    (["class"], "error: 'class' is not a valid Python package name"),
-    (["Acme"], "error: 'Acme' is not lowercase — use 'acme'"),
-    (["docker"], "error: 'docker' is a built-in Hermes backend name — pick a name of your own"),
-    (["my_ssh"], "error: 'my_ssh' contains 'ssh', which Hermes reads in an environment's class name"),
-    (["acme", "--template", "grpc"], None),
-])
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["9lives"], "error: '9lives' is not a valid Python package name — use lowercase"),
+        (["class"], "error: 'class' is not a valid Python package name"),
+        (["Acme"], "error: 'Acme' is not lowercase — use 'acme'"),
+        (["docker"], "error: 'docker' is a built-in Hermes backend name — pick a name of your own"),
+        (["my_ssh"], "error: 'my_ssh' contains 'ssh', which Hermes reads in an environment's class name"),
+        (["acme", "--template", "grpc"], None),
+    ],
+)
 def test_a_bad_name_is_one_line_and_exit_2(tmp_path, capsys, args, expected):
     with pytest.raises(SystemExit) if expected is None else _nothing():
         code = main(["init-plugin", *args, "--dir", str(tmp_path / "out")])
@@ -106,20 +118,30 @@ class _nothing:
 # ------------------------------------------------------------------ installed and certified as written
 def _install(project: Path, target: Path) -> None:
     """pip-install the generated project into ``target`` only (PYTHONPATH reaches it; nothing else changes)."""
-    proc = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target),
-                           str(project)], capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), str(project)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, f"pip install of the generated plugin failed:\n{proc.stdout}\n{proc.stderr}"
     assert (target / "acme" / "plugin.yaml").is_file(), "plugin.yaml is not in the installed package"
 
 
 def _certify(tmp_path: Path, site: Path, env: dict[str, str]) -> dict:
     out = tmp_path / "certification"
-    run_env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("PYTEST_", "TEMPDIR_BOX_", "HERMES_")) and k != "CI"}
+    run_env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "TEMPDIR_BOX_", "HERMES_")) and k != "CI"
+    }
     run_env.update(env, PYTHONPATH=os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")])))
-    proc = subprocess.run([sys.executable, "-m", "conformance.cli", "certify", "--backend", "ep:acme",
-                           "--out", str(out)], capture_output=True, text=True, timeout=900, env=run_env,
-                          cwd=tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "-m", "conformance.cli", "certify", "--backend", "ep:acme", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=run_env,
+        cwd=tmp_path,
+    )
     report_path = out / "report.json"
     assert report_path.is_file(), f"certify wrote no report:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     report = json.loads(report_path.read_text())
@@ -132,9 +154,11 @@ def _certify(tmp_path: Path, site: Path, env: dict[str, str]) -> dict:
         # The kit's own tree may carry check files edited after the manifest (work in progress):
         # the run is then incomplete whatever the backend does; anything else is a real failure.
         reasons = report.get("incomplete_reasons") or []
-        assert report["not_certified_because"] == ["the run is not complete"] and reasons and all(
-            r.startswith("check files differ from this kit version") for r in reasons), \
-            f"not certified: {report['not_certified_because']} {reasons}\n{proc.stdout[-3000:]}"
+        assert (
+            report["not_certified_because"] == ["the run is not complete"]
+            and reasons
+            and all(r.startswith("check files differ from this kit version") for r in reasons)
+        ), f"not certified: {report['not_certified_because']} {reasons}\n{proc.stdout[-3000:]}"
         pytest.xfail(f"certified but for this tree's edited check files: {reasons}")
     assert proc.returncode == 0 and "CERTIFIED" in proc.stdout
     return report
@@ -154,8 +178,13 @@ def test_the_http_template_installs_and_certifies_against_its_loopback_service(t
     project = tmp_path / "acme"
     assert main(["init-plugin", "acme", "--dir", str(project), "--template", "http"]) == 0
     _install(project, tmp_path / "site")
-    service = subprocess.Popen([sys.executable, str(project / "loopback_service.py")], stdout=subprocess.PIPE,
-                               text=True, cwd=tmp_path, env={**os.environ, "TMPDIR": str(tmp_path)})
+    service = subprocess.Popen(
+        [sys.executable, str(project / "loopback_service.py")],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+    )
     try:
         env = {}
         for _ in range(2):
@@ -198,11 +227,14 @@ def test_the_workflow_certifies_with_waivers_only_when_present(tmp_path, templat
     script = next(s["run"] for s in workflow["jobs"]["certify"]["steps"] if "certify --backend" in s.get("run", ""))
     fake_bin = tmp_path / "bin"
     fake_bin.mkdir()
-    (fake_bin / "hermes-backend-kit").write_text(
-        '#!/bin/sh\necho "$@ url=${ACME_BASE_URL:-unset}" > "$ARGS_OUT"\n')
+    (fake_bin / "hermes-backend-kit").write_text('#!/bin/sh\necho "$@ url=${ACME_BASE_URL:-unset}" > "$ARGS_OUT"\n')
     (fake_bin / "hermes-backend-kit").chmod(0o755)
-    env = {**os.environ, "PATH": f"{fake_bin}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-           "ARGS_OUT": str(tmp_path / "args"), "TMPDIR": str(tmp_path)}  # the service's sandboxes stay in tmp_path
+    env = {
+        **os.environ,
+        "PATH": f"{fake_bin}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        "ARGS_OUT": str(tmp_path / "args"),
+        "TMPDIR": str(tmp_path),
+    }  # the service's sandboxes stay in tmp_path
     for waivers in (False, True):
         if waivers:
             (root / "waivers.yaml").write_text("[]\n")

@@ -60,7 +60,8 @@ def test_random_sessions_match_the_model(harnesses, backend, chunk):
         raise AssertionError(
             f"{exc}\n\nTo keep this as a regression, save the JSON below as "
             f"tests/regressions/session_machine/<short-name>.json:\n"
-            f"{regression_json(backend, SessionMachine.last_trace)}") from exc
+            f"{regression_json(backend, SessionMachine.last_trace)}"
+        ) from exc
 
 
 @pytest.mark.parametrize(("backend", "path"), _cases(), ids=lambda v: v.stem if isinstance(v, Path) else v)

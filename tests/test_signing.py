@@ -26,6 +26,7 @@ class Done:
 @pytest.fixture
 def cli_run(capsys):
     """The command, run in this process: an exception escaping main() fails the test (no traceback for users)."""
+
     def run_cli(*args: object) -> Done:
         code = cli.main([str(a) for a in args])
         out, err = capsys.readouterr()
@@ -35,8 +36,12 @@ def cli_run(capsys):
 
 
 def test_the_command_runs_as_a_process(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "conformance.cli", "keygen", "--key", str(tmp_path / "k")],
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "conformance.cli", "keygen", "--key", str(tmp_path / "k")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0 and (tmp_path / "k.pub").is_file(), done.stderr
 
 
@@ -53,8 +58,14 @@ def signed(tmp_path, cli_run) -> dict[str, Path]:
     assert done.returncode == 0, done.stderr
     signature = tmp_path / "report.json.sig"
     assert json.loads(signature.read_text())["algorithm"] == "ed25519"
-    return {"report": report, "key": key, "public": key.with_name("signing.key.pub"), "signature": signature,
-            "dir": tmp_path, "cli": cli_run}
+    return {
+        "report": report,
+        "key": key,
+        "public": key.with_name("signing.key.pub"),
+        "signature": signature,
+        "dir": tmp_path,
+        "cli": cli_run,
+    }
 
 
 def _verify(files: dict[str, Path], **override: Path) -> Done:
@@ -96,14 +107,23 @@ def test_an_altered_signature_fails(signed):
     assert done.returncode == 1 and "does not match" in done.stdout
 
 
-@pytest.mark.parametrize("break_it, message", [
-    (lambda f: f["signature"].write_text("not json"), "is not a signature file (not JSON)"),
-    (lambda f: f["signature"].write_text(json.dumps({"format": signing.SIGNATURE_FORMAT, "algorithm": "ed25519",
-                                                     "signature": "%%%"})), "garbled: its signature field is not base64"),
-    (lambda f: f["public"].write_text("-----BEGIN PUBLIC KEY-----\ngarbage\n-----END PUBLIC KEY-----\n"),
-     "is not a PEM or OpenSSH public key"),
-    (lambda f: f["public"].write_bytes(f["key"].read_bytes()), "is a private key — give the public key"),
-])
+@pytest.mark.parametrize(
+    "break_it, message",
+    [
+        (lambda f: f["signature"].write_text("not json"), "is not a signature file (not JSON)"),
+        (
+            lambda f: f["signature"].write_text(
+                json.dumps({"format": signing.SIGNATURE_FORMAT, "algorithm": "ed25519", "signature": "%%%"})
+            ),
+            "garbled: its signature field is not base64",
+        ),
+        (
+            lambda f: f["public"].write_text("-----BEGIN PUBLIC KEY-----\ngarbage\n-----END PUBLIC KEY-----\n"),
+            "is not a PEM or OpenSSH public key",
+        ),
+        (lambda f: f["public"].write_bytes(f["key"].read_bytes()), "is a private key — give the public key"),
+    ],
+)
 def test_missing_or_garbled_signature_and_key_files_are_clear_errors(signed, break_it, message):
     break_it(signed)
     done = _verify(signed)
@@ -112,10 +132,13 @@ def test_missing_or_garbled_signature_and_key_files_are_clear_errors(signed, bre
     assert failures[0].startswith("FAIL signature: ") and message.format(**signed) in failures[0], failures
 
 
-@pytest.mark.parametrize("missing, message", [
-    ("signature", "signature {signature} does not exist — pass the signature file"),
-    ("public", "public key {public} does not exist — pass the public key"),
-])
+@pytest.mark.parametrize(
+    "missing, message",
+    [
+        ("signature", "signature {signature} does not exist — pass the signature file"),
+        ("public", "public key {public} does not exist — pass the public key"),
+    ],
+)
 def test_a_missing_signature_or_key_file_is_bad_input(signed, missing, message):
     """A file the command line names that is not there: exit 2 and one error line, not a failed verification."""
     signed[missing].unlink()

@@ -19,8 +19,11 @@ PROJECT_ISSUE = re.compile(r"(?<!Hermes )\bissues? #?\d{1,3}\b(?!\d)", re.IGNORE
 def _sources() -> list[Path]:
     files = [ROOT / "README.md", ROOT / "noxfile.py"]
     for package in PACKAGES:
-        files += [p for p in (ROOT / package).rglob("*")
-                  if p.suffix in SUFFIXES and "node_modules" not in p.parts and p.is_file()]
+        files += [
+            p
+            for p in (ROOT / package).rglob("*")
+            if p.suffix in SUFFIXES and "node_modules" not in p.parts and p.is_file()
+        ]
     return files
 
 

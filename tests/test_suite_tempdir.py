@@ -22,8 +22,9 @@ def test_tempdir_box_is_certified(tempdir_run):
     failed = {c["id"]: c.get("reason") for c in report["clauses"] if c["verdict"] == "fail"}
     assert not failed, failed
     assert report["summary"]["must"]["fail"] == 0
-    assert report["summary"]["must"]["skipped"] == 0, [c for c in report["clauses"]
-                                                       if c["verdict"] == "skipped" and c["level"] == "MUST"]
+    assert report["summary"]["must"]["skipped"] == 0, [
+        c for c in report["clauses"] if c["verdict"] == "skipped" and c["level"] == "MUST"
+    ]
     assert report["certified"] is True
     assert tempdir_run.returncode == 0, tempdir_run.output[-3000:]
 
@@ -49,5 +50,6 @@ def test_run_prints_the_group_table(tempdir_run):
 def test_not_applicable_clauses_name_their_cause(tempdir_run):
     for clause in tempdir_run.report["clauses"]:
         if clause["verdict"] == "not-applicable":
-            assert clause["reason"].startswith(("not-applicable (capability", "not-applicable (host",
-                                                "not-applicable (")), clause
+            assert clause["reason"].startswith(
+                ("not-applicable (capability", "not-applicable (host", "not-applicable (")
+            ), clause

@@ -21,8 +21,17 @@ def _install_entry_point(root, name: str) -> str:
 @pytest.mark.parametrize("name, verdict", [("tempdir-box", "pass"), ("tempdir-box-renamed", "fail")])
 def test_entry_point_name_must_match_the_manifest(tmp_path, name, verdict):
     path = _install_entry_point(tmp_path / "site", name)
-    run = run_suite("--backend", f"ep:{name}", "--fake", "tempdir", "-k", "test_register",
-                    cwd=tmp_path, workers=0, extra_env={"PYTHONPATH": path})
+    run = run_suite(
+        "--backend",
+        f"ep:{name}",
+        "--fake",
+        "tempdir",
+        "-k",
+        "test_register",
+        cwd=tmp_path,
+        workers=0,
+        extra_env={"PYTHONPATH": path},
+    )
     verdicts = run.verdicts()
     assert verdicts["register.entry-point"] == verdict, run.output[-2000:]
     assert verdicts["register.one-provider"] == "pass"
@@ -32,11 +41,15 @@ def test_entry_point_name_must_match_the_manifest(tmp_path, name, verdict):
     "args, message",
     [
         (("--backend", "no_such_backend_pkg"), "no module 'no_such_backend_pkg'"),
-        (("--fake", "nope"), "unknown fake 'nope' — pass --fake with one of the known fakes: cloudflare, deepinfra, "
-                             "tempdir, upstash"),
+        (
+            ("--fake", "nope"),
+            "unknown fake 'nope' — pass --fake with one of the known fakes: cloudflare, deepinfra, tempdir, upstash",
+        ),
         (("--live", "--fake", "tempdir"), "--live and --fake exclude each other"),
-        (("--backend-config", "{config}"),
-         "unknown key(s) terminl — use only capabilities, disclaims, env, persistent_path, terminal"),
+        (
+            ("--backend-config", "{config}"),
+            "unknown key(s) terminl — use only capabilities, disclaims, env, persistent_path, terminal",
+        ),
     ],
 )
 def test_setup_problems_are_one_clear_message(tmp_path, args, message):

@@ -30,8 +30,10 @@ def home(tmp_path, monkeypatch):
 
 
 def _pairs(home: Path) -> list[tuple[str, str]]:
-    return [(str(home / "skills/s/SKILL.md"), f"{REMOTE}/skills/s/SKILL.md"),
-            (str(home / "cache/images/c/data.txt"), f"{REMOTE}/cache/images/c/data.txt")]
+    return [
+        (str(home / "skills/s/SKILL.md"), f"{REMOTE}/skills/s/SKILL.md"),
+        (str(home / "cache/images/c/data.txt"), f"{REMOTE}/cache/images/c/data.txt"),
+    ]
 
 
 def _sync_back(home: Path, sandbox_files: dict[str, str], tmp_path: Path) -> None:
@@ -46,23 +48,29 @@ def _sync_back(home: Path, sandbox_files: dict[str, str], tmp_path: Path) -> Non
                 source.write_text(text)
                 tar.add(source, arcname=remote.lstrip("/"))
 
-    manager = file_sync.FileSyncManager(get_files_fn=lambda: _pairs(home), upload_fn=lambda h, r: None,
-                                        delete_fn=lambda paths: None, bulk_download_fn=download)
+    manager = file_sync.FileSyncManager(
+        get_files_fn=lambda: _pairs(home),
+        upload_fn=lambda h, r: None,
+        delete_fn=lambda paths: None,
+        bulk_download_fn=download,
+    )
     manager.sync(force=True)
     manager.sync_back(hermes_home=home)
 
 
 def test_cache_changes_and_new_subdirectories_come_back(home, tmp_path):
-    _sync_back(home, {f"{REMOTE}/cache/images/c/data.txt": "changed\n",
-                      f"{REMOTE}/cache/images/c/new/deeper/made.txt": "made\n"}, tmp_path)
+    _sync_back(
+        home,
+        {f"{REMOTE}/cache/images/c/data.txt": "changed\n", f"{REMOTE}/cache/images/c/new/deeper/made.txt": "made\n"},
+        tmp_path,
+    )
     assert (home / "cache/images/c/data.txt").read_text() == "changed\n"
     assert (home / "cache/images/c/new/deeper/made.txt").read_text() == "made\n"
 
 
 def test_skills_are_never_written_back(home, tmp_path, caplog):
     with caplog.at_level(logging.WARNING):
-        _sync_back(home, {f"{REMOTE}/skills/s/SKILL.md": "changed\n", f"{REMOTE}/skills/s/added.md": "new\n"},
-                   tmp_path)
+        _sync_back(home, {f"{REMOTE}/skills/s/SKILL.md": "changed\n", f"{REMOTE}/skills/s/added.md": "new\n"}, tmp_path)
     assert (home / "skills/s/SKILL.md").read_text() == "skill\n"
     assert not (home / "skills/s/added.md").exists()
     assert any("skills/" in r.getMessage() for r in caplog.records), "the refusal was not logged"

@@ -50,8 +50,12 @@ def test_a_check_citing_an_unknown_clause_is_refused(pytester):
 
 
 def test_coverage_cli_reports_json():
-    proc = subprocess.run([sys.executable, "-m", "conformance.cli", "contract", "coverage", "--json"],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "conformance.cli", "contract", "coverage", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     assert data["clauses"] == len(CONTRACT) >= 80

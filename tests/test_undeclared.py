@@ -74,9 +74,13 @@ def test_signs_come_from_the_plugins_code_not_its_comments(tmp_path, monkeypatch
 
 
 def test_signs_follow_the_classes_a_provider_names_into_their_modules(tmp_path, monkeypatch):
-    module = _package(tmp_path, monkeypatch, "kit_signs_split", {
-        "__init__.py": "",
-        "provider.py": '''
+    module = _package(
+        tmp_path,
+        monkeypatch,
+        "kit_signs_split",
+        {
+            "__init__.py": "",
+            "provider.py": """
             from kit_signs_split.sync_env import SyncEnv
 
 
@@ -86,8 +90,8 @@ def test_signs_follow_the_classes_a_provider_names_into_their_modules(tmp_path, 
                 @property
                 def cache_path_base(self):
                     return "~/.hermes"
-        ''',
-        "sync_env.py": '''
+        """,
+            "sync_env.py": """
             # FileSyncManager comes from Hermes's tools.environments.file_sync at run time
 
 
@@ -95,8 +99,9 @@ def test_signs_follow_the_classes_a_provider_names_into_their_modules(tmp_path, 
                 def cleanup(self):
                     self._sync = FileSyncManager()
                     self._sync.sync_back()
-        ''',
-    })
+        """,
+        },
+    )
     provider_module = importlib.import_module("kit_signs_split.provider")
     # loaded by module:attr: only the spec's module is the plugin's module; the environment's is found
     loaded = types.SimpleNamespace(module=provider_module, manifest=None)
@@ -126,8 +131,9 @@ class _Provider:
 
 def _resolve(provider, manifest=None, caps=None, disclaims=None):
     loaded = types.SimpleNamespace(module=None, manifest=manifest)
-    return capabilities.resolve(CONTRACT, provider=provider, loaded=loaded, config_caps=caps,
-                                config_disclaims=disclaims, world=None)
+    return capabilities.resolve(
+        CONTRACT, provider=provider, loaded=loaded, config_caps=caps, config_disclaims=disclaims, world=None
+    )
 
 
 def test_the_first_source_that_says_anything_speaks_for_both_lists():
@@ -146,16 +152,20 @@ def test_the_first_source_that_says_anything_speaks_for_both_lists():
 
 
 def test_declaring_and_disclaiming_the_same_capability_is_a_setup_error(tmp_path):
-    with pytest.raises(capabilities.CapabilityError, match=r"provider attribute .* both declare and disclaim "
-                                                           r"persistence — keep each capability in one list"):
+    with pytest.raises(
+        capabilities.CapabilityError,
+        match=r"provider attribute .* both declare and disclaim "
+        r"persistence — keep each capability in one list",
+    ):
         _resolve(_Provider(conformance_capabilities=["persistence"], conformance_disclaims=["persistence"]))
     path = tmp_path / "backend.yaml"
     path.write_text(yaml.safe_dump({"capabilities": ["file-sync"], "disclaims": ["file-sync", "persistence"]}))
     with pytest.raises(config.BackendConfigError, match=r"file-sync both declared .* and disclaimed"):
         config.load(str(path), set(capabilities.declarable(CONTRACT)))
     path.write_text(yaml.safe_dump({"disclaims": ["persistance"]}))
-    with pytest.raises(config.BackendConfigError,
-                       match="unknown capability persistance in disclaims — use declarable ones:"):
+    with pytest.raises(
+        config.BackendConfigError, match="unknown capability persistance in disclaims — use declarable ones:"
+    ):
         config.load(str(path), set(capabilities.declarable(CONTRACT)))
 
 
@@ -167,8 +177,14 @@ def test_an_undeclared_capability_with_signs_is_probed_and_one_without_is_absent
     assert {"persistence", "stdin-stream"} <= caps.present and "file-sync" not in caps.present
     assert caps.undeclared["file-sync"] == ()
     # disclaimed: no probe, whatever the code shows
-    caps = capabilities.resolve(CONTRACT, provider=module.provider, loaded=loaded, config_caps=None, world=None,
-                                config_disclaims=["persistence", "stdin-stream", "file-sync"])
+    caps = capabilities.resolve(
+        CONTRACT,
+        provider=module.provider,
+        loaded=loaded,
+        config_caps=None,
+        world=None,
+        config_disclaims=["persistence", "stdin-stream", "file-sync"],
+    )
     assert caps.probed == frozenset() and not {"persistence", "stdin-stream"} & caps.present
 
 
@@ -176,8 +192,13 @@ def test_the_vendors_own_delete_or_a_world_with_states_gives_sandbox_delete():
     assert "sandbox-delete" not in _resolve(_Provider()).present
     assert "sandbox-delete" in _resolve(_Provider(conformance_delete_sandbox=lambda env: None)).present
     world = types.SimpleNamespace(capabilities=frozenset({"world", "world-states"}))
-    caps = capabilities.resolve(CONTRACT, provider=_Provider(), loaded=types.SimpleNamespace(module=None, manifest=None),
-                                config_caps=None, world=world)
+    caps = capabilities.resolve(
+        CONTRACT,
+        provider=_Provider(),
+        loaded=types.SimpleNamespace(module=None, manifest=None),
+        config_caps=None,
+        world=world,
+    )
     assert "sandbox-delete" in caps.present
 
 
@@ -191,15 +212,19 @@ def test_a_probe_failure_blocks_certification_naming_the_capability_and_the_fix(
     assert report["certified"] is False
     assert report["not_certified_because"] == [
         "MUST clause lifecycle.persistent-flag failed (probe of undeclared capability persistence: the backend "
-        "shows signs of it; declare persistence and fix this, or disclaim it)"]
+        "shows signs of it; declare persistence and fix this, or disclaim it)"
+    ]
     entry = report["undeclared"][0]
     assert entry["capability"] == "persistence" and entry["probe"] == "failed" and entry["signs"] == [SIGN]
     assert entry["clauses"] == PERSISTENT_CLAUSES and entry["must_failed"] == ["lifecycle.persistent-flag"]
     assert verify.problems(report) == []
     # every output names it
     lines = table.render(report)
-    assert any(line.startswith("undeclared capability persistence (signs: sets self.persistent") and
-               "probe failed 1 clause(s) (lifecycle.persistent-flag), 1 of them MUST" in line for line in lines)
+    assert any(
+        line.startswith("undeclared capability persistence (signs: sets self.persistent")
+        and "probe failed 1 clause(s) (lifecycle.persistent-flag), 1 of them MUST" in line
+        for line in lines
+    )
     assert "undeclared: persistence (probe failed 1 MUST)" in headline(report)
     md = markdown.render(report, CONTRACT)
     assert "## Undeclared capabilities" in md and md.index("## Undeclared") < md.index("## Profiles")
@@ -212,8 +237,9 @@ def test_a_probe_that_passes_certifies_and_still_lists_the_capability():
     assert report["undeclared"][0]["probe"] == "passed"
     assert "undeclared: persistence (probe passed)" in headline(report)
     row = report["profiles"]["full"]
-    assert markdown.badge(report)["message"] == (f"certified, full ({row['pass']}/{row['pass']} MUST; "
-                                                 "undeclared: persistence)")
+    assert markdown.badge(report)["message"] == (
+        f"certified, full ({row['pass']}/{row['pass']} MUST; undeclared: persistence)"
+    )
     assert verify.problems(report) == []
 
 
@@ -229,18 +255,27 @@ def test_without_signs_nothing_is_probed_and_its_clauses_are_not_applicable():
     assert verify.problems(report) == [] and verify.problems(disclaimed) == []
 
 
-@pytest.mark.parametrize("forge, problem", [
-    # the probe's signs dropped, so the failure looks like a declared-but-absent capability's
-    (lambda r: r["backend"].update(undeclared_capabilities={"persistence": []}),
-     "capabilities: present are file-sync, persistence, stdin-stream of the declarable ones, but declared and "
-     "probed are file-sync, stdin-stream"),
-    # the probed capability relabelled declared: a declaration nobody made
-    (lambda r: r["backend"].update(declared_capabilities=["file-sync", "persistence", "stdin-stream"]),
-     "capabilities: the undeclared ones are persistence, but neither declared nor disclaimed are none"),
-    # the probe's outcome edited
-    (lambda r: r["undeclared"][0].update(probe="passed", failed=[], must_failed=[]),
-     "undeclared capabilities do not follow from the backend's capabilities and the verdicts"),
-])
+@pytest.mark.parametrize(
+    "forge, problem",
+    [
+        # the probe's signs dropped, so the failure looks like a declared-but-absent capability's
+        (
+            lambda r: r["backend"].update(undeclared_capabilities={"persistence": []}),
+            "capabilities: present are file-sync, persistence, stdin-stream of the declarable ones, but declared and "
+            "probed are file-sync, stdin-stream",
+        ),
+        # the probed capability relabelled declared: a declaration nobody made
+        (
+            lambda r: r["backend"].update(declared_capabilities=["file-sync", "persistence", "stdin-stream"]),
+            "capabilities: the undeclared ones are persistence, but neither declared nor disclaimed are none",
+        ),
+        # the probe's outcome edited
+        (
+            lambda r: r["undeclared"][0].update(probe="passed", failed=[], must_failed=[]),
+            "undeclared capabilities do not follow from the backend's capabilities and the verdicts",
+        ),
+    ],
+)
 def test_verify_catches_an_edited_probe(forge, problem):
     forged = copy.deepcopy(_probed(fail={"lifecycle.persistent-flag"}))
     forge(forged)
@@ -259,5 +294,7 @@ def test_a_forger_who_recomputes_the_probe_still_has_the_failing_verdict_against
     rederive(forged)
     assert forged["certified"] is True
     found = verify.problems(forged)
-    assert found[0] == ("lifecycle.persistent-flag: verdict is not-applicable but its checks say fail "
-                        "(test_lifecycle.py::test_persistent_environment_says_so failed)"), json.dumps(found, indent=1)
+    assert found[0] == (
+        "lifecycle.persistent-flag: verdict is not-applicable but its checks say fail "
+        "(test_lifecycle.py::test_persistent_environment_says_so failed)"
+    ), json.dumps(found, indent=1)

@@ -50,8 +50,17 @@ def test_setup_error_counts_as_failure():
 def _report(verdict: str, reason: str = "", *, complete: bool = True, waivers=()) -> dict:
     outcome = _outcome("a", {"pass": "passed", "fail": "failed"}.get(verdict, "skipped"), reason)
     context = {"backend": {"spec": "x", "name": "x"}, "host": {"mode": "builtin", "requested": "auto"}}
-    return build.build(CONTRACT, [outcome], context, duration_s=1.0, started_at=0.0, spec="x",
-                       host_requested="auto", complete=complete, waivers=list(waivers))
+    return build.build(
+        CONTRACT,
+        [outcome],
+        context,
+        duration_s=1.0,
+        started_at=0.0,
+        spec="x",
+        host_requested="auto",
+        complete=complete,
+        waivers=list(waivers),
+    )
 
 
 def test_certified_needs_no_must_failure_and_no_must_skip():

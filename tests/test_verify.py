@@ -49,21 +49,25 @@ def test_a_failing_check_relabelled_unverified_is_caught(failing):
     forged = copy.deepcopy(failing)
     clause = _clause(forged, BROKEN)
     for check in clause["checks"]:
-        check.update(outcome="skipped", excerpt="unverified (harness: the run has no world, so the kit could not "
-                                                "observe this clause)")
+        check.update(
+            outcome="skipped",
+            excerpt="unverified (harness: the run has no world, so the kit could not observe this clause)",
+        )
     clause["verdict"], clause["reason"] = verdicts.combine(verdicts.from_evidence(BROKEN, clause["checks"]))
     rederive(forged)
     found = verify.problems(forged)
-    assert any(p.startswith(f"{BROKEN}: ") and "the run has every capability its clauses need" in p
-               for p in found), found
+    assert any(p.startswith(f"{BROKEN}: ") and "the run has every capability its clauses need" in p for p in found), (
+        found
+    )
 
 
 def test_a_check_that_found_itself_unverified_while_running_verifies(failing):
     honest = copy.deepcopy(failing)
     clause = _clause(honest, BROKEN)
     for check in clause["checks"]:
-        check.update(outcome="skipped", excerpt="unverified (harness: the fault meant to make the connection drop "
-                                                "never fired)")
+        check.update(
+            outcome="skipped", excerpt="unverified (harness: the fault meant to make the connection drop never fired)"
+        )
     clause["verdict"], clause["reason"] = verdicts.combine(verdicts.from_evidence(BROKEN, clause["checks"]))
     rederive(honest)
     assert clause["verdict"] == "unverified"
@@ -95,16 +99,23 @@ def test_a_world_claim_removed_to_dodge_the_full_profile_is_caught():
     assert any("passed although the run could not run it" in p for p in found), found
 
 
-@pytest.mark.parametrize("edit, problem", [
-    (lambda r: r.update(profile="full"), "certified is True (profile full) but the verdicts say True "
-                                         "(profile black-box)"),
-    (lambda r: r["profiles"]["full"].update(unverified=[]), "profile full does not follow from the verdicts"),
-    (lambda r: r["summary"]["must"].update(unverified=0), "summary does not match the clause verdicts (must "
-                                                          "unverified: 0 -> "),
-    (lambda r: r.update(certified=False), "certified is False (profile black-box) but the verdicts say True"),
-    (lambda r: r.update(incomplete_reasons=["edited"]), "marked complete but lists reasons"),
-    (lambda r: r.update(format=1), "report format 1, made by kit"),
-])
+@pytest.mark.parametrize(
+    "edit, problem",
+    [
+        (
+            lambda r: r.update(profile="full"),
+            "certified is True (profile full) but the verdicts say True (profile black-box)",
+        ),
+        (lambda r: r["profiles"]["full"].update(unverified=[]), "profile full does not follow from the verdicts"),
+        (
+            lambda r: r["summary"]["must"].update(unverified=0),
+            "summary does not match the clause verdicts (must unverified: 0 -> ",
+        ),
+        (lambda r: r.update(certified=False), "certified is False (profile black-box) but the verdicts say True"),
+        (lambda r: r.update(incomplete_reasons=["edited"]), "marked complete but lists reasons"),
+        (lambda r: r.update(format=1), "report format 1, made by kit"),
+    ],
+)
 def test_derived_fields_are_rederived(edit, problem):
     report = run(DECLARED)
     edit(report)
@@ -115,8 +126,9 @@ def test_derived_fields_are_rederived(edit, problem):
 def test_verify_command_says_what_offline_verification_proves_and_what_not(tmp_path, failing):
     path = tmp_path / "report.json"
     path.write_text(json.dumps(run(DECLARED), indent=2))
-    ok = subprocess.run([sys.executable, "-m", "conformance.cli", "verify", str(path)], capture_output=True,
-                        text=True, timeout=60)
+    ok = subprocess.run(
+        [sys.executable, "-m", "conformance.cli", "verify", str(path)], capture_output=True, text=True, timeout=60
+    )
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert ok.stdout.startswith(f"OK {path}: CERTIFIED (black-box profile: ")
     assert "internal consistency" in ok.stdout and "kit version" in ok.stdout and "unedited checks" in ok.stdout
@@ -124,7 +136,8 @@ def test_verify_command_says_what_offline_verification_proves_and_what_not(tmp_p
     forged = rederive(json.loads(json.dumps(failing)))
     _clause(forged, BROKEN)["verdict"] = "pass"
     path.write_text(json.dumps(rederive(forged)))
-    bad = subprocess.run([sys.executable, "-m", "conformance.cli", "verify", str(path)], capture_output=True,
-                         text=True, timeout=60)
+    bad = subprocess.run(
+        [sys.executable, "-m", "conformance.cli", "verify", str(path)], capture_output=True, text=True, timeout=60
+    )
     assert bad.returncode == 1 and f"FAIL {BROKEN}: verdict is pass but its checks say fail" in bad.stdout
     assert "Traceback" not in bad.stdout + bad.stderr

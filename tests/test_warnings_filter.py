@@ -11,11 +11,20 @@ from conformance.plugin import THIRD_PARTY_MODULES
 from tests.conftest import run_suite
 
 
-@pytest.mark.parametrize("module, hidden", [
-    ("upstash_box._exec_session", True), ("websockets.sync.client", True), ("conformancex", True),
-    ("conformance", False), ("conformance.checks.test_exec", False), ("fakes.world", False),
-    ("reference.upstash_box.session", False), ("isolation.driver", False), ("tests.conftest", False),
-])
+@pytest.mark.parametrize(
+    "module, hidden",
+    [
+        ("upstash_box._exec_session", True),
+        ("websockets.sync.client", True),
+        ("conformancex", True),
+        ("conformance", False),
+        ("conformance.checks.test_exec", False),
+        ("fakes.world", False),
+        ("reference.upstash_box.session", False),
+        ("isolation.driver", False),
+        ("tests.conftest", False),
+    ],
+)
 def test_the_filter_hides_only_modules_outside_the_kit(module, hidden):
     with warnings.catch_warnings(record=True) as seen:
         warnings.resetwarnings()
@@ -26,7 +35,6 @@ def test_the_filter_hides_only_modules_outside_the_kit(module, hidden):
 
 @pytest.mark.suite
 def test_the_upstash_sdks_deprecation_warnings_stay_out_of_the_output(tmp_path):
-    run = run_suite("--backend", "upstash_box", "-k", "test_exec and returncode", cwd=tmp_path, workers=0,
-                    timeout=300)
+    run = run_suite("--backend", "upstash_box", "-k", "test_exec and returncode", cwd=tmp_path, workers=0, timeout=300)
     assert run.report is not None, run.output[-3000:]
     assert not re.search(r"DeprecationWarning", run.output), run.output[-3000:]

@@ -38,10 +38,19 @@ class Plan:
     cold_samples: int  # interleaved rounds of the cold-start figure
 
 
-FULL = Plan([1024, 16 * 1024, 256 * 1024, 4 * MIB, 64 * MIB, 100 * MIB], 100 * MIB, 50 * MIB,
-            (1000, 1024, 50 * MIB), [1, 2, 4, 8, 16], 4 * MIB, 50, 9)
-QUICK = Plan([1024, 16 * 1024, 256 * 1024, 4 * MIB], 4 * MIB, 4 * MIB,
-             (100, 1024, 4 * MIB), [1, 2, 4], 256 * 1024, 10, 5)
+FULL = Plan(
+    [1024, 16 * 1024, 256 * 1024, 4 * MIB, 64 * MIB, 100 * MIB],
+    100 * MIB,
+    50 * MIB,
+    (1000, 1024, 50 * MIB),
+    [1, 2, 4, 8, 16],
+    4 * MIB,
+    50,
+    9,
+)
+QUICK = Plan(
+    [1024, 16 * 1024, 256 * 1024, 4 * MIB], 4 * MIB, 4 * MIB, (100, 1024, 4 * MIB), [1, 2, 4], 256 * 1024, 10, 5
+)
 
 
 class MissingExtra(SystemExit):
@@ -55,8 +64,10 @@ def check_extras(backends: list[str]) -> None:
             raise SystemExit(f"bench: unknown backend {name!r}; known: {', '.join(KNOWN_BACKENDS)}")
         missing = KNOWN_BACKENDS[name].missing_extra()
         if missing:
-            raise MissingExtra(f"bench: {missing} "
-                               f"(or drop it: --backends {','.join(b for b in backends if b != name) or 'tempdir_box'})")
+            raise MissingExtra(
+                f"bench: {missing} "
+                f"(or drop it: --backends {','.join(b for b in backends if b != name) or 'tempdir_box'})"
+            )
 
 
 class Progress:
@@ -64,12 +75,16 @@ class Progress:
         self.started = time.perf_counter()
 
     def __call__(self, target: str, figure: str, text: str) -> None:
-        print(f"[{time.perf_counter() - self.started:7.1f}s] {target:<20} {figure:<30} {text}",
-              file=sys.stderr, flush=True)
+        print(
+            f"[{time.perf_counter() - self.started:7.1f}s] {target:<20} {figure:<30} {text}",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
-def _attempt(result: TargetResult, keys: list[str], progress: Progress, figure: str,
-             work: Callable[[], dict[str, Figure]]) -> None:
+def _attempt(
+    result: TargetResult, keys: list[str], progress: Progress, figure: str, work: Callable[[], dict[str, Figure]]
+) -> None:
     """Run one figure's measurement; a failure or a missing capability becomes n/a with its reason."""
     try:
         result.figures.update(work())
@@ -111,20 +126,28 @@ def measure(target: Target, plan: Plan, progress: Progress, cold_start: Figure) 
         sizes = sorted(set(plan.sizes) | {plan.stream})
         points: list[dict[str, Any]] = []
         for size in sizes:
-            runs = [measured(functools.partial(target.flood, size, bounded=bounded))
-                    for _ in range(3 if size <= REPEAT_UP_TO else 1)]
+            runs = [
+                measured(functools.partial(target.flood, size, bounded=bounded))
+                for _ in range(3 if size <= REPEAT_UP_TO else 1)
+            ]
             latency = statistics.median(r.seconds for r in runs) * 1000
             rss = max(r.rss_growth_mib for r in runs)
             points.append({"bytes": size, "latency_ms": round(latency, 3), "rss_mib": round(rss, 2)})
-            progress(name, f"output {mode} {human_size(size)}",
-                     f"{latency:.1f} ms, {size / MIB / (latency / 1000):.1f} MiB/s, RSS +{rss:.1f} MiB")
+            progress(
+                name,
+                f"output {mode} {human_size(size)}",
+                f"{latency:.1f} ms, {size / MIB / (latency / 1000):.1f} MiB/s, RSS +{rss:.1f} MiB",
+            )
         series = [p for p in points if p["bytes"] in plan.sizes]
         xs = [float(p["bytes"]) for p in series]
         result.growth[f"output_{mode}"] = {
-            "capture": mode, "points": series,
-            "fits": {"latency": growth.cost_growth(xs, [p["latency_ms"] for p in series]),
-                     "memory": growth.cost_growth(xs, [p["rss_mib"] for p in series],
-                                                  floor=report.RSS_FLOOR_MIB)}}
+            "capture": mode,
+            "points": series,
+            "fits": {
+                "latency": growth.cost_growth(xs, [p["latency_ms"] for p in series]),
+                "memory": growth.cost_growth(xs, [p["rss_mib"] for p in series], floor=report.RSS_FLOOR_MIB),
+            },
+        }
         at = next(p for p in points if p["bytes"] == plan.stream)
         rate = plan.stream / MIB / (at["latency_ms"] / 1000)
         return {f"output_{mode}_mib_s": Figure(rate), f"rss_{mode}_mib": Figure(at["rss_mib"])}
@@ -134,12 +157,21 @@ def measure(target: Target, plan: Plan, progress: Progress, cold_start: Figure) 
         for n in plan.concurrency:
             sample = measured(functools.partial(concurrent_floods, target, n, plan.per_call))
             rate = n * plan.per_call / MIB / sample.seconds
-            points.append({"n": n, "mib_s": round(rate, 2), "call_p50_ms": round(percentile(sample.value, 50), 2),
-                           "rss_mib": round(sample.rss_growth_mib, 2)})
+            points.append(
+                {
+                    "n": n,
+                    "mib_s": round(rate, 2),
+                    "call_p50_ms": round(percentile(sample.value, 50), 2),
+                    "rss_mib": round(sample.rss_growth_mib, 2),
+                }
+            )
             progress(name, f"concurrency n={n}", f"{rate:.1f} MiB/s total, {human_size(plan.per_call)} per call")
         result.growth["concurrency"] = {
-            "bytes_per_call": plan.per_call, "capture": "bounded", "points": points,
-            "fits": {"throughput": growth.scaling_growth([p["n"] for p in points], [p["mib_s"] for p in points])}}
+            "bytes_per_call": plan.per_call,
+            "capture": "bounded",
+            "points": points,
+            "fits": {"throughput": growth.scaling_growth([p["n"] for p in points], [p["mib_s"] for p in points])},
+        }
         return {}
 
     def stdin() -> dict[str, Figure]:
@@ -155,15 +187,15 @@ def measure(target: Target, plan: Plan, progress: Progress, cold_start: Figure) 
         got = target.sync(plan.sync)
         want = plan.sync[0] + 1
         if got.files_seen != want or got.big_bytes_seen != plan.sync[2]:
-            raise RuntimeError(f"the sandbox holds {got.files_seen} of {want} files and "
-                               f"{got.big_bytes_seen} of {plan.sync[2]} bytes of the big file")
+            raise RuntimeError(
+                f"the sandbox holds {got.files_seen} of {want} files and "
+                f"{got.big_bytes_seen} of {plan.sync[2]} bytes of the big file"
+            )
         progress(name, "file sync", f"push {got.push_s:.2f} s, back {got.back_s:.2f} s")
-        return {"sync_push_s": Figure(got.push_s, detail={"files": want}),
-                "sync_back_s": Figure(got.back_s)}
+        return {"sync_push_s": Figure(got.push_s, detail={"files": want}), "sync_back_s": Figure(got.back_s)}
 
     _attempt(result, ["rtt_p50_ms", "rtt_p95_ms"], progress, "round trip", rtt)
-    _attempt(result, ["output_bounded_mib_s", "rss_bounded_mib"], progress, "output bounded",
-             lambda: output("bounded"))
+    _attempt(result, ["output_bounded_mib_s", "rss_bounded_mib"], progress, "output bounded", lambda: output("bounded"))
     _attempt(result, ["output_full_mib_s", "rss_full_mib"], progress, "output full", lambda: output("full"))
     _attempt(result, [], progress, "concurrency", concurrency)
     _attempt(result, ["stdin_mib_s"], progress, "stdin", stdin)
@@ -175,19 +207,33 @@ def _plan(args: argparse.Namespace) -> Plan:
     plan = QUICK if args.quick else FULL
     sizes = [parse_size(s) for s in args.sizes.split(",")] if args.sizes else plan.sizes
     stream = parse_size(args.stream_size) if args.stream_size else plan.stream
-    sync = (args.sync_files if args.sync_files is not None else plan.sync[0], plan.sync[1],
-            parse_size(args.sync_big_size) if args.sync_big_size else plan.sync[2])
-    return Plan(sorted(sizes), stream, parse_size(args.stdin_size) if args.stdin_size else plan.stdin, sync,
-                [int(n) for n in args.concurrency.split(",")] if args.concurrency else plan.concurrency,
-                parse_size(args.per_call_size) if args.per_call_size else plan.per_call,
-                args.rounds or plan.rounds, args.cold_samples or plan.cold_samples)
+    sync = (
+        args.sync_files if args.sync_files is not None else plan.sync[0],
+        plan.sync[1],
+        parse_size(args.sync_big_size) if args.sync_big_size else plan.sync[2],
+    )
+    return Plan(
+        sorted(sizes),
+        stream,
+        parse_size(args.stdin_size) if args.stdin_size else plan.stdin,
+        sync,
+        [int(n) for n in args.concurrency.split(",")] if args.concurrency else plan.concurrency,
+        parse_size(args.per_call_size) if args.per_call_size else plan.per_call,
+        args.rounds or plan.rounds,
+        args.cold_samples or plan.cold_samples,
+    )
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m conformance.bench",
-                                description="Benchmark matrix: backends on their fakes against local bash -c.")
-    p.add_argument("--backends", default=",".join(DEFAULT_BACKENDS),
-                   help=f"comma-separated backends (default {','.join(DEFAULT_BACKENDS)})")
+    p = argparse.ArgumentParser(
+        prog="python -m conformance.bench",
+        description="Benchmark matrix: backends on their fakes against local bash -c.",
+    )
+    p.add_argument(
+        "--backends",
+        default=",".join(DEFAULT_BACKENDS),
+        help=f"comma-separated backends (default {','.join(DEFAULT_BACKENDS)})",
+    )
     p.add_argument("--quick", action="store_true", help="smaller sizes, fewer rounds (about a minute)")
     p.add_argument("--skip-suite", action="store_true", help="do not time the conformance suite")
     p.add_argument("--out", default="bench/results.json", help="JSON path; the Markdown goes next to it (.md)")
@@ -199,20 +245,34 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--concurrency", help="concurrent execute() calls, e.g. 1,2,4,8,16")
     p.add_argument("--per-call-size", help="output per concurrent call (default 4M; quick 256K)")
     p.add_argument("--rounds", type=int, help="round trips of `true` (default 50; quick 10)")
-    p.add_argument("--cold-samples", type=int,
-                   help="interleaved rounds of cold starts, one per target and minimal client each (default 9; quick 5)")
-    p.add_argument("--world-rounds", type=int, default=world.DEFAULT_ROUNDS,
-                   help=f"samples of the box world's spawn-to-exit figure (default {world.DEFAULT_ROUNDS})")
-    p.add_argument("--world-only", action="store_true",
-                   help="measure only the box world figure and update the 'world' key of --out (and its .md)")
+    p.add_argument(
+        "--cold-samples",
+        type=int,
+        help="interleaved rounds of cold starts, one per target and minimal client each (default 9; quick 5)",
+    )
+    p.add_argument(
+        "--world-rounds",
+        type=int,
+        default=world.DEFAULT_ROUNDS,
+        help=f"samples of the box world's spawn-to-exit figure (default {world.DEFAULT_ROUNDS})",
+    )
+    p.add_argument(
+        "--world-only",
+        action="store_true",
+        help="measure only the box world figure and update the 'world' key of --out (and its .md)",
+    )
     return p
 
 
 def _measure_world(args: argparse.Namespace, progress: Progress) -> dict[str, Any]:
     figure, detail = world.measure(args.world_rounds)
     note = "" if detail["isolated"] else f" (boxes NOT isolated: {detail['paths_note']})"
-    progress("world", "spawn-to-exit of true", f"p50 {figure['spawn_p50_ms']:.2f} ms against bash -c "
-             f"{figure['bash_c_p50_ms']:.2f} ms: ratio {figure['ratio']:.2f}{note}")
+    progress(
+        "world",
+        "spawn-to-exit of true",
+        f"p50 {figure['spawn_p50_ms']:.2f} ms against bash -c "
+        f"{figure['bash_c_p50_ms']:.2f} ms: ratio {figure['ratio']:.2f}{note}",
+    )
     return {"world": figure, "world_detail": detail}
 
 
@@ -229,8 +289,9 @@ def world_only(args: argparse.Namespace) -> int:
     return 0
 
 
-def _start_backends(backends: list[str], workdir: Path, progress: Progress, clean: Scope
-                    ) -> tuple[dict[str, tuple[KitBackend, Scope]], dict[str, TargetResult]]:
+def _start_backends(
+    backends: list[str], workdir: Path, progress: Progress, clean: Scope
+) -> tuple[dict[str, tuple[KitBackend, Scope]], dict[str, TargetResult]]:
     """Every backend on its fake, all at once (the cold start is interleaved across them), each with the
     environment its run set up; a backend that cannot start becomes a result with its error."""
     kits: dict[str, tuple[KitBackend, Scope]] = {}
@@ -259,13 +320,15 @@ def _minimal_clients(kits: dict[str, tuple[KitBackend, Scope]]) -> dict[str, min
     return clients
 
 
-def _contenders(local: LocalBash, kits: dict[str, tuple[KitBackend, Scope]],
-                clients: dict[str, minimal.MinimalClient]) -> tuple[dict[str, Contender], dict[str, Contender]]:
+def _contenders(
+    local: LocalBash, kits: dict[str, tuple[KitBackend, Scope]], clients: dict[str, minimal.MinimalClient]
+) -> tuple[dict[str, Contender], dict[str, Contender]]:
     """The cold-start contenders: local bash, each backend, and each reference backend's minimal client."""
     contenders = {"local": Contender("local", local.cold_start)}
     contenders.update({name: Contender(name, target.cold_start, scope) for name, (target, scope) in kits.items()})
-    minimal_contenders = {name: Contender(client.name, client.cold_start, kits[name][1])
-                          for name, client in clients.items()}
+    minimal_contenders = {
+        name: Contender(client.name, client.cold_start, kits[name][1]) for name, client in clients.items()
+    }
     return contenders, minimal_contenders
 
 
@@ -284,8 +347,12 @@ def _minimal_stream(client: minimal.MinimalClient, size: int, progress: Progress
 def _minimal_entry(contender: Contender) -> dict[str, Any]:
     if contender.error is not None:
         return {"label": contender.name, "cold_start_ms": None, "error": contender.error}
-    return {"label": contender.name, "cold_start_ms": report.round_figure(contender.result_ms),
-            "created_ms": report.round_figure(contender.created_ms), "detail": contender.detail()}
+    return {
+        "label": contender.name,
+        "cold_start_ms": report.round_figure(contender.result_ms),
+        "created_ms": report.round_figure(contender.created_ms),
+        "detail": contender.detail(),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -309,8 +376,12 @@ def main(argv: list[str] | None = None) -> int:
         try:
             clients = _minimal_clients(kits)
             contenders, minimal_contenders = _contenders(local, kits, clients)
-            progress("all", "cold start", f"{plan.cold_samples} interleaved rounds of {len(contenders)} targets "
-                     f"and {len(minimal_contenders)} minimal clients")
+            progress(
+                "all",
+                "cold start",
+                f"{plan.cold_samples} interleaved rounds of {len(contenders)} targets "
+                f"and {len(minimal_contenders)} minimal clients",
+            )
             cold.interleave([*contenders.values(), *minimal_contenders.values()], plan.cold_samples, progress)
             minimal_figures.update({b: _minimal_entry(c) for b, c in minimal_contenders.items()})
             progress("local", "start", "baseline: bash -c through subprocess")
@@ -344,11 +415,19 @@ def main(argv: list[str] | None = None) -> int:
         run = suite.run(r.name, clean_env)
         r.figures["suite_s"] = Figure(run.seconds, detail={"returncode": run.returncode, "summary": run.summary})
         progress(r.name, "conformance suite", f"{run.seconds:.1f} s, exit {run.returncode}: {run.summary}")
-    options: dict[str, Any] = {"quick": args.quick, "backends": backends, "skip_suite": args.skip_suite,
-                               "sizes": plan.sizes, "stream": plan.stream, "stdin": plan.stdin,
-                               "sync": {"files": plan.sync[0], "file_bytes": plan.sync[1], "big": plan.sync[2]},
-                               "concurrency": plan.concurrency, "per_call": plan.per_call,
-                               "rounds": plan.rounds, "cold_samples": plan.cold_samples}
+    options: dict[str, Any] = {
+        "quick": args.quick,
+        "backends": backends,
+        "skip_suite": args.skip_suite,
+        "sizes": plan.sizes,
+        "stream": plan.stream,
+        "stdin": plan.stdin,
+        "sync": {"files": plan.sync[0], "file_bytes": plan.sync[1], "big": plan.sync[2]},
+        "concurrency": plan.concurrency,
+        "per_call": plan.per_call,
+        "rounds": plan.rounds,
+        "cold_samples": plan.cold_samples,
+    }
     data = report.to_json(results, {"stream": plan.stream, "stdin": plan.stdin, "sync": plan.sync}, options)
     data.update(world_figures)
     data["machine"]["load_average_1m"] = {"start": round(load_before, 2), "end": round(os.getloadavg()[0], 2)}

@@ -81,8 +81,11 @@ class Contender:
         return statistics.median(s.created_s for s in self.samples) * 1000 if self.samples else None
 
     def detail(self) -> dict[str, object]:
-        return {"interleaved": True, "samples_ms": [round(s.result_s * 1000, 2) for s in self.samples],
-                "created_ms": None if self.created_ms is None else round(self.created_ms, 2)}
+        return {
+            "interleaved": True,
+            "samples_ms": [round(s.result_s * 1000, 2) for s in self.samples],
+            "created_ms": None if self.created_ms is None else round(self.created_ms, 2),
+        }
 
 
 def interleave(contenders: list[Contender], rounds: int, progress: Callable[[str, str, str], None]) -> None:
@@ -106,5 +109,9 @@ def interleave(contenders: list[Contender], rounds: int, progress: Callable[[str
                     contender.samples.clear()
     for contender in contenders:
         if contender.result_ms is not None:
-            progress(contender.name, "cold start", f"{contender.result_ms:.1f} ms to the first result "
-                     f"(created in {contender.created_ms:.1f} ms; median of {len(contender.samples)}, interleaved)")
+            progress(
+                contender.name,
+                "cold start",
+                f"{contender.result_ms:.1f} ms to the first result "
+                f"(created in {contender.created_ms:.1f} ms; median of {len(contender.samples)}, interleaved)",
+            )

@@ -55,17 +55,24 @@ def evaluate(data: dict[str, Any], minimal: dict[str, dict[str, Any]]) -> dict[s
             continue
         value = cold(backend)
         bounded = targets[backend]["figures"].get("output_bounded_mib_s", {}).get("value")
-        size_na = None if stream >= BOUNDED_SIZE else f"measured at {human_size(stream)}, not {human_size(BOUNDED_SIZE)}"
+        size_na = (
+            None if stream >= BOUNDED_SIZE else f"measured at {human_size(stream)}, not {human_size(BOUNDED_SIZE)}"
+        )
         goals[backend] = {
             "cold_start_ms": value,
             "minimal_ms": base.get("cold_start_ms"),
             "tempdir_box_ms": tempdir,
             "minimal_output_mib_s": base.get("output_mib_s"),
             "checks": {
-                "cold_vs_minimal": _check(_ratio(value, base.get("cold_start_ms")), COLD_VS_MINIMAL_MAX,
-                                          at_most=True, na=base.get("error")),
-                "cold_vs_tempdir_box": _check(_ratio(value, tempdir), COLD_VS_TEMPDIR_MAX, at_most=True,
-                                              na=None if TEMPDIR in targets else "tempdir_box not in this run"),
+                "cold_vs_minimal": _check(
+                    _ratio(value, base.get("cold_start_ms")), COLD_VS_MINIMAL_MAX, at_most=True, na=base.get("error")
+                ),
+                "cold_vs_tempdir_box": _check(
+                    _ratio(value, tempdir),
+                    COLD_VS_TEMPDIR_MAX,
+                    at_most=True,
+                    na=None if TEMPDIR in targets else "tempdir_box not in this run",
+                ),
                 "bounded_mib_s": _check(None if size_na else bounded, BOUNDED_MIN_MIB_S, at_most=False, na=size_na),
             },
         }
@@ -76,21 +83,27 @@ def markdown(data: dict[str, Any]) -> list[str]:
     goals = data.get("goals") or {}
     if not goals:
         return []
-    lines = ["## Targets", "",
-             f"Reference backends on their fakes, one run. Cold start (create to the first result) is measured "
-             f"interleaved with each vendor's minimal client and tempdir_box; targets: at most "
-             f"{COLD_VS_MINIMAL_MAX}x the minimal client, at most {COLD_VS_TEMPDIR_MAX:g}x tempdir_box, and "
-             f"bounded output of {human_size(BOUNDED_SIZE)} at least {BOUNDED_MIN_MIB_S:g} MiB/s. Figures, not "
-             "assertions: no test checks them.", "",
-             "| backend | cold start | minimal client | vs minimal | tempdir_box | vs tempdir_box | "
-             f"bounded {human_size(BOUNDED_SIZE)} | minimal client's stream |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines = [
+        "## Targets",
+        "",
+        f"Reference backends on their fakes, one run. Cold start (create to the first result) is measured "
+        f"interleaved with each vendor's minimal client and tempdir_box; targets: at most "
+        f"{COLD_VS_MINIMAL_MAX}x the minimal client, at most {COLD_VS_TEMPDIR_MAX:g}x tempdir_box, and "
+        f"bounded output of {human_size(BOUNDED_SIZE)} at least {BOUNDED_MIN_MIB_S:g} MiB/s. Figures, not "
+        "assertions: no test checks them.",
+        "",
+        "| backend | cold start | minimal client | vs minimal | tempdir_box | vs tempdir_box | "
+        f"bounded {human_size(BOUNDED_SIZE)} | minimal client's stream |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for backend, goal in goals.items():
         checks = goal["checks"]
-        lines.append(f"| {backend} | {_ms(goal['cold_start_ms'])} | {_ms(goal['minimal_ms'])} | "
-                     f"{_cell(checks['cold_vs_minimal'], 'x')} | {_ms(goal['tempdir_box_ms'])} | "
-                     f"{_cell(checks['cold_vs_tempdir_box'], 'x')} | {_cell(checks['bounded_mib_s'], ' MiB/s')} | "
-                     f"{_rate(goal.get('minimal_output_mib_s'))} |")
+        lines.append(
+            f"| {backend} | {_ms(goal['cold_start_ms'])} | {_ms(goal['minimal_ms'])} | "
+            f"{_cell(checks['cold_vs_minimal'], 'x')} | {_ms(goal['tempdir_box_ms'])} | "
+            f"{_cell(checks['cold_vs_tempdir_box'], 'x')} | {_cell(checks['bounded_mib_s'], ' MiB/s')} | "
+            f"{_rate(goal.get('minimal_output_mib_s'))} |"
+        )
     return [*lines, ""]
 
 

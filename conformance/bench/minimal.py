@@ -59,8 +59,9 @@ class MinimalClient(Protocol):
     def close(self) -> None: ...
 
 
-def _timed(create: Callable[[], Any], run: Callable[[Any], int], release: Callable[[Any], None],
-           what: str) -> ColdSample:
+def _timed(
+    create: Callable[[], Any], run: Callable[[Any], int], release: Callable[[Any], None], what: str
+) -> ColdSample:
     """Time ``create`` and then ``run`` on what it made (exit status 0 expected); release untimed."""
     started = time.perf_counter()
     made = create()
@@ -90,8 +91,9 @@ def _lines(chunks: Iterator[bytes]) -> Iterator[bytes]:
         yield pending
 
 
-def _streamed(create: Callable[[], Any], run: Callable[[Any], int], release: Callable[[Any], None],
-              size: int, what: str) -> float:
+def _streamed(
+    create: Callable[[], Any], run: Callable[[Any], int], release: Callable[[Any], None], size: int, what: str
+) -> float:
     """Seconds ``run`` takes to receive ``size`` bytes of output in a sandbox from ``create`` (untimed,
     as is ``release``)."""
     made = create()
@@ -132,8 +134,9 @@ class MinimalUpstash:
             def count(data: bytes) -> None:
                 received[0] += len(data)
 
-            session = box.exec.session(argv=["bash", "-c", flood_command(size)], cwd="/", on_stdout=count,
-                                       on_stderr=count)
+            session = box.exec.session(
+                argv=["bash", "-c", flood_command(size)], cwd="/", on_stdout=count, on_stderr=count
+            )
             try:
                 session.wait(STREAM_TIMEOUT_S)
             finally:
@@ -188,9 +191,12 @@ class MinimalDeepInfra:
 
         def run(sandbox: Any) -> int:
             received = 0
-            spec = RequestSpec("POST", f"/v1/sandboxes/{sandbox.id}/exec", timeout=STREAM_TIMEOUT_S,
-                               json={"command": ["bash", "-c", flood_command(size)],
-                                     "timeout_seconds": int(STREAM_TIMEOUT_S)})
+            spec = RequestSpec(
+                "POST",
+                f"/v1/sandboxes/{sandbox.id}/exec",
+                timeout=STREAM_TIMEOUT_S,
+                json={"command": ["bash", "-c", flood_command(size)], "timeout_seconds": int(STREAM_TIMEOUT_S)},
+            )
             with self.client.stream(spec) as response:
                 for line in _lines(response.iter_bytes()):
                     event = json.loads(line) if line.strip() else {}
@@ -212,8 +218,11 @@ class MinimalCloudflare:
     def __init__(self, env: Mapping[str, str]):
         import httpx
 
-        headers = {"Authorization": f"Bearer {env['HERMES_CF_TOKEN']}", "Accept": "application/json",
-                   "User-Agent": "hermes-backend-kit-bench/minimal"}
+        headers = {
+            "Authorization": f"Bearer {env['HERMES_CF_TOKEN']}",
+            "Accept": "application/json",
+            "User-Agent": "hermes-backend-kit-bench/minimal",
+        }
         self.client = httpx.Client(base_url=env["HERMES_CF_ENDPOINT"], headers=headers, timeout=STREAM_TIMEOUT_S)
 
     def _create(self) -> str:

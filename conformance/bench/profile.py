@@ -144,8 +144,10 @@ def summarize(profile: Path, top: int = 25, only: str | None = None) -> str:
             areas[name] += n
     if total <= 0:
         return "no samples" + (f" of a process whose role contains {only!r}" if only else "")
-    lines = [f"{total} samples (threads py-spy saw as active; blocked Condition.wait/select "
-             "calls can still appear)", ""]
+    lines = [
+        f"{total} samples (threads py-spy saw as active; blocked Condition.wait/select calls can still appear)",
+        "",
+    ]
     if processes:
         lines += ["by process (py-spy --subprocesses):"]
         lines += [f"  {100 * n / total:5.1f}%  {role}" for role, n in processes.most_common()]

@@ -89,8 +89,12 @@ def to_json(results: list[TargetResult], sizes: Sizes, options: dict[str, Any]) 
         for s in spec_list:
             f = r.figures.get(s.key, Figure(na="not measured"))
             b = base.figures.get(s.key, Figure())
-            entry: dict[str, Any] = {"value": round_figure(f.value), "unit": s.unit, "better": s.better,
-                                     "ratio": ratio(s, f.value, b.value)}
+            entry: dict[str, Any] = {
+                "value": round_figure(f.value),
+                "unit": s.unit,
+                "better": s.better,
+                "ratio": ratio(s, f.value, b.value),
+            }
             if f.na:
                 entry["na"] = f.na
             if entry["ratio"] is None and f.value is not None:
@@ -98,13 +102,16 @@ def to_json(results: list[TargetResult], sizes: Sizes, options: dict[str, Any]) 
             if f.detail:
                 entry["detail"] = f.detail
             figures[s.key] = entry
-        targets[r.name] = {"label": r.label, "figures": figures, "growth": r.growth,
-                           **({"error": r.error} if r.error else {})}
+        targets[r.name] = {
+            "label": r.label,
+            "figures": figures,
+            "growth": r.growth,
+            **({"error": r.error} if r.error else {}),
+        }
     return {
         "schema": SCHEMA,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "machine": {"python": sys.version.split()[0], "platform": platform.platform(),
-                    "cpus": _cpus()},
+        "machine": {"python": sys.version.split()[0], "platform": platform.platform(), "cpus": _cpus()},
         "baseline": BASELINE,
         "ratio": "value / baseline value (RSS: both floored at 1 MiB)",
         "options": options,
@@ -119,10 +126,14 @@ def to_markdown(data: dict[str, Any]) -> str:
     notes: list[str] = []
     load = data["machine"].get("load_average_1m")
     load_text = f", load average {load['start']:g} at the start and {load['end']:g} at the end" if load else ""
-    lines = [f"Benchmark matrix ({data['created']}, Python {data['machine']['python']}, "
-             f"{data['machine']['cpus']} CPUs{load_text}{', quick' if data['options'].get('quick') else ''}). "
-             "Cells: value (ratio to local bash -c).", "",
-             "| figure | " + " | ".join(labels) + " |", "| --- |" + " --- |" * len(names)]
+    lines = [
+        f"Benchmark matrix ({data['created']}, Python {data['machine']['python']}, "
+        f"{data['machine']['cpus']} CPUs{load_text}{', quick' if data['options'].get('quick') else ''}). "
+        "Cells: value (ratio to local bash -c).",
+        "",
+        "| figure | " + " | ".join(labels) + " |",
+        "| --- |" + " --- |" * len(names),
+    ]
     for key, spec in data["figures"].items():
         cells = []
         for n in names:
@@ -141,20 +152,26 @@ def to_markdown(data: dict[str, Any]) -> str:
 
 
 def _growth_markdown(data: dict[str, Any]) -> list[str]:
-    lines = ["## Growth", "",
-             "Slope: least squares on log-log (1 = linear, 0 = flat); tail = last three points. "
-             "Departs: first point above 1.5x the linear extrapolation from the previous point "
-             "(concurrency: n x one call's throughput above 1.5x the measured).", "",
-             "| target | series | slope | tail slope | departs from linear at | ratio there |",
-             "| --- | --- | --- | --- | --- | --- |"]
+    lines = [
+        "## Growth",
+        "",
+        "Slope: least squares on log-log (1 = linear, 0 = flat); tail = last three points. "
+        "Departs: first point above 1.5x the linear extrapolation from the previous point "
+        "(concurrency: n x one call's throughput above 1.5x the measured).",
+        "",
+        "| target | series | slope | tail slope | departs from linear at | ratio there |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
     points: list[str] = []
     for name, t in data["targets"].items():
         for series, g in t["growth"].items():
             for what, fit in g.get("fits", {}).items():
                 at = fit.get("departs_at")
                 at_text = "-" if at is None else (human_size(int(at)) if series.startswith("output") else f"n={at}")
-                lines.append(f"| {name} | {series}: {what} | {_fmt(fit['slope'])} | "
-                             f"{_fmt(fit.get('tail_slope'))} | {at_text} | {_fmt(fit.get('departure_ratio'))} |")
+                lines.append(
+                    f"| {name} | {series}: {what} | {_fmt(fit['slope'])} | "
+                    f"{_fmt(fit.get('tail_slope'))} | {at_text} | {_fmt(fit.get('departure_ratio'))} |"
+                )
             points.append(f"| {name} | {series} | " + "; ".join(_point_text(series, p) for p in g["points"]) + " |")
     lines += ["", "| target | series | points |", "| --- | --- | --- |", *points]
     return lines

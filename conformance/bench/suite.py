@@ -26,8 +26,15 @@ def run(backend: str, env: dict[str, str]) -> SuiteRun:
     # env: the bench's environment from before any fake exported its variables into this process.
     started = time.perf_counter()
     try:
-        proc = subprocess.run(command(backend), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              timeout=SUITE_TIMEOUT_S, text=True, errors="replace")
+        proc = subprocess.run(
+            command(backend),
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            timeout=SUITE_TIMEOUT_S,
+            text=True,
+            errors="replace",
+        )
     except subprocess.TimeoutExpired:
         return SuiteRun(time.perf_counter() - started, -1, f"timed out after {SUITE_TIMEOUT_S}s")
     seconds = time.perf_counter() - started

@@ -128,8 +128,9 @@ class LocalBash:
         return _check(total, size, "local flood")
 
     def stdin(self, data: str) -> int:
-        proc = subprocess.run(["bash", "-c", "wc -c"], input=data.encode("utf-8", "surrogateescape"),
-                              stdout=subprocess.PIPE, check=True)
+        proc = subprocess.run(
+            ["bash", "-c", "wc -c"], input=data.encode("utf-8", "surrogateescape"), stdout=subprocess.PIPE, check=True
+        )
         return int(proc.stdout.split()[0])
 
     def sync(self, tree_size: tuple[int, int, int]) -> SyncResult:
@@ -181,8 +182,14 @@ class KitBackend:
     def _execute(self, env: Any, command: str, **kwargs: Any) -> dict[str, Any]:
         from conformance.host.calls import bounded
 
-        return bounded(env.execute, command, timeout=CALL_TIMEOUT_S, deadline=CALL_TIMEOUT_S + GRACE_S,
-                       what=f"{self.name} execute({command[:40]!r})", **kwargs)
+        return bounded(
+            env.execute,
+            command,
+            timeout=CALL_TIMEOUT_S,
+            deadline=CALL_TIMEOUT_S + GRACE_S,
+            what=f"{self.name} execute({command[:40]!r})",
+            **kwargs,
+        )
 
     def _ok(self, result: dict[str, Any], what: str) -> dict[str, Any]:
         code = int(result.get("returncode", 0) or 0)
@@ -253,8 +260,10 @@ class KitBackend:
         if isinstance(base, str) and base.strip():
             candidates.append(f'"$(eval echo {shlex.quote(base.strip())})"')
         q = shlex.quote(rel)
-        script = (f"for r in {' '.join(candidates)}; do if [ -d \"$r\"/{q} ]; then "
-                  f"find \"$r\"/{q} -type f | wc -l; wc -c < \"$r\"/{q}/big.bin; exit 0; fi; done; echo 0; echo 0")
+        script = (
+            f'for r in {" ".join(candidates)}; do if [ -d "$r"/{q} ]; then '
+            f'find "$r"/{q} -type f | wc -l; wc -c < "$r"/{q}/big.bin; exit 0; fi; done; echo 0; echo 0'
+        )
         words = self._ok(self._execute(env, script), "counting synced files").get("output", "").split()
         return int(words[0]), int(words[1])
 

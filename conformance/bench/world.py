@@ -47,15 +47,22 @@ def measure(rounds: int = DEFAULT_ROUNDS, root: Path | None = None) -> tuple[dic
                     started = time.perf_counter()
                     call()
                     samples.append((time.perf_counter() - started) * 1000)
-            details = {"rounds": rounds, "isolated": world.isolated, "paths_note": world.paths_note,
-                       "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                       "spawn_p95_ms": round(percentile(boxed, 95), 3),
-                       "bash_c_p95_ms": round(percentile(plain, 95), 3)}
+            details = {
+                "rounds": rounds,
+                "isolated": world.isolated,
+                "paths_note": world.paths_note,
+                "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "spawn_p95_ms": round(percentile(boxed, 95), 3),
+                "bash_c_p95_ms": round(percentile(plain, 95), 3),
+            }
         finally:
             world.close()
     spawn_p50, bash_p50 = percentile(boxed, 50), percentile(plain, 50)
-    figure = {"spawn_p50_ms": round(spawn_p50, 3), "bash_c_p50_ms": round(bash_p50, 3),
-              "ratio": round(spawn_p50 / bash_p50, 3)}
+    figure = {
+        "spawn_p50_ms": round(spawn_p50, 3),
+        "bash_c_p50_ms": round(bash_p50, 3),
+        "ratio": round(spawn_p50 / bash_p50, 3),
+    }
     return figure, details
 
 
@@ -65,16 +72,23 @@ def markdown(data: dict[str, Any]) -> list[str]:
     if not world:
         return []
     boxes = "isolated boxes" if detail.get("isolated", True) else f"UNISOLATED boxes ({detail.get('paths_note')})"
-    lines = ["## Box world", "",
-             f"Spawn-to-exit of `true` in the fakes' box world ({boxes}: World.spawn, bash -c with pipes) "
-             "against `subprocess.run([\"bash\", \"-c\", \"true\"])`, interleaved in one process"
-             + (f", {detail['rounds']} rounds each" if detail.get("rounds") else "") + "; target: ratio at most 2.",
-             "", "| figure | box world | bash -c | ratio |", "| --- | --- | --- | --- |",
-             f"| spawn-to-exit of `true`, p50 | {world['spawn_p50_ms']:.2f} ms | {world['bash_c_p50_ms']:.2f} ms "
-             f"| {world['ratio']:.2f}x |"]
+    lines = [
+        "## Box world",
+        "",
+        f"Spawn-to-exit of `true` in the fakes' box world ({boxes}: World.spawn, bash -c with pipes) "
+        'against `subprocess.run(["bash", "-c", "true"])`, interleaved in one process'
+        + (f", {detail['rounds']} rounds each" if detail.get("rounds") else "")
+        + "; target: ratio at most 2.",
+        "",
+        "| figure | box world | bash -c | ratio |",
+        "| --- | --- | --- | --- |",
+        f"| spawn-to-exit of `true`, p50 | {world['spawn_p50_ms']:.2f} ms | {world['bash_c_p50_ms']:.2f} ms "
+        f"| {world['ratio']:.2f}x |",
+    ]
     if detail.get("spawn_p95_ms") is not None:
-        lines.append(f"| spawn-to-exit of `true`, p95 | {detail['spawn_p95_ms']:.2f} ms | "
-                     f"{detail['bash_c_p95_ms']:.2f} ms | - |")
+        lines.append(
+            f"| spawn-to-exit of `true`, p95 | {detail['spawn_p95_ms']:.2f} ms | {detail['bash_c_p95_ms']:.2f} ms | - |"
+        )
     if detail.get("measured"):
         lines += ["", f"Measured {detail['measured']}."]
     return [*lines, ""]

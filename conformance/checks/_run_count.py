@@ -29,7 +29,7 @@ MOST_RUNS = 16  # more runs than this are reported as this many (Hermes makes at
 def counting(label: str, body: str) -> tuple[str, str]:
     """``body`` preceded by a line that records each start of the command; and the record's name under $HOME."""
     record = f".kit-runs-{nonce(label)}"
-    return f"printf x >> \"$HOME\"/{record}; {body}", record
+    return f'printf x >> "$HOME"/{record}; {body}', record
 
 
 @dataclass
@@ -50,7 +50,7 @@ def _in_world(kit: Any, record: str) -> int:
 
 def _through_backend(env: Any, record: str, notes: list[str]) -> int:
     try:
-        result = run(env, f"cat \"$HOME\"/{record} 2>/dev/null || true", timeout=5)
+        result = run(env, f'cat "$HOME"/{record} 2>/dev/null || true', timeout=5)
     except CallHung as exc:
         notes.append(str(exc))
         return 0
@@ -101,5 +101,7 @@ def describe(outcome: TerminalOutcome) -> str:
     if not outcome.raised:
         return f"execute() returned {said}"
     raises = "; ".join(r[:200] for r in outcome.raised)
-    return (f"execute() raised {len(outcome.raised)} time(s) ({raises}), so Hermes's terminal tool made "
-            f"{outcome.attempts} attempt(s) and reported {said}")
+    return (
+        f"execute() raised {len(outcome.raised)} time(s) ({raises}), so Hermes's terminal tool made "
+        f"{outcome.attempts} attempt(s) and reported {said}"
+    )

@@ -16,7 +16,21 @@ from conformance.host.drivers import interrupted, returncode, run
 from conformance.persistent_path import PersistentPath
 from conformance.verdicts import NA_PREFIX, UNVERIFIED_PREFIX
 
-__all__ = ["attempt", "keep", "kept", "locate", "nonce", "not_applicable", "out", "plant", "rc", "run", "sha256_hex", "stop_by", "unverified"]
+__all__ = [
+    "attempt",
+    "keep",
+    "kept",
+    "locate",
+    "nonce",
+    "not_applicable",
+    "out",
+    "plant",
+    "rc",
+    "run",
+    "sha256_hex",
+    "stop_by",
+    "unverified",
+]
 
 
 def out(result: dict[str, Any]) -> str:

@@ -26,7 +26,7 @@ from conformance.checks._support import attempt, keep, kept, locate, nonce, plan
 
 
 def _read(env: Any, relpath: str) -> tuple[int | None, str]:
-    code, text, _ = attempt(env, f"cat \"$HOME\"/{shlex.quote(relpath)} 2>/dev/null || echo kit-absent")
+    code, text, _ = attempt(env, f'cat "$HOME"/{shlex.quote(relpath)} 2>/dev/null || echo kit-absent')
     return code, text.strip()
 
 
@@ -90,8 +90,10 @@ def test_cleanup_after_the_sandbox_was_deleted_elsewhere(kit):
     except AssertionError:
         raise
     except Exception as exc:
-        raise AssertionError(f"cleanup() of an environment whose sandbox was deleted through {channel} raised "
-                             f"{type(exc).__name__}: {exc}") from None
+        raise AssertionError(
+            f"cleanup() of an environment whose sandbox was deleted through {channel} raised "
+            f"{type(exc).__name__}: {exc}"
+        ) from None
 
 
 @pytest.mark.black_box("sandbox-delete")
@@ -101,8 +103,10 @@ def test_sandbox_deleted_elsewhere_is_reported_then_replaced(kit, env):
     channel = delete_sandbox(kit, env)
     outcomes = [attempt(env, "echo alive") for _ in range(3)]
     codes = [c for c, _, _ in outcomes]
-    assert 0 in codes[:2], (f"no command succeeded within two calls after the sandbox was deleted through "
-                            f"{channel}: {[(c, t[:200]) for c, t, _ in outcomes[:2]]}")
+    assert 0 in codes[:2], (
+        f"no command succeeded within two calls after the sandbox was deleted through "
+        f"{channel}: {[(c, t[:200]) for c, t, _ in outcomes[:2]]}"
+    )
     flags = sum(1 for _, _, r in outcomes if r.get("environment_recreated") is True)
     assert flags == 1, (
         f"after the sandbox was deleted through {channel}, environment_recreated was set {flags} times in three "

@@ -26,16 +26,18 @@ def _physical(env, path_expr: str) -> str:
 
 def _new_dir(env, label: str = "cwd") -> str:
     """A fresh directory in the sandbox; its physical path."""
-    result = run(env, f'd=$(mktemp -d "${{TMPDIR:-/tmp}}/kit-{label}.XXXXXX") && (builtin cd -- "$d" && pwd -P)', cwd="/")
+    result = run(
+        env, f'd=$(mktemp -d "${{TMPDIR:-/tmp}}/kit-{label}.XXXXXX") && (builtin cd -- "$d" && pwd -P)', cwd="/"
+    )
     assert rc(result) == 0 and out(result).strip(), f"mktemp -d failed in the sandbox: {out(result)!r}"
     return out(result).strip()
 
 
 def _home_dir(env, name: str) -> tuple[str, str]:
     """Create $HOME/<name>; return (physical $HOME, physical $HOME/<name>)."""
-    result = run(env, f"mkdir -p -- \"$HOME\"/{shlex.quote(name)}", cwd="/")
+    result = run(env, f'mkdir -p -- "$HOME"/{shlex.quote(name)}', cwd="/")
     assert rc(result) == 0, f"cannot create $HOME/{name}: {out(result)!r}"
-    return _physical(env, '"$HOME"'), _physical(env, f"\"$HOME\"/{shlex.quote(name)}")
+    return _physical(env, '"$HOME"'), _physical(env, f'"$HOME"/{shlex.quote(name)}')
 
 
 @pytest.mark.clause("cwd.explicit")
@@ -65,7 +67,8 @@ def test_result_reports_observed_cwd(env):
     target = _new_dir(env, "observed")
     result = run(env, f"cd -- {shlex.quote(target)}", cwd="/")
     assert result.get("cwd_observed") is True, (
-        f"after a cd the result has cwd_observed={result.get('cwd_observed')!r} (keys: {sorted(result)})")
+        f"after a cd the result has cwd_observed={result.get('cwd_observed')!r} (keys: {sorted(result)})"
+    )
     assert result.get("cwd") == target, f"result cwd is {result.get('cwd')!r}, expected {target!r}"
 
 
@@ -78,7 +81,8 @@ def test_terminal_call_keeps_cd(env):
     second = terminal(env, "pwd -P", session, timeout=10)
     assert second.output.strip() == target, (
         f"the terminal call after 'cd {target}' ran in {second.output.strip()!r}; the host did not keep the cd "
-        f"(session cwd recorded: {session.cwd!r})")
+        f"(session cwd recorded: {session.cwd!r})"
+    )
 
 
 @pytest.mark.clause("cwd.marker-hidden")
@@ -98,7 +102,9 @@ def test_marker_never_in_output(env):
         result = run(env, command, **kwargs)
         text = out(result)
         assert MARKER_PREFIX not in text, (
-            f"{command!r} returned the cwd marker in its output: ...{text[max(0, text.find(MARKER_PREFIX) - 40):][:160]!r}")
+            f"{command!r} returned the cwd marker in its output:"
+            f" ...{text[max(0, text.find(MARKER_PREFIX) - 40) :][:160]!r}"
+        )
 
 
 @pytest.mark.clause("cwd.killed-unchanged")
@@ -122,10 +128,10 @@ def test_missing_cwd_fails_without_running(env):
         n = nonce("missing")
         cwd = missing.format(n=n)
         flag = f"kit-flag-{n}"
-        result = run(env, f"echo ran > \"$HOME\"/{flag}; echo ran-{n}", cwd=cwd)
+        result = run(env, f'echo ran > "$HOME"/{flag}; echo ran-{n}', cwd=cwd)
         assert rc(result) != 0, f"execute(cwd={cwd!r}) of a missing directory returned 0: {out(result)!r}"
         assert f"ran-{n}" not in out(result), f"the command ran although cwd={cwd!r} does not exist: {out(result)!r}"
-        check = run(env, f"[ -e \"$HOME\"/{flag} ] && echo present || echo absent", cwd="/")
+        check = run(env, f'[ -e "$HOME"/{flag} ] && echo present || echo absent', cwd="/")
         assert out(check).strip() == "absent", f"the command had an effect although cwd={cwd!r} does not exist"
 
 
@@ -147,7 +153,8 @@ def test_new_environment_starts_in_given_cwd(make_env, start):
     assert rc(first) == 0, f"first command failed: {out(first)!r}"
     expected = _physical(env, shlex.quote(start))
     assert out(first).strip() == expected, (
-        f"the first command of an environment created with cwd={start!r} ran in {out(first).strip()!r}")
+        f"the first command of an environment created with cwd={start!r} ran in {out(first).strip()!r}"
+    )
 
 
 @pytest.mark.clause("cwd.odd-names")
@@ -155,7 +162,7 @@ def test_odd_directory_names(env):
     base = _new_dir(env, "odd")
     for name in ODD_NAMES:
         q = shlex.quote(name)
-        made = run(env, f"mkdir -p -- {q} \"$HOME\"/{q}", cwd=base)
+        made = run(env, f'mkdir -p -- {q} "$HOME"/{q}', cwd=base)
         assert rc(made) == 0, f"cannot create {name!r}: {out(made)!r}"
         path = f"{base}/{name}"
 
@@ -168,6 +175,6 @@ def test_odd_directory_names(env):
         got = out(run(env, "pwd -P")).strip()
         assert got == path, f"the call after cd into {name!r} ran in {got!r}"
 
-        home_path = _physical(env, f"\"$HOME\"/{q}")
+        home_path = _physical(env, f'"$HOME"/{q}')
         got = out(run(env, "pwd -P", cwd=f"~/{name}")).strip()
         assert got == home_path, f"execute(cwd={'~/' + name!r}) ran in {got!r}, expected {home_path!r}"

@@ -25,8 +25,10 @@ def test_credential_variables_are_invisible(kit, env):
     assert names, "the provider strips no credential variables; declare them in strip_env_keys"
     text = out(run(env, DUMP + "; " + "; ".join(f"printenv {n}" for n in names)))
     set_inside = [n for n in names if f"{n}=" in text]
-    assert not set_inside, (f"{', '.join(set_inside)} set inside the sandbox (env or /proc/*/environ): "
-                            f"{_lines_with(text, set_inside[0] + '=')}")
+    assert not set_inside, (
+        f"{', '.join(set_inside)} set inside the sandbox (env or /proc/*/environ): "
+        f"{_lines_with(text, set_inside[0] + '=')}"
+    )
     shown = [n for n in names if os.environ.get(n) and os.environ[n] in text]
     assert not shown, f"the value of {', '.join(shown)} is visible inside the sandbox"
 
@@ -42,9 +44,16 @@ def test_host_only_variable_stays_on_the_host(kit, make_env, monkeypatch):
 
 
 # Per-session names the host never keeps from one command to the next (base_session_env.py).
-SESSION_VARS = ("HERMES_SESSION_KIT", "HERMES_RPC_KIT", "HERMES_KERNEL_DIR", "HERMES_CRON_SESSION",
-                "HERMES_CRON_AUTO_DELIVER_KIT", "HERMES_BROWSER_CONTROL_KIT", "HERMES_DELEGATED_CHILD_CONTEXT",
-                "HERMES_UI_SESSION_ID")
+SESSION_VARS = (
+    "HERMES_SESSION_KIT",
+    "HERMES_RPC_KIT",
+    "HERMES_KERNEL_DIR",
+    "HERMES_CRON_SESSION",
+    "HERMES_CRON_AUTO_DELIVER_KIT",
+    "HERMES_BROWSER_CONTROL_KIT",
+    "HERMES_DELEGATED_CHILD_CONTEXT",
+    "HERMES_UI_SESSION_ID",
+)
 # Re-exported by every command with the host's default when unset; a command's own value must not stick.
 AGENT_MARKERS = {"AI_AGENT": "hermes-agent", "HERMES_AGENT": "true"}
 

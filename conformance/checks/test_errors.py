@@ -54,8 +54,10 @@ def _texts_after_failures(kit, caplog) -> list[str]:
 def test_no_credential_in_user_visible_text(kit, caplog):
     secrets = kit.secret_values()
     if not secrets:
-        unverified("no credential value to look for: the provider names no strip_env_keys, so the kit "
-                   "seeded none and the fake issued none")
+        unverified(
+            "no credential value to look for: the provider names no strip_env_keys, so the kit "
+            "seeded none and the fake issued none"
+        )
     for text in _texts_after_failures(kit, caplog):
         for value in secrets:
             assert value not in text, f"a credential value appears in user-visible text: {text[:200]!r}"

@@ -61,7 +61,7 @@ def test_utf8_roundtrips_and_bad_bytes_are_replaced(env):
 @pytest.mark.clause("exec.session-state")
 def test_exported_variables_persist(env):
     run(env, "export KIT_STATE=kept KIT_SPACES='a b  c'")
-    assert out(run(env, "echo \"$KIT_STATE|$KIT_SPACES\"")).strip() == "kept|a b  c"
+    assert out(run(env, 'echo "$KIT_STATE|$KIT_SPACES"')).strip() == "kept|a b  c"
     seen: list[str] = []
     worker = threading.Thread(target=lambda: seen.append(out(run(env, "echo $KIT_STATE")).strip()))
     worker.start()
@@ -102,8 +102,29 @@ def test_execute_takes_the_callers_keywords(env):
     assert rc(run(env, "true", bounded_capture=False, rewrite_compound_background=True)) == 0
 
 
-TOOLS = ("bash", "base64", "sha256sum", "mktemp", "stat", "sed", "cut", "wc", "head", "tail",
-         "readlink", "nohup", "kill", "pkill", "mv", "cat", "chmod", "touch", "awk", "grep", "python3")
+TOOLS = (
+    "bash",
+    "base64",
+    "sha256sum",
+    "mktemp",
+    "stat",
+    "sed",
+    "cut",
+    "wc",
+    "head",
+    "tail",
+    "readlink",
+    "nohup",
+    "kill",
+    "pkill",
+    "mv",
+    "cat",
+    "chmod",
+    "touch",
+    "awk",
+    "grep",
+    "python3",
+)
 
 
 @pytest.mark.clause("exec.tools")

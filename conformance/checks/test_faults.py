@@ -52,8 +52,9 @@ def test_sandbox_deleted_mid_command_fails_it_once(kit, env):
     kit.world.delete(sandbox)
     deleted = time.monotonic()
     # Each attempt may take timeout + GRACE_S before the driver calls it hung.
-    outcome: TerminalOutcome = call.result((MAX_RETRIES + 1) * (timeout + GRACE_S + 1),
-                                           what="the terminal call in a sandbox deleted mid-command")
+    outcome: TerminalOutcome = call.result(
+        (MAX_RETRIES + 1) * (timeout + GRACE_S + 1), what="the terminal call in a sandbox deleted mid-command"
+    )
     fault = f"the sandbox was deleted {deleted - started:.1f}s into a command with timeout={timeout}"
     again = count_runs(kit, env, record, expect=0)
     assert again.runs == 0, (
@@ -69,17 +70,17 @@ def test_sandbox_deleted_mid_command_fails_it_once(kit, env):
         f"{fault}, and execute() returned {outcome.seconds[0]:.1f}s after the command started; the limit is "
         f"{timeout + 5}s"
     )
-    assert outcome.exit_code != 0, (
-        f"{fault}, and {describe(outcome)} (a missing returncode reads as 0); it must fail"
-    )
+    assert outcome.exit_code != 0, f"{fault}, and {describe(outcome)} (a missing returncode reads as 0); it must fail"
 
 
 # ------------------------------------------------------------------ "timeout" only for timeouts
 def _said_timeout(situation: str, outcome: TerminalOutcome, timeout: int) -> str | None:
     """A finding when Hermes read an exception of this call as the command's timeout."""
     if outcome.raised and outcome.exit_code == 124:
-        return (f"{situation}: {describe(outcome)}, i.e. 'Command timed out after {timeout} seconds' for a command "
-                "that never reached its timeout")
+        return (
+            f"{situation}: {describe(outcome)}, i.e. 'Command timed out after {timeout} seconds' for a command "
+            "that never reached its timeout"
+        )
     return None
 
 
@@ -91,16 +92,27 @@ def test_only_a_timeout_raises_an_error_that_says_timeout(kit, make_env):
 
     env = make_env()
     kit.world.fail(locate(kit, env, "broken"))
-    findings.append(_said_timeout("the sandbox was put in the error state behind the backend's back",
-                                  drive(env, "echo should-not-run", timeout=timeout), timeout))
+    findings.append(
+        _said_timeout(
+            "the sandbox was put in the error state behind the backend's back",
+            drive(env, "echo should-not-run", timeout=timeout),
+            timeout,
+        )
+    )
 
     if kit.has("transport-faults"):
         script = kit.world.faults
         failures: list[tuple[str, str, dict[str, Any]]] = [
-            ("the service answered 500 to every command call", "exec",
-             {"status": 500, "message": "Internal server error"}),
-            ("the service answered 503 to every read of sandbox state", "read",
-             {"status": 503, "message": "Service temporarily unavailable"}),
+            (
+                "the service answered 500 to every command call",
+                "exec",
+                {"status": 500, "message": "Internal server error"},
+            ),
+            (
+                "the service answered 503 to every read of sandbox state",
+                "read",
+                {"status": 503, "message": "Service temporarily unavailable"},
+            ),
         ]
         for situation, role, params in failures:
             env = make_env()
@@ -114,10 +126,12 @@ def test_only_a_timeout_raises_an_error_that_says_timeout(kit, make_env):
                 unfired.append(situation)
 
     found = [f for f in findings if f]
-    assert not found, "an exception that was not the command's timeout said \"timeout\": " + "; ".join(found)
+    assert not found, 'an exception that was not the command\'s timeout said "timeout": ' + "; ".join(found)
     if unfired:
-        unverified(f"the fault never met the backend's command call ({'; '.join(unfired)}): no request reached "
-                   "the run's exec routes, so that failure was never observed")
+        unverified(
+            f"the fault never met the backend's command call ({'; '.join(unfired)}): no request reached "
+            "the run's exec routes, so that failure was never observed"
+        )
 
 
 # ------------------------------------------------------------------ output flood
@@ -177,7 +191,9 @@ def test_output_flood_keeps_host_memory_bounded(env):
         raise AssertionError("cannot read /proc/self/status to measure this process's memory")
     with _PeakRss() as peak:
         result = run(env, "head -c 268435456 /dev/zero", timeout=120, bounded_capture=True)
-    assert rc(result) == 0, f"the 256 MiB flood did not complete: returncode {rc(result)}, output tail {out(result)[-200:]!r}"
+    assert rc(result) == 0, (
+        f"the 256 MiB flood did not complete: returncode {rc(result)}, output tail {out(result)[-200:]!r}"
+    )
     assert peak.growth_bytes < 128 * MIB, (
         f"the host process's resident memory grew by {peak.growth_bytes / MIB:.0f} MiB while a 256 MiB flood ran "
         f"with bounded_capture=True ({len(out(result))} characters returned); the limit is 128 MiB"

@@ -97,7 +97,9 @@ def test_compound_read_probe_returns_every_section(env):
         f"line-range section differs: got {parts['range'][:200]!r}..., expected {expected_range[:200]!r}..."
     )
     head = base64.b64decode("".join(parts["head_b64"].split()))
-    assert head == data[:4096], f"base64 head section decodes to {len(head)} bytes that differ from the file's first 4096"
+    assert head == data[:4096], (
+        f"base64 head section decodes to {len(head)} bytes that differ from the file's first 4096"
+    )
 
 
 @pytest.mark.clause("files.binary")
@@ -107,15 +109,20 @@ def test_binary_file_with_every_byte_value_reads_back(env):
     data = bytes(range(256)) + bytes(reversed(range(256))) + rng.randbytes(16 * 1024) + b"\x00\xff\r\n\x1a"
     path = f"{_workdir(env, 'binary')}/blob.bin"
     encoded = base64.b64encode(data).decode()
-    result = run(env, f"mkdir -p {shlex.quote(path.rsplit('/', 1)[0])} && "
-                      f"printf '%s' '{encoded}' | base64 -d > {shlex.quote(path)}", timeout=OP_TIMEOUT)
+    result = run(
+        env,
+        f"mkdir -p {shlex.quote(path.rsplit('/', 1)[0])} && printf '%s' '{encoded}' | base64 -d > {shlex.quote(path)}",
+        timeout=OP_TIMEOUT,
+    )
     assert rc(result) == 0, f"creating the binary file with base64 -d failed: {out(result)[-300:]!r}"
     back = ops.read_bytes(path)
     assert back is not None, "reading the binary file with base64 through exec failed"
     if back != data:
         first = next((i for i, (a, b) in enumerate(zip(back, data, strict=False)) if a != b), min(len(back), len(data)))
-        raise AssertionError(f"base64 read of a {len(data)}-byte binary file decodes to {len(back)} bytes; "
-                             f"first difference at byte {first}")
+        raise AssertionError(
+            f"base64 read of a {len(data)}-byte binary file decodes to {len(back)} bytes; "
+            f"first difference at byte {first}"
+        )
     assert ops.sha256(path) == sha256_hex(data), "sha256sum of the binary file differs from the bytes shipped"
 
 
@@ -131,8 +138,12 @@ def test_fetch_file_and_realpath(env, tmp_path):
     remote = f"{work}/payload.bin"
     link = f"{work}/link to payload"
     encoded = base64.b64encode(data).decode()
-    result = run(env, f"mkdir -p {shlex.quote(work)} && printf '%s' '{encoded}' | base64 -d > {shlex.quote(remote)} "
-                      f"&& ln -s payload.bin {shlex.quote(link)}", timeout=OP_TIMEOUT)
+    result = run(
+        env,
+        f"mkdir -p {shlex.quote(work)} && printf '%s' '{encoded}' | base64 -d > {shlex.quote(remote)} "
+        f"&& ln -s payload.bin {shlex.quote(link)}",
+        timeout=OP_TIMEOUT,
+    )
     assert rc(result) == 0, f"setting up the fetch fixture failed: {out(result)[-300:]!r}"
     assert ops.sha256(remote) == sha256_hex(data), "the fixture file was not written intact"
 
@@ -146,11 +157,18 @@ def test_fetch_file_and_realpath(env, tmp_path):
     assert resolved == remote, f"fetch_realpath({link!r}) returned {resolved!r}, expected {remote!r}"
 
     with pytest.raises(fetch_error):
-        bounded(env.fetch_file, f"{work}/missing-{nonce('m')}", str(tmp_path / "missing"),
-                max_bytes=FETCH_MAX_BYTES, deadline=60, what="fetch_file(missing)")
+        bounded(
+            env.fetch_file,
+            f"{work}/missing-{nonce('m')}",
+            str(tmp_path / "missing"),
+            max_bytes=FETCH_MAX_BYTES,
+            deadline=60,
+            what="fetch_file(missing)",
+        )
     with pytest.raises(fetch_error):
-        bounded(env.fetch_file, remote, str(tmp_path / "too-big"), max_bytes=1024, deadline=60,
-                what="fetch_file(oversized)")
+        bounded(
+            env.fetch_file, remote, str(tmp_path / "too-big"), max_bytes=1024, deadline=60, what="fetch_file(oversized)"
+        )
     assert not (tmp_path / "too-big").exists() or (tmp_path / "too-big").stat().st_size <= 1024, (
         "fetch_file of an oversized file wrote more than max_bytes on the host"
     )
@@ -165,16 +183,20 @@ def test_temp_dir_is_absolute_and_writable(env):
     assert isinstance(tmp, str) and tmp.startswith("/"), f"get_temp_dir() returned {tmp!r}, not an absolute path"
     value = nonce("tmp")
     q = shlex.quote(tmp)
-    result = run(env, f"[ -d {q} ] || {{ echo not-a-directory; exit 3; }}; "
-                      f"f=$(mktemp -p {q} kit-tmp.XXXXXX) || exit 4; printf '%s' {value} > \"$f\" || exit 5; "
-                      f"cat \"$f\"; rm -f \"$f\"", timeout=10)
+    result = run(
+        env,
+        f"[ -d {q} ] || {{ echo not-a-directory; exit 3; }}; "
+        f"f=$(mktemp -p {q} kit-tmp.XXXXXX) || exit 4; printf '%s' {value} > \"$f\" || exit 5; "
+        f'cat "$f"; rm -f "$f"',
+        timeout=10,
+    )
     assert rc(result) == 0, f"get_temp_dir() {tmp!r} is not a writable directory in the sandbox: {out(result)!r}"
     assert out(result).strip() == value, f"a file written in {tmp!r} read back as {out(result)!r}"
 
 
 ODD_NAMES = (
     "with space.txt",
-    "it's \"quoted\".txt",
+    'it\'s "quoted".txt',
     "ünïcödé 日本語 🚀.txt",
     "dollar $HOME `tick` (paren).txt",
 )
@@ -189,13 +211,14 @@ def test_paths_with_spaces_quotes_and_unicode(env):
         _write(ops, f"{work}/{name}", content)
         _assert_content(ops, f"{work}/{name}", content.encode("utf-8"))
     # Third channel: the names on disk, base64-encoded so no transport can mangle them on the way back.
-    listing = run(env, f"cd {shlex.quote(work)} && for f in *; do printf '%s' \"$f\" | base64 | tr -d '\\n'; echo; done",
-                  timeout=OP_TIMEOUT)
+    listing = run(
+        env,
+        f"cd {shlex.quote(work)} && for f in *; do printf '%s' \"$f\" | base64 | tr -d '\\n'; echo; done",
+        timeout=OP_TIMEOUT,
+    )
     assert rc(listing) == 0, f"listing {work!r} failed: {out(listing)[-300:]!r}"
     names = {base64.b64decode(line).decode("utf-8", "replace") for line in out(listing).split()}
-    assert names == set(ODD_NAMES), (
-        f"names on disk {sorted(names)} differ from the names written {sorted(ODD_NAMES)}"
-    )
+    assert names == set(ODD_NAMES), f"names on disk {sorted(names)} differ from the names written {sorted(ODD_NAMES)}"
 
 
 @pytest.mark.clause("files.large-write")

@@ -35,8 +35,13 @@ def test_guards_skipped_only_when_no_host_path_is_reachable(kit, env):
         planted, written = secrets.token_hex(12), secrets.token_hex(12)
         (host_dir / "planted").write_text(planted)
         d = shlex.quote(str(host_dir))
-        text = out(run(env, f"cat {d}/planted 2>/dev/null; echo; mkdir -p {d} 2>/dev/null && "
-                            f"printf %s {written} > {d}/written 2>/dev/null; true"))
+        text = out(
+            run(
+                env,
+                f"cat {d}/planted 2>/dev/null; echo; mkdir -p {d} 2>/dev/null && "
+                f"printf %s {written} > {d}/written 2>/dev/null; true",
+            )
+        )
         back = host_dir / "written"
         reached = []
         if planted in text:
@@ -46,8 +51,11 @@ def test_guards_skipped_only_when_no_host_path_is_reachable(kit, env):
     finally:
         shutil.rmtree(host_dir, ignore_errors=True)
     if reached and kit.has("remote") and not _fake_isolates(kit):
-        pytest.skip(f"{UNVERIFIED_PREFIX} (harness: the fake's boxes are not isolated from this machine, "
-                    "so a reachable host path is the fake's doing)")
+        pytest.skip(
+            f"{UNVERIFIED_PREFIX} (harness: the fake's boxes are not isolated from this machine, "
+            "so a reachable host path is the fake's doing)"
+        )
     assert not reached, (
         f"skip_container_guards is true, but the sandbox {' and '.join(reached)}: host paths are reachable, so "
-        "Hermes would skip dangerous-command approval for commands that can change this machine's files")
+        "Hermes would skip dangerous-command approval for commands that can change this machine's files"
+    )

@@ -16,7 +16,7 @@ from conformance.host.calls import bounded
 def test_two_task_ids_do_not_see_each_other(make_env):
     first, second = make_env(), make_env()
     rel, _ = plant(first, "task")
-    seen = out(run(second, f"test -e \"$HOME\"/{shlex.quote(rel)} && echo visible || echo hidden")).strip()
+    seen = out(run(second, f'test -e "$HOME"/{shlex.quote(rel)} && echo visible || echo hidden')).strip()
     assert seen == "hidden", "a file written by one task id is visible to another"
 
 

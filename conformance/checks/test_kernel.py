@@ -78,8 +78,6 @@ def test_detached_kernel_keeps_its_state_across_calls(env):
         raise
     kernel.kill()
     assert _wait_gone(env, kernel.pid), f"the kernel runner {kernel.pid} still runs after kill {kernel.pid}"
-    assert _wait_gone(env, child_pid), (
-        f"the runner's child {child_pid} still runs after pkill -TERM -P {kernel.pid}"
-    )
+    assert _wait_gone(env, child_pid), f"the runner's child {child_pid} still runs after pkill -TERM -P {kernel.pid}"
     left = run(env, f"test -e {shlex.quote(kernel.kernel_dir)} && echo present || echo absent", cwd="/")
     assert out(left).strip() == "absent", f"rm -rf left the kernel directory {kernel.kernel_dir} behind"

@@ -145,8 +145,10 @@ def test_shutdown_with_a_command_in_flight(kit):
     bounded(cache.shutdown, timeout=15.0, kill_foreground=call.interrupt, deadline=20.0, what="host shutdown")
     call.result(20.0, what="the in-flight command after shutdown")
     took = time.monotonic() - started
-    assert took < 20.0, (f"shutdown with a command in flight took {took:.1f} s: cleanup_vm and "
-                         "wait_for_cleanup(15) did not end the in-flight command within the host's bound")
+    assert took < 20.0, (
+        f"shutdown with a command in flight took {took:.1f} s: cleanup_vm and "
+        "wait_for_cleanup(15) did not end the in-flight command within the host's bound"
+    )
     assert not cache.errors, f"shutdown raised: {cache.errors[0]!r}"
 
 

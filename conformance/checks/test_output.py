@@ -50,20 +50,25 @@ def test_bounded_capture_keeps_a_window(env):
 
     full = out(run(env, command, bounded_capture=False))
     if full != expected:
-        i = next((k for k, (a, b) in enumerate(zip(full, expected, strict=False)) if a != b), min(len(full), len(expected)))
-        raise AssertionError(f"bounded_capture=False returned {len(full)} of {len(expected)} chars, "
-                             f"first difference at {i}: {full[i:i + 40]!r} vs {expected[i:i + 40]!r}")
+        i = next(
+            (k for k, (a, b) in enumerate(zip(full, expected, strict=False)) if a != b), min(len(full), len(expected))
+        )
+        raise AssertionError(
+            f"bounded_capture=False returned {len(full)} of {len(expected)} chars, "
+            f"first difference at {i}: {full[i : i + 40]!r} vs {expected[i : i + 40]!r}"
+        )
 
     bounded = out(run(env, command, bounded_capture=True))
     notice = NOTICE.search(bounded)
     if notice is None:
         # A backend may leave capping to the host; then it must return everything.
         assert bounded == expected, (
-            f"bounded_capture=True returned {len(bounded)} of {len(expected)} chars with no '[OUTPUT TRUNCATED' notice")
+            f"bounded_capture=True returned {len(bounded)} of {len(expected)} chars with no '[OUTPUT TRUNCATED' notice"
+        )
         return
     kept = len(bounded) - len(notice.group(0))
     assert kept <= limit, f"bounded capture kept {kept} chars besides the notice; the host's max is {limit}"
-    head, tail = bounded[:notice.start()], bounded[notice.end():]
+    head, tail = bounded[: notice.start()], bounded[notice.end() :]
     assert head and expected.startswith(head), f"the bounded head is not the start of the output: {head[:80]!r}"
     assert tail and expected.endswith(tail), f"the bounded tail is not the end of the output: {tail[-80:]!r}"
 
@@ -78,7 +83,8 @@ def test_eight_mib_of_output_in_full(env):
     assert rc(result) == 0, f"seq of 8 MiB exited {rc(result)}: {text[-200:]!r}"
     assert len(text) == len(expected), f"8 MiB of output came back as {len(text)} chars"
     assert sha256_hex(text.encode()) == sha256_hex(expected.encode()), (
-        "8 MiB of output came back with the right length but different content or order")
+        "8 MiB of output came back with the right length but different content or order"
+    )
 
 
 BACKGROUND = ("{child} &", "{child} & disown", "true && {child} &")
@@ -99,8 +105,13 @@ def test_background_child_does_not_hold_the_call(make_env):
             assert elapsed < 3, f"{command!r} held the call open for {elapsed:.1f}s (a background child owns stdout)"
             assert rc(result) == 0, f"{command!r} returned {rc(result)}: {out(result)!r}"
         finally:
-            run(env, f'for i in 1 2 3 4 5; do [ -s {pid_file} ] && break; sleep 0.1; done; '
-                     f'p=$(cat {pid_file} 2>/dev/null); [ -n "$p" ] && kill "$p" 2>/dev/null; true', cwd="/", timeout=10)
+            run(
+                env,
+                f"for i in 1 2 3 4 5; do [ -s {pid_file} ] && break; sleep 0.1; done; "
+                f'p=$(cat {pid_file} 2>/dev/null); [ -n "$p" ] && kill "$p" 2>/dev/null; true',
+                cwd="/",
+                timeout=10,
+            )
 
     # The three forms run at once, each in its own environment.
     calls = [Call(one, make_env(), form) for form in BACKGROUND]
@@ -108,8 +119,14 @@ def test_background_child_does_not_hold_the_call(make_env):
         call.result(60, what=f"the {form!r} scenario")
 
 
-EXACT = (("printf abc", "abc"), ("printf ''", ""), ("printf 'a\\nb'", "a\nb"), ("printf 'cr\\r'", "cr\r"),
-         ("printf 'x\\n'", "x\n"), ("printf 'two\\n\\n'", "two\n\n"))
+EXACT = (
+    ("printf abc", "abc"),
+    ("printf ''", ""),
+    ("printf 'a\\nb'", "a\nb"),
+    ("printf 'cr\\r'", "cr\r"),
+    ("printf 'x\\n'", "x\n"),
+    ("printf 'two\\n\\n'", "two\n\n"),
+)
 
 
 @pytest.mark.clause("output.no-trailing-newline")
@@ -118,7 +135,8 @@ def test_output_is_returned_exactly(env):
         for bounded in (False, True):
             got = out(run(env, command, bounded_capture=bounded))
             assert got == expected, (
-                f"execute({command!r}, bounded_capture={bounded}) returned {got!r}, not {expected!r}")
+                f"execute({command!r}, bounded_capture={bounded}) returned {got!r}, not {expected!r}"
+            )
 
 
 @pytest.mark.clause("output.order")

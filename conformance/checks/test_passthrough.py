@@ -91,10 +91,13 @@ def test_passthrough_variables_reach_the_sandbox(kit, monkeypatch):
         missing = [n for n, v in values.items() if f"{n}={v}" not in text]
         assert not missing, (
             f"passthrough variables {missing} (registered by a skill / listed in terminal.env_passthrough, set on "
-            f"the host) did not reach the sandbox's {label} command: {text[-300:]!r}")
+            f"the host) did not reach the sandbox's {label} command: {text[-300:]!r}"
+        )
         leaked = [n for n in blocked if f"{n}=unset" not in text]
-        assert not leaked, (f"{leaked} (strip_env_keys) reached the sandbox because it was registered as passthrough; "
-                            "a backend's own credentials never go in")
+        assert not leaked, (
+            f"{leaked} (strip_env_keys) reached the sandbox because it was registered as passthrough; "
+            "a backend's own credentials never go in"
+        )
 
 
 @pytest.mark.clause("env.passthrough-unset")
@@ -120,8 +123,14 @@ def test_names_the_active_scope_lacks_are_unset(kit, monkeypatch):
                 kit.cleanup(env)
     text = out(result)
     assert rc(result) == 0, f"the command under the profile's scope failed: {text[-300:]!r}"
-    where = ("the host process environment's value" if in_environ in text else
-             "the value an earlier command left" if left_behind in text else "a value")
+    where = (
+        "the host process environment's value"
+        if in_environ in text
+        else "the value an earlier command left"
+        if left_behind in text
+        else "a value"
+    )
     assert f"{name}=unset" in text, (
         f"{name} is a passthrough name the active profile's secret scope lacks, but the sandbox still has "
-        f"{where}; it must be unset there: {text[-200:]!r}")
+        f"{where}; it must be unset there: {text[-200:]!r}"
+    )

@@ -59,7 +59,7 @@ def test_deleted_sandbox_is_reported_then_replaced(kit):
     flags = sum(1 for _, _, r in outcomes if r.get("environment_recreated") is True)
     assert flags == 1, f"environment_recreated was set {flags} times in three results, expected exactly once"
     new_sandbox = locate(kit, env, "replaced")
-    gone = out(run(env, f"test -e \"$HOME\"/{relpath} && echo old-files || echo fresh")).strip()
+    gone = out(run(env, f'test -e "$HOME"/{relpath} && echo old-files || echo fresh')).strip()
     assert gone == "fresh", "the replacement sandbox still has the deleted sandbox's files"
     assert kit.world.sandboxes().get(new_sandbox) not in (None, "deleted")
 
@@ -84,10 +84,10 @@ def test_session_isolated_sandboxes_do_not_share(kit):
     second = kit.create(kit.new_task_id("iso-b"), persistent=False)
     _, mark_a = plant(first, "iso")
     rel_b, mark_b = plant(second, "iso")
-    seen = out(run(second, "cat \"$HOME\"/.kit-kit-iso-* 2>/dev/null")).strip()
+    seen = out(run(second, 'cat "$HOME"/.kit-kit-iso-* 2>/dev/null')).strip()
     assert seen == mark_b, f"two task ids share a sandbox: second sees {seen!r} (first wrote {mark_a!r})"
     bounded(first.cleanup, deadline=30, what="cleanup()")
-    assert out(run(second, f"cat \"$HOME\"/{rel_b}")).strip() == mark_b, "cleanup of one session broke the other"
+    assert out(run(second, f'cat "$HOME"/{rel_b}')).strip() == mark_b, "cleanup of one session broke the other"
 
 
 @pytest.mark.clause("persist.nonpersistent-fresh")

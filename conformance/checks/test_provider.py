@@ -37,8 +37,11 @@ PROBE_STATUSES = ("ready", "needs_setup", "unavailable")
 # The standard library's proxy lookup walks the whole environment for *_proxy variables
 # (httpx.Client() and requests call it); a read made from inside it is not reading a key.
 _PROXY_READERS: frozenset[CodeType] = frozenset(
-    code for code in (getattr(getattr(urllib.request, name, None), "__code__", None) for name in
-                      ("getproxies_environment", "proxy_bypass_environment", "getproxies", "proxy_bypass"))
+    code
+    for code in (
+        getattr(getattr(urllib.request, name, None), "__code__", None)
+        for name in ("getproxies_environment", "proxy_bypass_environment", "getproxies", "proxy_bypass")
+    )
     if isinstance(code, CodeType)
 )
 _PROXY_FRAMES = 6  # _note, the mapping method, ItemsView/KeysView, the reader, and some slack
@@ -94,9 +97,16 @@ def test_doctor_rows_are_triples(kit):
 
 @pytest.mark.clause("provider.check-requirements")
 def test_check_requirements_takes_the_merged_config(kit, caplog):
-    config = {"backend": kit.provider.name, "cwd": "/root", "timeout": 180, "lifetime_seconds": 300,
-              "container_persistent": True, "env_passthrough": [], **kit.terminal_config,
-              "kit_unknown_key": {"nested": True}}
+    config = {
+        "backend": kit.provider.name,
+        "cwd": "/root",
+        "timeout": 180,
+        "lifetime_seconds": 300,
+        "container_persistent": True,
+        "env_passthrough": [],
+        **kit.terminal_config,
+        "kit_unknown_key": {"nested": True},
+    }
     with caplog.at_level(logging.DEBUG):
         value = bounded(kit.provider.check_requirements, config, deadline=10.0, what="check_requirements()")
     assert isinstance(value, bool), f"check_requirements() returned {value!r}"
@@ -110,8 +120,13 @@ def test_check_requirements_takes_the_merged_config(kit, caplog):
 def test_classification_properties_have_their_types(kit):
     p = kit.provider
     expected = {
-        "display_name": str, "description": str, "env_description": str, "is_remote": bool,
-        "is_container": bool, "session_isolated_when_nonpersistent": bool, "skip_container_guards": bool,
+        "display_name": str,
+        "description": str,
+        "env_description": str,
+        "is_remote": bool,
+        "is_container": bool,
+        "session_isolated_when_nonpersistent": bool,
+        "skip_container_guards": bool,
     }
     for attr, kind in expected.items():
         value = getattr(p, attr)
@@ -220,8 +235,11 @@ def test_setup_hooks_have_the_abc_shapes(kit):
     assert isinstance(lines, list) and all(isinstance(x, str) for x in lines), f"setup_instructions() -> {lines!r}"
     post = kit.provider.post_setup
     assert callable(post)
-    required = [p for p in inspect.signature(post).parameters.values()
-                if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    required = [
+        p
+        for p in inspect.signature(post).parameters.values()
+        if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    ]
     assert not required, f"post_setup() requires arguments: {[p.name for p in required]}"
 
 
@@ -263,7 +281,7 @@ def test_every_task_id_shape_gets_its_own_sandbox(kit, make_env):
         assert rc(run(envs[task_id], "true")) == 0, f"task id {task_id!r} gave an unusable environment"
     planted = {t: plant(env, "shape") for t, env in envs.items()}
     for task_id, env in envs.items():
-        seen = out(run(env, "cat \"$HOME\"/.kit-kit-shape-* 2>/dev/null")).strip()
+        seen = out(run(env, 'cat "$HOME"/.kit-kit-shape-* 2>/dev/null')).strip()
         assert seen == planted[task_id][1], f"task id {task_id!r} sees another sandbox's files: {seen!r}"
 
 
@@ -274,7 +292,7 @@ def test_task_ids_that_sanitise_alike_stay_apart(kit, make_env):
     envs = [make_env(t, persistent=True) for t in ids]
     marks = [plant(e, "alike") for e in envs]
     for task_id, env, (_, value) in zip(ids, envs, marks, strict=True):
-        seen = out(run(env, "cat \"$HOME\"/.kit-kit-alike-* 2>/dev/null")).strip()
+        seen = out(run(env, 'cat "$HOME"/.kit-kit-alike-* 2>/dev/null')).strip()
         assert seen == value, f"{task_id!r} shares a persistent sandbox with a similar id (saw {seen!r})"
 
 

@@ -25,8 +25,13 @@ from conformance.host.registry import provider_base_class
 PROBE_STATUSES = ("ready", "needs_setup", "unavailable")
 # A value of the wrong type for each schema field type.
 WRONG_VALUE: dict[str, Any] = {
-    "boolean": "kit-not-a-boolean", "number": "kit-not-a-number", "list": "kit-not-a-list",
-    "select": 12345, "string": 12345, "text": ["kit", "not", "text"], "secret": 12345,
+    "boolean": "kit-not-a-boolean",
+    "number": "kit-not-a-number",
+    "list": "kit-not-a-list",
+    "select": 12345,
+    "string": 12345,
+    "text": ["kit", "not", "text"],
+    "secret": 12345,
 }
 
 
@@ -90,15 +95,16 @@ def test_resolve_config_returns_a_mapping(kit):
 
 @pytest.mark.clause("provider.probe-with-config")
 def test_probe_with_config_is_bounded_and_never_raises(kit):
-    cases = {"the resolved settings": snapshot(kit), "an empty mapping": {},
-             "settings of the wrong types": wrong_settings(kit)}
+    cases = {
+        "the resolved settings": snapshot(kit),
+        "an empty mapping": {},
+        "settings of the wrong types": wrong_settings(kit),
+    }
     for label, settings in cases.items():
         value = returns(kit.provider.probe_with_config, settings, deadline=2.0, what=f"probe_with_config({label})")
         assert isinstance(value, tuple) and len(value) == 2, f"probe_with_config({label}) returned {value!r}"
         status, detail = value
-        assert status in PROBE_STATUSES, (
-            f"probe_with_config({label}) status {status!r} is not one of {PROBE_STATUSES}"
-        )
+        assert status in PROBE_STATUSES, f"probe_with_config({label}) status {status!r} is not one of {PROBE_STATUSES}"
         assert isinstance(detail, str), f"probe_with_config({label}) detail {detail!r} is not a str"
 
 
@@ -107,11 +113,12 @@ def test_check_requirements_with_and_without_backend_config(kit, caplog):
     snap = snapshot(kit)
     base = {"backend": kit.provider.name, "cwd": "/root", "timeout": 180, **kit.terminal_config}
     base.pop("backend_config", None)
-    for label, config in (("with backend_config", {**base, "backend_config": copy.deepcopy(snap)}),
-                          ("without backend_config", base)):
+    for label, config in (
+        ("with backend_config", {**base, "backend_config": copy.deepcopy(snap)}),
+        ("without backend_config", base),
+    ):
         with caplog.at_level(logging.DEBUG):
-            value = returns(kit.provider.check_requirements, config, deadline=10.0,
-                            what=f"check_requirements({label})")
+            value = returns(kit.provider.check_requirements, config, deadline=10.0, what=f"check_requirements({label})")
         assert isinstance(value, bool), f"check_requirements({label}) returned {value!r}, not a bool"
         if "backend_config" in config:
             assert config["backend_config"] == snap, "check_requirements() changed config['backend_config']"
@@ -131,7 +138,6 @@ def test_create_environment_takes_backend_config(kit, make_env):
         ) from None
     result = run(env, "echo configured")
     assert rc(result) == 0 and out(result).strip() == "configured", (
-        f"create_environment(backend_config=...) gave an environment that cannot run a command: "
-        f"{out(result)[-300:]!r}"
+        f"create_environment(backend_config=...) gave an environment that cannot run a command: {out(result)[-300:]!r}"
     )
     assert given == snap, f"create_environment() changed the backend_config it was given: {given!r}"

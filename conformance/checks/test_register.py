@@ -27,7 +27,10 @@ def test_register_survives_a_host_without_the_abi(kit):
     env = {k: v for k, v in os.environ.items() if k not in kit.secrets}
     proc = subprocess.run(
         [sys.executable, "-m", "conformance.host.legacy", kit.plugin.spec],
-        capture_output=True, text=True, timeout=60, env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
     )
     assert proc.returncode == 0, (
         "importing the plugin or calling register(ctx) raised on a host without "

@@ -26,8 +26,10 @@ def _as_stdin(raw: bytes) -> str:
 
 def _first_difference(got: str, want: str) -> str:
     i = next((k for k, (a, b) in enumerate(zip(got, want, strict=False)) if a != b), min(len(got), len(want)))
-    return (f"lengths {len(got)} vs {len(want)}, first difference at {i}: "
-            f"backend {got[max(0, i - 20):i + 40]!r} vs expected {want[max(0, i - 20):i + 40]!r}")
+    return (
+        f"lengths {len(got)} vs {len(want)}, first difference at {i}: "
+        f"backend {got[max(0, i - 20) : i + 40]!r} vs expected {want[max(0, i - 20) : i + 40]!r}"
+    )
 
 
 # --------------------------------------------------------------------- roundtrip
@@ -48,14 +50,19 @@ def test_cat_returns_stdin_unchanged(env):
         result = run(env, "cat", stdin_data=data, timeout=10)
         assert rc(result) == 0, f"cat with {name} stdin exited {rc(result)}: {out(result)[-200:]!r}"
         assert out(result) == data, (
-            f"cat did not return its {name} stdin unchanged: {_first_difference(out(result), data)}")
+            f"cat did not return its {name} stdin unchanged: {_first_difference(out(result), data)}"
+        )
 
 
 # --------------------------------------------------------------------- exact bytes
 def _bytes_report(env, data: str) -> tuple[str, str]:
     """(byte count, sha256) of what the command received on stdin, taken inside the sandbox."""
-    result = run(env, 'f=$(mktemp) && cat > "$f" && wc -c < "$f" && sha256sum < "$f"; s=$?; rm -f "$f"; exit $s',
-                 stdin_data=data, timeout=10)
+    result = run(
+        env,
+        'f=$(mktemp) && cat > "$f" && wc -c < "$f" && sha256sum < "$f"; s=$?; rm -f "$f"; exit $s',
+        stdin_data=data,
+        timeout=10,
+    )
     assert rc(result) == 0, f"measuring stdin failed ({rc(result)}): {out(result)[-300:]!r}"
     words = out(result).split()
     assert len(words) >= 2, f"unexpected output from wc/sha256sum: {out(result)!r}"
@@ -76,7 +83,9 @@ def test_undecodable_bytes_arrive(env):
     raw = b"ok \xff\xfe\x80 \xc3( \xed\xa0\x80 \xf0\x9f end\n" * 100 + b"\xc3"
     size, digest = _bytes_report(env, _as_stdin(raw))
     assert size == str(len(raw)), f"the command received {size} bytes of stdin, {len(raw)} were sent"
-    assert digest == sha256_hex(raw), "non-UTF-8 bytes passed as a surrogateescape str did not arrive as the original bytes"
+    assert digest == sha256_hex(raw), (
+        "non-UTF-8 bytes passed as a surrogateescape str did not arrive as the original bytes"
+    )
 
 
 @pytest.mark.clause("stdin.large")
@@ -110,7 +119,8 @@ def test_command_sees_eof_after_stdin(env):
         elapsed = time.monotonic() - started
         assert rc(result) == 0 and out(result) == expected, (
             f"{command!r} with stdin {data!r} did not finish cleanly (rc {rc(result)} after {elapsed:.1f}s, "
-            f"output {out(result)[-200:]!r}); the command never saw end of file")
+            f"output {out(result)[-200:]!r}); the command never saw end of file"
+        )
 
 
 @pytest.mark.clause("stdin.none-no-hang")
@@ -119,7 +129,8 @@ def test_no_stdin_data_is_empty_stdin(env):
     result = run(env, "cat; read -r line; echo read=$?; wc -c 2>/dev/null | tr -d ' '", timeout=5)
     elapsed = time.monotonic() - started
     assert rc(result) != 124 and elapsed < 4, (
-        f"without stdin_data a command reading stdin hung for {elapsed:.1f}s (rc {rc(result)})")
+        f"without stdin_data a command reading stdin hung for {elapsed:.1f}s (rc {rc(result)})"
+    )
     assert "read=1" in out(result), f"read found data on an empty stdin: {out(result)!r}"
 
 
@@ -131,20 +142,41 @@ def test_sudo_password_precedes_caller_stdin(env, monkeypatch):
     caller = "caller line 1\ncaller 'two' $HOME\n"
     # A fake sudo: `function name {` is not a command position, so the host leaves it alone.  It reads
     # exactly three lines (password + the caller's two), so the check does not depend on EOF.
-    result = run(env, "function sudo { printf 'argv:%s\\n' \"$*\"; head -n 3; }; sudo true", stdin_data=caller,
-                 timeout=10)
+    result = run(
+        env, "function sudo { printf 'argv:%s\\n' \"$*\"; head -n 3; }; sudo true", stdin_data=caller, timeout=10
+    )
     assert rc(result) == 0, f"the fake sudo failed: {out(result)!r}"
     argv, _, received = out(result).partition("\n")
     assert received.split("\n", 1)[0] == password, (
-        f"the first stdin line sudo read is {received.split(chr(10), 1)[0]!r}, not SUDO_PASSWORD ({argv})")
+        f"the first stdin line sudo read is {received.split(chr(10), 1)[0]!r}, not SUDO_PASSWORD ({argv})"
+    )
     assert received == f"{password}\n{caller}", (
-        f"after the password line sudo's stdin is {received.split(chr(10), 1)[-1]!r}, not the caller's stdin_data {caller!r}")
+        f"after the password line sudo's stdin is {received.split(chr(10), 1)[-1]!r},"
+        f" not the caller's stdin_data {caller!r}"
+    )
 
 
 # --------------------------------------------------------------------- property: same as local bash
-SPECIAL_ATOMS = (b"\x00", b"\r\n", b"\n", b"\r", b"\xff\xfe", b"\xc3", b"\xed\xa0\x80", b"\xf0\x9f\x9a",
-                 b"'", b'"', b"$HOME", b"${x}", b"\\", b"`", "ü🚀".encode(), b"\x1b[0m", b"\t")
-READ_LOOP = "while IFS= read -r line || [ -n \"$line\" ]; do printf '%s|\\n' \"$line\"; done"
+SPECIAL_ATOMS = (
+    b"\x00",
+    b"\r\n",
+    b"\n",
+    b"\r",
+    b"\xff\xfe",
+    b"\xc3",
+    b"\xed\xa0\x80",
+    b"\xf0\x9f\x9a",
+    b"'",
+    b'"',
+    b"$HOME",
+    b"${x}",
+    b"\\",
+    b"`",
+    "ü🚀".encode(),
+    b"\x1b[0m",
+    b"\t",
+)
+READ_LOOP = 'while IFS= read -r line || [ -n "$line" ]; do printf \'%s|\\n\' "$line"; done'
 CONSUMERS = {
     "cat": "cat",
     "wc": "wc -c",
@@ -163,15 +195,26 @@ sizes = st.one_of(st.sampled_from([0, 4095, 65537, MIB + 3, 3 * MIB + 1]), st.in
 
 
 def _local_bash(command: str, raw: bytes) -> tuple[str, int]:
-    proc = subprocess.run(["bash", "-c", command], input=raw, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          env=LOCAL_ENV, timeout=60, check=False)
+    proc = subprocess.run(
+        ["bash", "-c", command],
+        input=raw,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=LOCAL_ENV,
+        timeout=60,
+        check=False,
+    )
     return proc.stdout.decode("utf-8", "replace"), proc.returncode
 
 
 @pytest.mark.clause("stdin.matches-bash")
 @settings(settings.get_profile("hermes-backend-kit"), max_examples=15)
-@given(parts=st.lists(atoms, min_size=1, max_size=6), size=sizes, consumer=st.sampled_from(sorted(CONSUMERS)),
-       n=st.one_of(st.integers(0, 300), st.integers(0, 2 * MIB)))
+@given(
+    parts=st.lists(atoms, min_size=1, max_size=6),
+    size=sizes,
+    consumer=st.sampled_from(sorted(CONSUMERS)),
+    n=st.one_of(st.integers(0, 300), st.integers(0, 2 * MIB)),
+)
 @example(parts=[b"kit\x00\r\n\xff"], size=MIB, consumer="head", n=10)  # head exits with most of stdin unread
 @example(parts=list(SPECIAL_ATOMS), size=3 * MIB + 1, consumer="cat", n=0)
 def test_stdin_consumers_match_local_bash(env, parts, size, consumer, n):
@@ -183,5 +226,7 @@ def test_stdin_consumers_match_local_bash(env, parts, size, consumer, n):
     want, want_rc = _local_bash(command, raw)
     result = run(env, command, stdin_data=_as_stdin(raw), timeout=15)
     got = out(result)
-    assert got == want, f"{command!r} fed {len(raw)} bytes: output differs from local bash: {_first_difference(got, want)}"
+    assert got == want, (
+        f"{command!r} fed {len(raw)} bytes: output differs from local bash: {_first_difference(got, want)}"
+    )
     assert rc(result) == want_rc, f"{command!r} fed {len(raw)} bytes returned {rc(result)}, local bash {want_rc}"

@@ -25,8 +25,10 @@ def test_stdin_without_a_byte_form_is_reported(env):
     except CallHung:
         raise
     except Exception as exc:
-        pytest.fail(f"execute() raised {type(exc).__name__} for stdin_data holding U+D800 ({exc}); "
-                    "return a result with stdin_error instead (Hermes re-runs a command whose execute() raised)")
+        pytest.fail(
+            f"execute() raised {type(exc).__name__} for stdin_data holding U+D800 ({exc}); "
+            "return a result with stdin_error instead (Hermes re-runs a command whose execute() raised)"
+        )
     assert mark in out(result), (
         f"after stdin_data it could not send, the command did not finish (returncode {rc(result)}): "
         f"stdin must still be closed so the command sees end of file; output {out(result)[-200:]!r}"

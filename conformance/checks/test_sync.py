@@ -75,8 +75,8 @@ def _hashes_at_roots(kit, env, rels: tuple[str, ...]) -> dict[str, dict[str, str
     """{root: {rel: sha256}} for each candidate root, in one command."""
     rel_args = " ".join(shlex.quote(r) for r in rels)
     script = (
-        f"{{ {_candidates_script(kit)}; }} | while IFS= read -r __kit_root; do echo \"ROOT $__kit_root\"; "
-        f"( cd \"$__kit_root\" 2>/dev/null && sha256sum -- {rel_args} 2>/dev/null ); done; true"
+        f'{{ {_candidates_script(kit)}; }} | while IFS= read -r __kit_root; do echo "ROOT $__kit_root"; '
+        f'( cd "$__kit_root" 2>/dev/null && sha256sum -- {rel_args} 2>/dev/null ); done; true'
     )
     result = run(env, script, timeout=15)
     roots: dict[str, dict[str, str]] = {}
@@ -133,8 +133,13 @@ def test_hermes_files_are_present_before_the_first_command(kit, make_env):
     expected = {rel: _host_hash(kit, rel) for rel in KIT_FILES}
     if any(hashes == expected for hashes in roots.values()):
         return
-    report = {root: {rel: ("ok" if hashes.get(rel) == digest else "missing" if rel not in hashes else "differs")
-                     for rel, digest in expected.items()} for root, hashes in roots.items()}
+    report = {
+        root: {
+            rel: ("ok" if hashes.get(rel) == digest else "missing" if rel not in hashes else "differs")
+            for rel, digest in expected.items()
+        }
+        for root, hashes in roots.items()
+    }
     raise AssertionError(
         f"skill, cache and credential files are not all present with identical content under one "
         f"<base>/.hermes root when the first command runs: {report}"
@@ -236,7 +241,7 @@ def test_cache_path_base_holds_the_synced_cache(kit, env):
         f"provider.cache_path_base is {base!r}: the model is shown host cache paths, "
         "not where the sync puts the cache files"
     )
-    expanded = out(run(env, f'eval echo {shlex.quote(base.strip())}', timeout=10)).strip()
+    expanded = out(run(env, f"eval echo {shlex.quote(base.strip())}", timeout=10)).strip()
     assert expanded.startswith("/"), f"cache_path_base {base!r} expands to {expanded!r} in the sandbox"
     digest = _sandbox_sha(env, f"{expanded}/{CACHE}")
     assert digest == _host_hash(kit, CACHE), (
@@ -325,7 +330,6 @@ def _tar_layout_by_behaviour(kit, env, root: str, rel: str, target: Path) -> Non
         f"no host FileSyncManager bulk download to inspect, and a change to {rel} did not come back to "
         f"{target} on cleanup(): the sync-back archive layout does not map to the remote paths"
     )
-
 
 
 # ------------------------------------------------------------------ protected directories

@@ -32,7 +32,8 @@ def test_timeout_returns_124_promptly(env):
     assert elapsed < 4, f"execute('sleep 30', timeout=1) returned after {elapsed:.1f}s, not within timeout + 3 s"
     assert rc(result) == 124, f"a timed-out command returned {rc(result)}, not 124: {out(result)!r}"
     assert out(result).endswith("[Command timed out after 1s]"), (
-        f"timed-out output does not end with '[Command timed out after 1s]': {out(result)[-120:]!r}")
+        f"timed-out output does not end with '[Command timed out after 1s]': {out(result)[-120:]!r}"
+    )
 
 
 @pytest.mark.clause("timeout.partial-output")
@@ -52,7 +53,8 @@ def test_interrupt_returns_130(env):
     assert after_raise < 2, f"the interrupted command ran on for {after_raise:.1f}s after the interrupt"
     assert rc(result) == 130, f"an interrupted command returned {rc(result)}, not 130: {out(result)!r}"
     assert out(result).endswith("[Command interrupted]"), (
-        f"interrupted output does not end with '[Command interrupted]': {out(result)[-120:]!r}")
+        f"interrupted output does not end with '[Command interrupted]': {out(result)[-120:]!r}"
+    )
 
 
 @pytest.mark.clause("timeout.usable-after")
@@ -63,7 +65,8 @@ def test_environment_works_after_a_kill(make_env):
         code, text, _ = attempt(env, f"echo {mark}", timeout=15)
         assert code == 0 and text.strip() == mark, (
             f"the first execute() after a {how} failed: "
-            f"{'it raised ' + text[:300] if code is None else f'rc {code}, output {text[-300:]!r}'}")
+            f"{'it raised ' + text[:300] if code is None else f'rc {code}, output {text[-300:]!r}'}"
+        )
 
     _each_kill(make_env, scenario)
 
@@ -80,7 +83,7 @@ _STATE = (
 # removes its directory: the check cleans up after itself even when the backend failed to kill it.
 _END_TREE = (
     'p=$(cat {d}/pid 2>/dev/null); if [ -n "$p" ]; then kill -STOP "$p" 2>/dev/null; '
-    'for s in /proc/[0-9]*/stat; do c=${{s#/proc/}}; c=${{c%/stat}}; '
+    "for s in /proc/[0-9]*/stat; do c=${{s#/proc/}}; c=${{c%/stat}}; "
     '[ "$(sed "s/^.*) //" "$s" 2>/dev/null | cut -d" " -f2)" = "$p" ] && kill -KILL "$c" 2>/dev/null; done; '
     'kill -KILL "$p" 2>/dev/null; fi; rm -rf {d}; sleep 0.1; rm -rf {d}'
 )
@@ -115,8 +118,12 @@ class _Life:
             relpath, value = plant(env, "life")
             self.sandbox = world.locate(relpath, value)
             self.state = world.sandboxes().get(self.sandbox) if self.sandbox else None
-        made = run(env, f"printf '%s' {self.value} > {self.marker} && echo ok || echo no; {self._INIT_START}",
-                   cwd="/", timeout=10)
+        made = run(
+            env,
+            f"printf '%s' {self.value} > {self.marker} && echo ok || echo no; {self._INIT_START}",
+            cwd="/",
+            timeout=10,
+        )
         lines = out(made).split()
         self.marked = rc(made) == 0 and lines[:1] == ["ok"]
         self.init_start = lines[1] if len(lines) >= 2 and lines[1].isdigit() else None
@@ -174,8 +181,10 @@ def test_killed_command_leaves_no_process(kit, make_env):
 def _killed_tree_is_gone(env, how: str, d: str, life: _Life) -> None:
     """Start a heartbeat tree in ``d``, stop its command by ``how``, and assert the whole tree stopped."""
     # A foreground child (sh) that keeps starting grandchildren (sleep) and writes a heartbeat.
-    command = ("sh -c 'echo $$ > \"$1/pid\"; while :; do echo beat >> \"$1/hb\"; sleep 0.05; done' "
-               f"kit-tree {d}; echo late > {d}/late")
+    command = (
+        'sh -c \'echo $$ > "$1/pid"; while :; do echo beat >> "$1/hb"; sleep 0.05; done\' '
+        f"kit-tree {d}; echo late > {d}/late"
+    )
     stop_by(env, how, command)
 
     stopped = life.stopped()
@@ -200,7 +209,8 @@ def _killed_tree_is_gone(env, how: str, d: str, life: _Life) -> None:
     time.sleep(0.25)  # five heartbeats' worth
     second = out(run(env, probe, cwd="/", timeout=10)).split()
     assert first == second, (
-        f"after the {how} the command's processes still write their heartbeat ({first} -> {second} bytes)")
+        f"after the {how} the command's processes still write their heartbeat ({first} -> {second} bytes)"
+    )
     assert "LATE" not in second, f"after the {how} the killed command's shell carried on and ran its next command"
 
 
@@ -217,13 +227,16 @@ def test_create_timeout_is_the_default(make_env):
     except Exception as exc:  # a duck type may raise; Hermes maps a "timeout" exception to 124
         elapsed = time.monotonic() - started
         assert "time" in str(exc).lower() and elapsed < 5, (
-            f"execute() without timeout raised {type(exc).__name__} after {elapsed:.1f}s: {exc}")
+            f"execute() without timeout raised {type(exc).__name__} after {elapsed:.1f}s: {exc}"
+        )
         return
     elapsed = time.monotonic() - started
     assert elapsed < 5, (
-        f"execute('sleep 20') without timeout ran {elapsed:.1f}s; the create-time timeout of 1 s was not the default")
+        f"execute('sleep 20') without timeout ran {elapsed:.1f}s; the create-time timeout of 1 s was not the default"
+    )
     assert rc(result) == 124 or "timed out" in out(result).lower(), (
-        f"execute('sleep 20') without timeout did not report a timeout: rc {rc(result)}, {out(result)[-120:]!r}")
+        f"execute('sleep 20') without timeout did not report a timeout: rc {rc(result)}, {out(result)[-120:]!r}"
+    )
 
 
 @pytest.mark.clause("timeout.command-not-sandbox")
@@ -231,13 +244,15 @@ def test_a_kill_leaves_the_sandbox_alone(make_env):
     def scenario(env, how):
         bg = Background(env)
         mark = nonce("keep")
-        assert rc(run(env, f"echo {mark} > \"$HOME\"/{mark}")) == 0
+        assert rc(run(env, f'echo {mark} > "$HOME"/{mark}')) == 0
         job, _, _ = bg.spawn("sleep 60")
         assert job is not None, "the background job did not start"
         try:
             stop_by(env, how, "echo started; sleep 30")
-            code, seen, _ = attempt(env, f"cat \"$HOME\"/{mark}")
-            assert code is not None, f"after the {how} the sandbox no longer runs commands: execute() raised {seen[:300]}"
+            code, seen, _ = attempt(env, f'cat "$HOME"/{mark}')
+            assert code is not None, (
+                f"after the {how} the sandbox no longer runs commands: execute() raised {seen[:300]}"
+            )
             assert seen.strip() == mark, f"after the {how} a file written earlier is gone (rc {code}, {seen[-200:]!r})"
             assert bg.alive(job), f"the {how} stopped a background job of the same sandbox"
         finally:

@@ -66,8 +66,10 @@ def _warm(env: Any) -> None:
 def _fired(armed: Armed, fault: str) -> None:
     """No verdict when the armed fault never met the backend: the check would judge a fault-free call."""
     if armed.fired == 0:
-        unverified(f"the fault meant to make {fault} never fired: no request of this backend reached the run's "
-                   f"{armed.role!r} routes, so the clause's situation never happened")
+        unverified(
+            f"the fault meant to make {fault} never fired: no request of this backend reached the run's "
+            f"{armed.role!r} routes, so the clause's situation never happened"
+        )
 
 
 def _no_raise(outcome: TerminalOutcome, fault: str) -> None:
@@ -109,8 +111,9 @@ def _host_backstop() -> Iterator[_Workers]:
     try:
         yield workers
     finally:
-        workers.started = [t for t in threading.enumerate()
-                           if t not in workers.before and t.name.startswith("deadline-")]
+        workers.started = [
+            t for t in threading.enumerate() if t not in workers.before and t.name.startswith("deadline-")
+        ]
 
 
 def _ended_by_backend(workers: _Workers, fault: str) -> None:
@@ -122,8 +125,9 @@ def _ended_by_backend(workers: _Workers, fault: str) -> None:
     )
 
 
-def _once(kit: Any, env: Any, record: str, outcome: TerminalOutcome, fault: str, *, expect: int = 1,
-          at_most: bool = False) -> None:
+def _once(
+    kit: Any, env: Any, record: str, outcome: TerminalOutcome, fault: str, *, expect: int = 1, at_most: bool = False
+) -> None:
     """The command ran ``expect`` times (once when the fault let it start, never when it did not).
 
     ``at_most``: fewer runs are fine too (the service may stop a command whose client gave up on its
@@ -133,11 +137,15 @@ def _once(kit: Any, env: Any, record: str, outcome: TerminalOutcome, fault: str,
     if count.runs == expect or (at_most and count.runs < expect):
         return
     if count.runs < expect:
-        raise AssertionError(f"{fault}; the command's record shows {count.runs} run(s), expected {expect}"
-                             f"{count.explain()}; {describe(outcome)}")
+        raise AssertionError(
+            f"{fault}; the command's record shows {count.runs} run(s), expected {expect}"
+            f"{count.explain()}; {describe(outcome)}"
+        )
     again = "Hermes's terminal tool sent it again after execute() raised" if outcome.raised else "it was sent again"
-    raise AssertionError(f"{fault} and the command ran {count.runs} time(s) where the service started it "
-                         f"{expect} time(s): {again}; {describe(outcome)}")
+    raise AssertionError(
+        f"{fault} and the command ran {count.runs} time(s) where the service started it "
+        f"{expect} time(s): {again}; {describe(outcome)}"
+    )
 
 
 # ------------------------------------------------------------------ dropped connection
@@ -145,7 +153,9 @@ def _once(kit: Any, env: Any, record: str, outcome: TerminalOutcome, fault: str,
 def test_dropped_connection_fails_cleanly_and_is_not_retried(kit, env, faults):
     _warm(env)
     # 4 KiB of output before the pause: a fault cutting in after 2 KiB lands while the command runs.
-    command, record = counting("drop", f"head -c 4096 /dev/zero | tr '\\0' s; echo; sleep 1; echo finished; exit {EXIT}")
+    command, record = counting(
+        "drop", f"head -c 4096 /dev/zero | tr '\\0' s; echo; sleep 1; echo finished; exit {EXIT}"
+    )
     armed = faults.arm("drop", "exec", after_bytes=2048)
     outcome = drive(env, command, timeout=10)
     faults.clear()
@@ -178,7 +188,8 @@ def test_rate_limited_create_is_retried_with_backoff_then_reported(kit, make_env
     tries = faults.attempts("create", since=since)
     assert len(tries) >= 2 and tries[1] - tries[0] >= 0.05, (
         f"the backend came back {tries[1] - tries[0]:.3f}s after a 429; a retry needs a backoff"
-        if len(tries) >= 2 else "the backend retried a 429 once at most"
+        if len(tries) >= 2
+        else "the backend retried a 429 once at most"
     )
     faults.clear()
 
@@ -258,14 +269,28 @@ def _held_connection(kit: Any, env: Any, faults: Any, kind: str, body: str, faul
 
 @pytest.mark.clause("faults.silent-server")
 def test_silent_server_cannot_outlast_the_timeout(kit, env, faults):
-    _held_connection(kit, env, faults, "silence", "echo never",
-                     "the service accepted the command call and never answered (it ran nothing)", expect=0)
+    _held_connection(
+        kit,
+        env,
+        faults,
+        "silence",
+        "echo never",
+        "the service accepted the command call and never answered (it ran nothing)",
+        expect=0,
+    )
 
 
 @pytest.mark.clause("faults.half-closed")
 def test_half_closed_connection_cannot_outlast_the_timeout(kit, env, faults):
-    _held_connection(kit, env, faults, "half-close", "echo half; sleep 30",
-                     "the service stopped sending on the command's connection and kept it open", expect=1)
+    _held_connection(
+        kit,
+        env,
+        faults,
+        "half-close",
+        "echo half; sleep 30",
+        "the service stopped sending on the command's connection and kept it open",
+        expect=1,
+    )
 
 
 # ------------------------------------------------------------------ damaged frames

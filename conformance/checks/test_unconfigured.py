@@ -31,8 +31,20 @@ from conformance.checks._support import not_applicable, returns
 from conformance.checks.test_provider import PROBE_STATUSES, _RecordingEnviron
 
 # Hermes's own modules and the kit's: never a vendor SDK.
-_NOT_SDK = frozenset({"agent", "tools", "hermes_cli", "hermes_constants", "gateway", "conformance", "fakes",
-                      "isolation", "reference", "tests"})
+_NOT_SDK = frozenset(
+    {
+        "agent",
+        "tools",
+        "hermes_cli",
+        "hermes_constants",
+        "gateway",
+        "conformance",
+        "fakes",
+        "isolation",
+        "reference",
+        "tests",
+    }
+)
 BOUNDS = {"is_available()": 1.0, "probe()": 2.0, "doctor_checks()": 10.0, "check_requirements()": 10.0}
 
 
@@ -60,8 +72,13 @@ def _sdk_modules(kit: Any) -> dict[str, list[str]]:
         except (OSError, SyntaxError, UnicodeDecodeError):
             continue
         for node in ast.walk(tree):
-            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
-                     [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level else [])
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module]
+                if isinstance(node, ast.ImportFrom) and node.module and not node.level
+                else []
+            )
             for name in names:
                 top = name.split(".")[0]
                 if top in sys.stdlib_module_names or top in _NOT_SDK or top == own or top not in distributions:
@@ -114,8 +131,9 @@ def _calls(kit: Any, situation: str) -> dict[str, Any]:
             said["available"] = _timed(kit, "is_available()", p.is_available)
             said["probe"] = _timed(kit, "probe()", p.probe)
             said["doctor"] = _timed(kit, "doctor_checks()", p.doctor_checks)
-            said["requirements"] = _timed(kit, "check_requirements()", p.check_requirements,
-                                          {"backend": p.name, **kit.terminal_config})
+            said["requirements"] = _timed(
+                kit, "check_requirements()", p.check_requirements, {"backend": p.name, **kit.terminal_config}
+            )
         except AssertionError as exc:
             raise AssertionError(f"{situation}: {exc}") from None
     finally:
@@ -124,18 +142,26 @@ def _calls(kit: Any, situation: str) -> dict[str, Any]:
     assert isinstance(said["available"], bool), f"{situation}: is_available() returned {said['available']!r}"
     probe = said["probe"]
     assert isinstance(probe, tuple) and len(probe) == 2 and probe[0] in PROBE_STATUSES and isinstance(probe[1], str), (
-        f"{situation}: probe() returned {probe!r}")
+        f"{situation}: probe() returned {probe!r}"
+    )
     rows = said["doctor"]
     assert isinstance(rows, list) and all(
-        isinstance(r, tuple) and len(r) == 3 and isinstance(r[0], bool) and isinstance(r[1], str)
-        and isinstance(r[2], str) for r in rows), f"{situation}: doctor_checks() returned {rows!r}"
+        isinstance(r, tuple)
+        and len(r) == 3
+        and isinstance(r[0], bool)
+        and isinstance(r[1], str)
+        and isinstance(r[2], str)
+        for r in rows
+    ), f"{situation}: doctor_checks() returned {rows!r}"
     assert isinstance(said["requirements"], bool), (
-        f"{situation}: check_requirements() returned {said['requirements']!r}")
+        f"{situation}: check_requirements() returned {said['requirements']!r}"
+    )
     return said
 
 
 def _says_what_to_set(said: dict[str, Any], hints: list[str], situation: str) -> None:
     """Whatever reports the backend not ready names one of ``hints``."""
+
     def names(text: str) -> bool:
         return any(h.lower() in text.lower() for h in hints)
 
@@ -144,12 +170,12 @@ def _says_what_to_set(said: dict[str, Any], hints: list[str], situation: str) ->
         assert names(detail), f"{situation}: probe() says {status} {detail!r} without naming any of {hints}"
     failing = [f"{r[1]} {r[2]}" for r in said["doctor"] if not r[0]]
     if failing:
-        assert any(names(t) for t in failing), (
-            f"{situation}: the failing doctor rows {failing} name none of {hints}")
+        assert any(names(t) for t in failing), f"{situation}: the failing doctor rows {failing} name none of {hints}"
     if said["requirements"] is False:
         assert any(names(t) for t in said["warnings"]), (
             f"{situation}: check_requirements() returned False; its warnings {said['warnings'][-3:]} "
-            f"name none of {hints}")
+            f"name none of {hints}"
+        )
 
 
 @pytest.mark.clause("provider.unconfigured")
@@ -188,4 +214,5 @@ def test_unscoped_secret_read_is_survived_not_bypassed(kit):
     bypassed = sorted(credentials & recorder.read)
     assert not bypassed, (
         f"multiplexing with no secret scope: {bypassed} read from os.environ, which may hold another profile's "
-        "value; read credentials only through agent.secret_scope.get_secret")
+        "value; read credentials only through agent.secret_scope.get_secret"
+    )

@@ -51,8 +51,12 @@ class HostInfo:
     shimmed: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, object]:
-        return {"mode": self.mode, "requested": self.requested,
-                "hermes_version": self.hermes_version, "shimmed": list(self.shimmed)}
+        return {
+            "mode": self.mode,
+            "requested": self.requested,
+            "hermes_version": self.hermes_version,
+            "shimmed": list(self.shimmed),
+        }
 
 
 _active: HostInfo | None = None
@@ -69,8 +73,9 @@ def install(mode: str = "auto") -> HostInfo:
         raise HostError(f"unknown host {mode!r}", f"use one of {', '.join(HOST_MODES)}")
     if _active is not None:
         if mode not in ("auto", _active.mode):
-            raise HostError(f"this process already runs the {_active.mode!r} host",
-                            f"start a new process for --host {mode}")
+            raise HostError(
+                f"this process already runs the {_active.mode!r} host", f"start a new process for --host {mode}"
+            )
         return _active
     if mode == "builtin":
         info = _install_builtin()
@@ -100,8 +105,10 @@ def _hermes_importable() -> str | None:
 def _install_hermes(requested: str) -> HostInfo:
     problem = _hermes_importable()
     if problem is not None:
-        raise HostError(f"--host hermes needs an importable hermes-agent ({problem})",
-                        "install it with `pip install 'hermes-backend-kit[hermes]'` or use --host builtin")
+        raise HostError(
+            f"--host hermes needs an importable hermes-agent ({problem})",
+            "install it with `pip install 'hermes-backend-kit[hermes]'` or use --host builtin",
+        )
     version: str | None
     try:
         version = importlib.metadata.version("hermes-agent")
@@ -143,11 +150,15 @@ def _ensure_base_output(base: types.ModuleType, info: HostInfo) -> None:
 
 
 def _install_builtin(requested: str = "builtin") -> HostInfo:
-    clash = [n for n in (*_PACKAGES, *STANDINS) if n in sys.modules
-             and not getattr(sys.modules[n], "__kit_standin__", False)]
+    clash = [
+        n for n in (*_PACKAGES, *STANDINS) if n in sys.modules and not getattr(sys.modules[n], "__kit_standin__", False)
+    ]
     if clash:
-        raise HostError(f"Hermes modules are already imported ({', '.join(sorted(clash))}), so the builtin "
-                        "host cannot replace them", "use --host hermes, or run in a fresh process")
+        raise HostError(
+            f"Hermes modules are already imported ({', '.join(sorted(clash))}), so the builtin "
+            "host cannot replace them",
+            "use --host hermes, or run in a fresh process",
+        )
     for pkg in _PACKAGES:
         module = types.ModuleType(pkg)
         module.__path__ = []  # a package with nothing on disk: only stand-ins resolve

@@ -36,8 +36,9 @@ GRACE_S = 10.0  # slack over a call's own timeout before the kit calls it hung
 
 def run(env: Any, command: str, *, timeout: int = 30, **kwargs: Any) -> dict[str, Any]:
     """execute() with a deadline; the raw result dict."""
-    return bounded(env.execute, command, timeout=timeout, deadline=timeout + GRACE_S,
-                   what=f"execute({command[:60]!r})", **kwargs)
+    return bounded(
+        env.execute, command, timeout=timeout, deadline=timeout + GRACE_S, what=f"execute({command[:60]!r})", **kwargs
+    )
 
 
 def returncode(result: dict[str, Any]) -> int:
@@ -73,11 +74,18 @@ class TerminalOutcome:
 
 def retry_delay(retry: int, scale: float = DELAY_SCALE) -> float:
     """Seconds before the ``retry``-th retry (1-based): Hermes's 2**retry, times ``scale``."""
-    return scale * 2.0 ** retry
+    return scale * 2.0**retry
 
 
-def terminal(env: Any, command: str, session: TerminalSession, *, timeout: int = 30,
-             workdir: str | None = None, delay_scale: float = DELAY_SCALE) -> TerminalOutcome:
+def terminal(
+    env: Any,
+    command: str,
+    session: TerminalSession,
+    *,
+    timeout: int = 30,
+    workdir: str | None = None,
+    delay_scale: float = DELAY_SCALE,
+) -> TerminalOutcome:
     """One foreground terminal-tool call: Hermes's retry loop with its delays scaled by ``delay_scale``."""
     retries = 0
     raised: list[str] = []
@@ -94,19 +102,27 @@ def terminal(env: Any, command: str, session: TerminalSession, *, timeout: int =
             text = str(exc)
             raised.append(f"{type(exc).__name__}: {text}")
             if TIMEOUT_WORD in text.lower():
-                return TerminalOutcome("", 124, f"Command timed out after {timeout} seconds", retries + 1,
-                                       raised=raised, seconds=seconds)
+                return TerminalOutcome(
+                    "", 124, f"Command timed out after {timeout} seconds", retries + 1, raised=raised, seconds=seconds
+                )
             if retries < MAX_RETRIES:
                 retries += 1
                 time.sleep(retry_delay(retries, delay_scale))
                 continue
-            return TerminalOutcome("", -1, f"Command execution failed: {type(exc).__name__}: {text}", retries + 1,
-                                   raised=raised, seconds=seconds)
+            return TerminalOutcome(
+                "",
+                -1,
+                f"Command execution failed: {type(exc).__name__}: {text}",
+                retries + 1,
+                raised=raised,
+                seconds=seconds,
+            )
         seconds.append(time.monotonic() - began)
         if result.get("cwd_observed"):
             session.cwd = result.get("cwd") or env.cwd
-        return TerminalOutcome(result.get("output", ""), returncode(result), None, retries + 1, result,
-                               raised=raised, seconds=seconds)
+        return TerminalOutcome(
+            result.get("output", ""), returncode(result), None, retries + 1, result, raised=raised, seconds=seconds
+        )
 
 
 # --------------------------------------------------------------------- file tools
@@ -124,8 +140,7 @@ class FileOps:
         q = shlex.quote(path)
         parent = shlex.quote(path.rsplit("/", 1)[0] or "/")
         command = (
-            f"mkdir -p {parent} && tmp=$(mktemp -p {parent} .hermes-write.XXXXXX) && "
-            f'cat > "$tmp" && mv -f "$tmp" {q}'
+            f'mkdir -p {parent} && tmp=$(mktemp -p {parent} .hermes-write.XXXXXX) && cat > "$tmp" && mv -f "$tmp" {q}'
         )
         return self._exec(command, stdin_data=content)
 
@@ -169,7 +184,7 @@ def sha256_hex(data: bytes) -> str:
 
 
 # --------------------------------------------------------------------- execute_code
-_RPC_SCRIPT = r'''
+_RPC_SCRIPT = r"""
 import json, os, sys, time
 rpc = os.environ["HERMES_RPC_DIR"]
 total = 0
@@ -187,7 +202,7 @@ for seq in range(int(sys.argv[1])):
     with open(res) as fh:
         total += json.load(fh)["result"]
 print("total", total)
-'''
+"""
 
 
 @dataclass
@@ -197,8 +212,9 @@ class ExecuteCodeOutcome:
     poll_errors: list[str]
 
 
-def execute_code(env: Any, *, calls: int = 3, timeout: int = 60,
-                 answer: Callable[[dict[str, Any]], Any] | None = None) -> ExecuteCodeOutcome:
+def execute_code(
+    env: Any, *, calls: int = 3, timeout: int = 60, answer: Callable[[dict[str, Any]], Any] | None = None
+) -> ExecuteCodeOutcome:
     """Ship and run a script that makes ``calls`` RPCs; a poller thread answers them."""
     answer = answer or (lambda req: req["args"]["n"] * 2)
     tmp = env.get_temp_dir() if callable(getattr(env, "get_temp_dir", None)) else "/tmp"
@@ -223,8 +239,13 @@ def execute_code(env: Any, *, calls: int = 3, timeout: int = 60,
                     response = base64.b64encode(json.dumps({"result": answer(request)}).encode()).decode()
                     seq = name.split("_", 1)[1]
                     res = f"{rpc}/res_{seq}"
-                    run(env, f"echo '{response}' | base64 -d > {shlex.quote(res)}.tmp && "
-                             f"mv {shlex.quote(res)}.tmp {shlex.quote(res)}", timeout=60, cwd="/")
+                    run(
+                        env,
+                        f"echo '{response}' | base64 -d > {shlex.quote(res)}.tmp && "
+                        f"mv {shlex.quote(res)}.tmp {shlex.quote(res)}",
+                        timeout=60,
+                        cwd="/",
+                    )
                     run(env, f"rm -f {shlex.quote(req_path)}", timeout=5, cwd="/")
                     answered += 1
             except Exception as exc:  # recorded; the script then times out its RPC
@@ -234,8 +255,13 @@ def execute_code(env: Any, *, calls: int = 3, timeout: int = 60,
     poller = threading.Thread(target=poll, daemon=True, name="execute-code-poller")
     poller.start()
     try:
-        result = run(env, f"cd {shlex.quote(work)} && HERMES_RPC_DIR={shlex.quote(rpc)} "
-                          f"PYTHONDONTWRITEBYTECODE=1 python3 script.py {calls}", timeout=timeout, cwd="/")
+        result = run(
+            env,
+            f"cd {shlex.quote(work)} && HERMES_RPC_DIR={shlex.quote(rpc)} "
+            f"PYTHONDONTWRITEBYTECODE=1 python3 script.py {calls}",
+            timeout=timeout,
+            cwd="/",
+        )
     finally:
         stop.set()
         poller.join(15)
@@ -284,9 +310,11 @@ class Background:
     def alive(self, job: BackgroundJob) -> bool:
         """kill -0 as Hermes's poller does, but a zombie waiting to be reaped counts as dead."""
         pid = f'"$(cat {shlex.quote(job.pid_file)})"'
-        probe = (f"p={pid}; kill -0 \"$p\" 2>/dev/null || {{ echo dead; exit 0; }}; "
-                 "s=$(sed 's/.*) //' /proc/$p/stat 2>/dev/null | cut -d' ' -f1); "
-                 '[ "$s" = Z ] && echo dead || echo alive')
+        probe = (
+            f'p={pid}; kill -0 "$p" 2>/dev/null || {{ echo dead; exit 0; }}; '
+            "s=$(sed 's/.*) //' /proc/$p/stat 2>/dev/null | cut -d' ' -f1); "
+            '[ "$s" = Z ] && echo dead || echo alive'
+        )
         output: str = run(self.env, probe, timeout=10).get("output", "")
         return output.strip() == "alive"
 
@@ -305,8 +333,8 @@ class Background:
 # --------------------------------------------------------------------- prompt probe
 PROMPT_PROBE_COMMAND = (
     "printf 'os=%s\\nkernel=%s\\nhome=%s\\ncwd=%s\\nuser=%s\\n' "
-    "\"$(uname -s 2>/dev/null)\" \"$(uname -r 2>/dev/null)\" \"$HOME\" \"$(pwd)\" "
-    "\"$(id -un 2>/dev/null || whoami 2>/dev/null)\""
+    '"$(uname -s 2>/dev/null)" "$(uname -r 2>/dev/null)" "$HOME" "$(pwd)" '
+    '"$(id -un 2>/dev/null || whoami 2>/dev/null)"'
 )
 
 
@@ -325,8 +353,9 @@ def _probe_teardown(env: Any) -> BaseException | None:
     from conformance.host.lifecycle import cleanup_env
 
     try:
-        bounded(cleanup_env, env, force_remove=True, deadline=30,
-                what="cleanup(force_remove=True) of the probe environment")
+        bounded(
+            cleanup_env, env, force_remove=True, deadline=30, what="cleanup(force_remove=True) of the probe environment"
+        )
     except AssertionError:
         raise
     except Exception as exc:
@@ -363,7 +392,9 @@ def prompt_probe(create: Callable[[str], Any]) -> ProbeOutcome:
 
 
 # --------------------------------------------------------------------- interrupts
-def interrupted(env: Any, command: str, *, after_s: float, timeout: int = 30, **kwargs: Any) -> tuple[dict[str, Any], float]:
+def interrupted(
+    env: Any, command: str, *, after_s: float, timeout: int = 30, **kwargs: Any
+) -> tuple[dict[str, Any], float]:
     """Run ``command`` and raise the agent's interrupt on its thread after ``after_s``."""
     call = Call(env.execute, command, timeout=timeout, **kwargs)
     time.sleep(after_s)

@@ -107,8 +107,11 @@ def create_environment(
     }
     kwargs.update(extra_kwargs or {})
     context = contextvars.copy_context()
-    env = bounded(lambda: context.run(provider.create_environment, **kwargs), deadline=deadline,
-                  what=f"create_environment(task_id={task_id!r})")
+    env = bounded(
+        lambda: context.run(provider.create_environment, **kwargs),
+        deadline=deadline,
+        what=f"create_environment(task_id={task_id!r})",
+    )
     stamp(env, provider)
     return env
 

@@ -43,15 +43,18 @@ def _probe_class(base_cls: type) -> type:
             self.threads["_before_execute"] = threading.get_ident()
             super()._before_execute()
 
-        def _run_bash(self, cmd_string: str, *, login: bool = False, timeout: int = 120,
-                      stdin_data: str | None = None) -> subprocess.Popen[str]:
+        def _run_bash(
+            self, cmd_string: str, *, login: bool = False, timeout: int = 120, stdin_data: str | None = None
+        ) -> subprocess.Popen[str]:
             self.threads["_run_bash"] = threading.get_ident()
             args = ["bash", "-l" if login else "--noprofile", "-c", cmd_string]
             proc = subprocess.Popen(
-                args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                args,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
                 stdin=subprocess.PIPE if stdin_data is not None else subprocess.DEVNULL,
-                env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": self._dir,
-                     "LANG": "C.UTF-8"},
+                env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": self._dir, "LANG": "C.UTF-8"},
                 start_new_session=True,
             )
             if stdin_data is not None:
@@ -95,9 +98,16 @@ def _snapshot(env: Any) -> bool:
 
 
 # Every per-session name the current host's snapshot leaves out (base_session_env.py).
-_SESSION_VARS = ("HERMES_SESSION_KIT_PROBE", "HERMES_RPC_KIT_PROBE", "HERMES_KERNEL_DIR", "HERMES_CRON_SESSION",
-                 "HERMES_CRON_AUTO_DELIVER_KIT_PROBE", "HERMES_BROWSER_CONTROL_KIT_PROBE",
-                 "HERMES_DELEGATED_CHILD_CONTEXT", "HERMES_UI_SESSION_ID")
+_SESSION_VARS = (
+    "HERMES_SESSION_KIT_PROBE",
+    "HERMES_RPC_KIT_PROBE",
+    "HERMES_KERNEL_DIR",
+    "HERMES_CRON_SESSION",
+    "HERMES_CRON_AUTO_DELIVER_KIT_PROBE",
+    "HERMES_BROWSER_CONTROL_KIT_PROBE",
+    "HERMES_DELEGATED_CHILD_CONTEXT",
+    "HERMES_UI_SESSION_ID",
+)
 
 
 def _excludes_session_vars(env: Any) -> bool:
@@ -204,15 +214,21 @@ def _sync_back_guard(env: Any) -> bool:
         with tarfile.open(dest, "w") as tar:
             tar.add(changed, arcname=remote.lstrip("/"))
 
-    manager = file_sync.FileSyncManager(get_files_fn=lambda: [(str(skill), remote)],
-                                        upload_fn=lambda host, rem: None, delete_fn=lambda paths: None,
-                                        bulk_download_fn=download)
+    manager = file_sync.FileSyncManager(
+        get_files_fn=lambda: [(str(skill), remote)],
+        upload_fn=lambda host, rem: None,
+        delete_fn=lambda paths: None,
+        bulk_download_fn=download,
+    )
     saved = os.environ.get("HERMES_HOME")
     os.environ["HERMES_HOME"] = str(home)  # current hosts judge the target against get_hermes_home()
     log = logging.getLogger("tools.environments.file_sync")
     was_disabled, log.disabled = log.disabled, True  # a refusal is the expected outcome, not news
-    loaded = {name: (module, dict(vars(module))) for name, module in list(sys.modules.items())
-              if name.startswith("tools.") and module is not None}
+    loaded = {
+        name: (module, dict(vars(module)))
+        for name, module in list(sys.modules.items())
+        if name.startswith("tools.") and module is not None
+    }
     try:
         manager.sync(force=True)
         manager.sync_back(hermes_home=home)

@@ -35,7 +35,7 @@ from conformance.host.drivers import returncode, run
 
 CELL_POLL_S = 0.2  # Hermes polls every 0.5 s; the kit polls faster to stay quick
 
-RUNNER_SOURCE = r'''
+RUNNER_SOURCE = r"""
 import contextlib, io, json, os, sys, time, traceback
 
 KERNEL_DIR = os.environ["HERMES_KERNEL_DIR"]
@@ -89,7 +89,7 @@ def serve():
 
 
 serve()
-'''
+"""
 
 
 def _sh(env: Any, command: str, timeout: int = 15, **kwargs: Any) -> dict[str, Any]:
@@ -130,31 +130,54 @@ class RemoteKernel:
         q_dir = shlex.quote(kernel_dir)
         dirs = [f"{kernel_dir}/cells", f"{kernel_dir}/rpc"]
         try:
-            setup = _sh(env, f"umask 077 && mkdir -p {' '.join(map(shlex.quote, dirs))} && "
-                             f"chmod 700 {' '.join(map(shlex.quote, [kernel_dir, *dirs]))}", 15)
+            setup = _sh(
+                env,
+                f"umask 077 && mkdir -p {' '.join(map(shlex.quote, dirs))} && "
+                f"chmod 700 {' '.join(map(shlex.quote, [kernel_dir, *dirs]))}",
+                15,
+            )
             if returncode(setup) != 0:
-                raise _SpawnFailed(f"the private kernel directory could not be made: {setup.get('output', '')[-300:]!r}")
-            for name, content in (("kernel_runner.py", RUNNER_SOURCE),
-                                  ("kernel.env", f"HERMES_KERNEL_DIR={shlex.quote(kernel_dir)}\n"
-                                                 f"HERMES_RPC_DIR={shlex.quote(kernel_dir + '/rpc')}\n"
-                                                 "PYTHONDONTWRITEBYTECODE=1\n")):
+                raise _SpawnFailed(
+                    f"the private kernel directory could not be made: {setup.get('output', '')[-300:]!r}"
+                )
+            for name, content in (
+                ("kernel_runner.py", RUNNER_SOURCE),
+                (
+                    "kernel.env",
+                    f"HERMES_KERNEL_DIR={shlex.quote(kernel_dir)}\n"
+                    f"HERMES_RPC_DIR={shlex.quote(kernel_dir + '/rpc')}\n"
+                    "PYTHONDONTWRITEBYTECODE=1\n",
+                ),
+            ):
                 shipped = ship(env, f"{kernel_dir}/{name}", content)
                 if returncode(shipped) != 0:
                     raise _SpawnFailed(f"shipping {name} failed: {shipped.get('output', '')[-300:]!r}")
-            launch = (f"cd {q_dir} && ( set -a && . ./kernel.env && set +a && rm -f ./kernel.env && "
-                      "touch runner.log && chmod 600 runner.log && "
-                      f"{{ nohup python3 kernel_runner.py {idle_exit_s:g} > runner.log 2>&1 & "
-                      'echo "PID:$!"; } )')
+            launch = (
+                f"cd {q_dir} && ( set -a && . ./kernel.env && set +a && rm -f ./kernel.env && "
+                "touch runner.log && chmod 600 runner.log && "
+                f"{{ nohup python3 kernel_runner.py {idle_exit_s:g} > runner.log 2>&1 & "
+                'echo "PID:$!"; } )'
+            )
             started = _sh(env, launch, 20)
-            pid = next((line.strip()[4:].strip() for line in started.get("output", "").splitlines()
-                        if line.strip().startswith("PID:")), "")
+            pid = next(
+                (
+                    line.strip()[4:].strip()
+                    for line in started.get("output", "").splitlines()
+                    if line.strip().startswith("PID:")
+                ),
+                "",
+            )
             if not pid.isdigit():
-                raise _SpawnFailed(f"the launch printed no PID (returncode {returncode(started)}, "
-                                   f"output {started.get('output', '')[-300:]!r})")
+                raise _SpawnFailed(
+                    f"the launch printed no PID (returncode {returncode(started)}, "
+                    f"output {started.get('output', '')[-300:]!r})"
+                )
             kernel = cls(env, kernel_dir, pid)
             if not kernel.alive():
                 log = _sh(env, f"cat {q_dir}/runner.log 2>/dev/null", 10).get("output", "")
-                raise _SpawnFailed(f"the runner (pid {pid}) was dead right after the launch; runner.log: {log[-300:]!r}")
+                raise _SpawnFailed(
+                    f"the runner (pid {pid}) was dead right after the launch; runner.log: {log[-300:]!r}"
+                )
             return kernel, ""
         except _SpawnFailed as exc:
             _sh(env, f"rm -rf {q_dir}", 15)
@@ -171,8 +194,11 @@ class RemoteKernel:
         seq = f"{self.cells_run:06d}"
         cells = f"{self.kernel_dir}/cells"
         q_cells = shlex.quote(cells)
-        _sh(self.env, f"rm -f {shlex.quote(self.kernel_dir + '/rpc')}/req_* "
-                      f"{shlex.quote(self.kernel_dir + '/rpc')}/res_*", 10)
+        _sh(
+            self.env,
+            f"rm -f {shlex.quote(self.kernel_dir + '/rpc')}/req_* {shlex.quote(self.kernel_dir + '/rpc')}/res_*",
+            10,
+        )
         shipped = ship(self.env, f"{cells}/cell_req_{seq}.json.tmp", json.dumps({"id": seq, "code": code}))
         if returncode(shipped) != 0:
             return CellOutcome("protocol-error", {"error": f"shipping the cell failed: {shipped.get('output')!r}"})
@@ -194,8 +220,10 @@ class RemoteKernel:
     def kill(self) -> None:
         """Stop the runner's children and the runner, then remove its directory (best effort)."""
         q_pid = shlex.quote(self.pid)
-        for command in (f"pkill -TERM -P {q_pid} 2>/dev/null; kill {q_pid} 2>/dev/null; true",
-                        f"rm -rf {shlex.quote(self.kernel_dir)}"):
+        for command in (
+            f"pkill -TERM -P {q_pid} 2>/dev/null; kill {q_pid} 2>/dev/null; true",
+            f"rm -rf {shlex.quote(self.kernel_dir)}",
+        ):
             try:
                 _sh(self.env, command)
             except Exception:
@@ -208,8 +236,10 @@ class _SpawnFailed(RuntimeError):
 
 def process_gone(env: Any, pid: str | int) -> bool:
     """kill -0 fails for ``pid``, or it is a zombie waiting to be reaped."""
-    probe = (f"p={shlex.quote(str(pid))}; kill -0 \"$p\" 2>/dev/null || {{ echo gone; exit 0; }}; "
-             "s=$(sed 's/.*) //' /proc/$p/stat 2>/dev/null | cut -d' ' -f1); "
-             '[ "$s" = Z ] && echo gone || echo running')
+    probe = (
+        f'p={shlex.quote(str(pid))}; kill -0 "$p" 2>/dev/null || {{ echo gone; exit 0; }}; '
+        "s=$(sed 's/.*) //' /proc/$p/stat 2>/dev/null | cut -d' ' -f1); "
+        '[ "$s" = Z ] && echo gone || echo running'
+    )
     output: str = _sh(env, probe, 10).get("output", "")
     return output.strip() == "gone"

@@ -130,23 +130,30 @@ def read_manifest(directory: Path) -> dict[str, Any] | None:
     try:
         data = yaml.safe_load(path.read_text("utf-8"))
     except (OSError, UnicodeDecodeError) as exc:
-        raise PluginManifestError(f"cannot read {path} ({file_problem(exc)})",
-                                  "make plugin.yaml a readable UTF-8 YAML file") from None
+        raise PluginManifestError(
+            f"cannot read {path} ({file_problem(exc)})", "make plugin.yaml a readable UTF-8 YAML file"
+        ) from None
     except yaml.YAMLError as exc:
-        raise PluginManifestError(f"{path} is not valid YAML ({yaml_problem(exc)})",
-                                  "fix the file: a plugin.yaml is a mapping of name, version, description "
-                                  "and kind") from None
+        raise PluginManifestError(
+            f"{path} is not valid YAML ({yaml_problem(exc)})",
+            "fix the file: a plugin.yaml is a mapping of name, version, description and kind",
+        ) from None
     if not isinstance(data, dict):
-        raise PluginManifestError(f"{path} must hold a mapping (name, version, description, kind), "
-                                  f"not a {type(data).__name__}", "fix the file")
+        raise PluginManifestError(
+            f"{path} must hold a mapping (name, version, description, kind), not a {type(data).__name__}",
+            "fix the file",
+        )
     return data
 
 
 def _import_directory(directory: Path) -> types.ModuleType:
     init = directory / "__init__.py"
     if not init.is_file():
-        raise LoadError(f"{directory} has no __init__.py", "make the directory a Python package: a Hermes "
-                        "plugin is __init__.py with register(ctx) next to plugin.yaml")
+        raise LoadError(
+            f"{directory} has no __init__.py",
+            "make the directory a Python package: a Hermes "
+            "plugin is __init__.py with register(ctx) next to plugin.yaml",
+        )
     safe = "".join(ch if ch.isalnum() else "_" for ch in directory.name)
     name = f"hermes_plugins.{safe}"
     if "hermes_plugins" not in sys.modules:
@@ -176,24 +183,30 @@ def _module_dir(module: types.ModuleType) -> Path | None:
     return Path(path).parent if path else None
 
 
-def load(spec: str, registry: ProviderRegistry, *, config: dict[str, Any] | None = None,
-         deadline: float = LOAD_DEADLINE_S) -> LoadedPlugin:
+def load(
+    spec: str, registry: ProviderRegistry, *, config: dict[str, Any] | None = None, deadline: float = LOAD_DEADLINE_S
+) -> LoadedPlugin:
     """Import the backend named by ``spec`` and register its provider, within ``deadline`` seconds."""
     before = _core_snapshot()
     started = time.perf_counter()
     context = contextvars.copy_context()
     with network_guard() as attempts:
         try:
-            loaded = bounded(lambda: context.run(_load, spec, registry, config or {}), deadline=deadline,
-                             what=f"loading backend {spec!r} (import and register(ctx))")
+            loaded = bounded(
+                lambda: context.run(_load, spec, registry, config or {}),
+                deadline=deadline,
+                what=f"loading backend {spec!r} (import and register(ctx))",
+            )
         except LoadError:
             raise
         except CallHung as exc:
             raise LoadError(str(exc), "register(ctx) must only register the provider: no network, no waiting") from None
         except Exception as exc:
             if _import_failed(exc) and isinstance(exc, ModuleNotFoundError) and exc.name:
-                fix = (f"install what provides the module {exc.name!r} (the backend's SDK, often a pip extra), "
-                       "or fix the import")
+                fix = (
+                    f"install what provides the module {exc.name!r} (the backend's SDK, often a pip extra), "
+                    "or fix the import"
+                )
                 where = "importing it"
             elif _import_failed(exc):
                 fix = "fix the import error (importing the plugin's module by hand shows the traceback)"
@@ -201,8 +214,9 @@ def load(spec: str, registry: ProviderRegistry, *, config: dict[str, Any] | None
             else:
                 fix = "fix register(ctx): it must call ctx.register_terminal_environment_provider(provider) and return"
                 where = "register(ctx)"
-            raise LoadError(f"loading backend {spec!r} failed in {where}: {type(exc).__name__}: "
-                            f"{_one_line(str(exc))}", fix) from exc
+            raise LoadError(
+                f"loading backend {spec!r} failed in {where}: {type(exc).__name__}: {_one_line(str(exc))}", fix
+            ) from exc
     loaded.load_seconds = time.perf_counter() - started
     loaded.network_attempts = list(attempts)
     loaded.core_changes = _core_diff(before)
@@ -225,8 +239,11 @@ def _load(spec: str, registry: ProviderRegistry, config: dict[str, Any]) -> Load
     path = Path(spec).expanduser()
     if "/" in spec or path.is_dir():
         if not path.is_dir():
-            raise LoadError(f"{spec} is not a directory", "give a plugin directory (plugin.yaml and __init__.py), "
-                            "package.module:attr, ep:NAME or a name from `hermes-backend-kit backends`")
+            raise LoadError(
+                f"{spec} is not a directory",
+                "give a plugin directory (plugin.yaml and __init__.py), "
+                "package.module:attr, ep:NAME or a name from `hermes-backend-kit backends`",
+            )
         module = _import_directory(path.resolve())
         return _from_package(spec, "directory", module, read_manifest(path.resolve()), registry, config)
     module_name, _, attr = spec.partition(":")
@@ -234,8 +251,11 @@ def _load(spec: str, registry: ProviderRegistry, config: dict[str, Any]) -> Load
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
         if exc.name and module_name.startswith(exc.name):
-            raise LoadError(f"no module {module_name!r}", "give a known backend name (`hermes-backend-kit "
-                            "backends`), a plugin directory, package.module:attr or ep:NAME") from None
+            raise LoadError(
+                f"no module {module_name!r}",
+                "give a known backend name (`hermes-backend-kit "
+                "backends`), a plugin directory, package.module:attr or ep:NAME",
+            ) from None
         raise _during_import(exc)
     except Exception as exc:
         raise _during_import(exc)
@@ -248,35 +268,58 @@ def _load(spec: str, registry: ProviderRegistry, config: dict[str, Any]) -> Load
     try:
         target = getattr(module, attr)
     except AttributeError:
-        raise LoadError(f"module {module_name} has no attribute {attr!r}",
-                        f"name a provider instance, a provider class or register(ctx) in {module_name}") from None
+        raise LoadError(
+            f"module {module_name} has no attribute {attr!r}",
+            f"name a provider instance, a provider class or register(ctx) in {module_name}",
+        ) from None
     return _from_object(spec, module, target, registry, config)
 
 
-def _from_package(spec: str, source: str, module: types.ModuleType, manifest: dict[str, Any] | None,
-                  registry: ProviderRegistry, config: dict[str, Any], register: Any = None) -> LoadedPlugin:
+def _from_package(
+    spec: str,
+    source: str,
+    module: types.ModuleType,
+    manifest: dict[str, Any] | None,
+    registry: ProviderRegistry,
+    config: dict[str, Any],
+    register: Any = None,
+) -> LoadedPlugin:
     register = register or getattr(module, "register", None)
     if not callable(register):
-        raise LoadError(f"{spec}: the plugin package has no register(ctx) function",
-                        "define register(ctx) in its __init__.py")
+        raise LoadError(
+            f"{spec}: the plugin package has no register(ctx) function", "define register(ctx) in its __init__.py"
+        )
     name = str((manifest or {}).get("name") or module.__name__)
     ctx = PluginContext(registry=registry, plugin_name=name, config=config)
     register(ctx)
     if not ctx.accepted:
-        why = "; ".join(reason for _, reason in ctx.rejected) or "it never called ctx.register_terminal_environment_provider"
+        why = (
+            "; ".join(reason for _, reason in ctx.rejected)
+            or "it never called ctx.register_terminal_environment_provider"
+        )
         if ctx.unknown_names:
             from conformance.host.registry import unknown_register_name
 
             why = "; ".join(unknown_register_name(n) for n in dict.fromkeys(ctx.unknown_names))
-        raise LoadError(f"{spec}: register(ctx) registered no terminal provider ({why})",
-                        "call ctx.register_terminal_environment_provider(provider) in register(ctx)")
-    return LoadedPlugin(spec=spec, source=source, provider=ctx.accepted[0], module=module,
-                        manifest=manifest, register=register, context=ctx,
-                        manifest_path=(_module_dir(module) or Path(".")) / "plugin.yaml" if manifest else None)
+        raise LoadError(
+            f"{spec}: register(ctx) registered no terminal provider ({why})",
+            "call ctx.register_terminal_environment_provider(provider) in register(ctx)",
+        )
+    return LoadedPlugin(
+        spec=spec,
+        source=source,
+        provider=ctx.accepted[0],
+        module=module,
+        manifest=manifest,
+        register=register,
+        context=ctx,
+        manifest_path=(_module_dir(module) or Path(".")) / "plugin.yaml" if manifest else None,
+    )
 
 
-def _from_object(spec: str, module: types.ModuleType, target: Any, registry: ProviderRegistry,
-                 config: dict[str, Any]) -> LoadedPlugin:
+def _from_object(
+    spec: str, module: types.ModuleType, target: Any, registry: ProviderRegistry, config: dict[str, Any]
+) -> LoadedPlugin:
     base = provider_base_class()
     if inspect.isclass(target) and issubclass(target, base):
         target = target()
@@ -289,16 +332,20 @@ def _from_object(spec: str, module: types.ModuleType, target: Any, registry: Pro
         if directory and getattr(module, "__file__", "").endswith("__init__.py"):
             manifest = read_manifest(directory)
         return _from_package(spec, "module", module, manifest, registry, config, register=target)
-    raise LoadError(f"{spec} is neither a TerminalEnvironmentProvider, a provider class nor a register(ctx) function",
-                    "name a provider instance, a provider class or register(ctx)")
+    raise LoadError(
+        f"{spec} is neither a TerminalEnvironmentProvider, a provider class nor a register(ctx) function",
+        "name a provider instance, a provider class or register(ctx)",
+    )
 
 
 def _load_entry_point(spec: str, name: str, registry: ProviderRegistry, config: dict[str, Any]) -> LoadedPlugin:
     matches = [ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP) if ep.name == name]
     if not matches:
         known = sorted(ep.name for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP))
-        raise LoadError(f"no {ENTRY_POINT_GROUP} entry point named {name!r} (installed: {', '.join(known) or 'none'})",
-                        "install the plugin's distribution (pip install ...) or name an installed entry point")
+        raise LoadError(
+            f"no {ENTRY_POINT_GROUP} entry point named {name!r} (installed: {', '.join(known) or 'none'})",
+            "install the plugin's distribution (pip install ...) or name an installed entry point",
+        )
     ep = matches[0]
     try:
         target = ep.load()
@@ -306,8 +353,9 @@ def _load_entry_point(spec: str, name: str, registry: ProviderRegistry, config: 
         raise _during_import(exc)
     if isinstance(target, types.ModuleType):
         directory = _module_dir(target)
-        loaded = _from_package(spec, "entry-point", target, read_manifest(directory) if directory else None,
-                               registry, config)
+        loaded = _from_package(
+            spec, "entry-point", target, read_manifest(directory) if directory else None, registry, config
+        )
     else:
         loaded = _from_object(spec, sys.modules[ep.module], target, registry, config)
         loaded.source = "entry-point"

@@ -24,8 +24,7 @@ class NetworkBlocked(ConnectionRefusedError):
 def network_guard() -> Iterator[list[str]]:
     """Yield a list that collects every attempted destination."""
     attempts: list[str] = []
-    originals = (socket.socket.connect, socket.socket.connect_ex, socket.getaddrinfo,
-                 socket.create_connection)
+    originals = (socket.socket.connect, socket.socket.connect_ex, socket.getaddrinfo, socket.create_connection)
 
     def refuse(target: object) -> NetworkBlocked:
         attempts.append(repr(target))
@@ -57,5 +56,9 @@ def network_guard() -> Iterator[list[str]]:
         try:
             yield attempts
         finally:
-            (socket.socket.connect, socket.socket.connect_ex, socket.getaddrinfo,  # type: ignore[method-assign]
-             socket.create_connection) = originals
+            (
+                socket.socket.connect,
+                socket.socket.connect_ex,
+                socket.getaddrinfo,  # type: ignore[method-assign]
+                socket.create_connection,
+            ) = originals

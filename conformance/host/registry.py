@@ -26,30 +26,63 @@ logger = logging.getLogger("hermes_cli.plugins")
 # Every register_* method of Hermes's PluginContext (hermes_cli/plugins.py): a plugin may call any
 # of them; any other register_* name is a typo the plugin would never notice if the context
 # accepted it silently, so loading fails with the closest valid name.
-HERMES_REGISTER_NAMES = frozenset({
-    "register_approval_transport", "register_auxiliary_task", "register_browser_provider",
-    "register_cli_command", "register_command", "register_context_engine", "register_context_reference",
-    "register_dashboard_auth_provider", "register_hook", "register_image_gen_provider",
-    "register_memory_provider", "register_middleware", "register_platform", "register_platform_handler",
-    "register_redaction_patterns", "register_secret_source", "register_skill", "register_slack_action_handler",
-    "register_system_prompt_section", "register_telegram_handler", "register_terminal_environment_provider",
-    "register_tool", "register_transcription_provider", "register_tts_provider", "register_video_gen_provider",
-    "register_web_search_provider",
-})
+HERMES_REGISTER_NAMES = frozenset(
+    {
+        "register_approval_transport",
+        "register_auxiliary_task",
+        "register_browser_provider",
+        "register_cli_command",
+        "register_command",
+        "register_context_engine",
+        "register_context_reference",
+        "register_dashboard_auth_provider",
+        "register_hook",
+        "register_image_gen_provider",
+        "register_memory_provider",
+        "register_middleware",
+        "register_platform",
+        "register_platform_handler",
+        "register_redaction_patterns",
+        "register_secret_source",
+        "register_skill",
+        "register_slack_action_handler",
+        "register_system_prompt_section",
+        "register_telegram_handler",
+        "register_terminal_environment_provider",
+        "register_tool",
+        "register_transcription_provider",
+        "register_tts_provider",
+        "register_video_gen_provider",
+        "register_web_search_provider",
+    }
+)
 
 
 def unknown_register_name(name: str) -> str:
     """The message for a register_* name Hermes's PluginContext does not have, with the closest valid one."""
     close = difflib.get_close_matches(name, sorted(HERMES_REGISTER_NAMES), n=1, cutoff=0.0)
-    return (f"Hermes's plugin context has no {name}(); the closest valid name is {close[0]}" if close
-            else f"Hermes's plugin context has no {name}()")
+    return (
+        f"Hermes's plugin context has no {name}(); the closest valid name is {close[0]}"
+        if close
+        else f"Hermes's plugin context has no {name}()"
+    )
 
 
 # Every name a host reserves or dispatches before plugins (union over versions).
-RESERVED_NAMES = frozenset({
-    "local", "docker", "singularity", "modal", "managed_modal", "daytona",
-    "vercel_sandbox", "ssh", "apple_container", "bubblewrap",
-})
+RESERVED_NAMES = frozenset(
+    {
+        "local",
+        "docker",
+        "singularity",
+        "modal",
+        "managed_modal",
+        "daytona",
+        "vercel_sandbox",
+        "ssh",
+        "apple_container",
+        "bubblewrap",
+    }
+)
 
 
 def provider_base_class() -> type[TerminalEnvironmentProvider]:
@@ -161,8 +194,10 @@ class PluginContext:
         # Hermes's other register_* hooks (tools, commands, hooks) are accepted and ignored; a name
         # Hermes does not have is an AttributeError naming the closest valid one, as on Hermes.
         if name in HERMES_REGISTER_NAMES:
+
             def ignore(*_args: Any, **_kwargs: Any) -> None:
                 self.other_calls.append(name)
+
             return ignore
         if name.startswith("register_"):
             self.unknown_names.append(name)
@@ -179,7 +214,9 @@ class LegacyPluginContext:
 
     def __getattr__(self, name: str) -> Callable[..., None]:
         if name.startswith("register_") and name != "register_terminal_environment_provider":
+
             def ignore(*_args: Any, **_kwargs: Any) -> None:
                 self.other_calls.append(name)
+
             return ignore
         raise AttributeError(f"'PluginContext' object has no attribute {name!r}")

@@ -19,8 +19,10 @@ from typing import Any
 
 from conformance.errors import InputFileError
 
-FIX = ("pass the results.json that `nox -s bench` (or `python -m conformance.bench --out PATH`) writes, "
-       "or leave --bench out")
+FIX = (
+    "pass the results.json that `nox -s bench` (or `python -m conformance.bench --out PATH`) writes, "
+    "or leave --bench out"
+)
 WIDTH, LABEL_W, PLOT_W, ROW_H, TOP = 720, 150, 380, 22, 8
 WORSE, BETTER, NEUTRAL = "#c62828", "#2e7d32", "#546e7a"
 
@@ -82,8 +84,11 @@ def _number(value: float) -> str:
 def _rows(data: dict[str, Any], key: str) -> list[tuple[str, dict[str, Any]]]:
     """(backend label, figure entry) for every target except the baseline."""
     baseline = data.get("baseline")
-    return [(str(t.get("label") or name), t["figures"].get(key) or {"value": None, "na": "not measured"})
-            for name, t in data["targets"].items() if name != baseline]
+    return [
+        (str(t.get("label") or name), t["figures"].get(key) or {"value": None, "na": "not measured"})
+        for name, t in data["targets"].items()
+        if name != baseline
+    ]
 
 
 def plots(data: dict[str, Any]) -> list[tuple[str, str]]:
@@ -104,9 +109,11 @@ def plots(data: dict[str, Any]) -> list[tuple[str, str]]:
 
 def _frame(label: str, rows: int, body: list[str]) -> str:
     height = TOP * 2 + ROW_H * rows + 18
-    return (f'<svg xmlns="http://www.w3.org/2000/svg" role="img" width="{WIDTH}" height="{height}" '
-            f'viewBox="0 0 {WIDTH} {height}" font-family="sans-serif" font-size="12" '
-            f'aria-label="{html.escape(label.replace("`", ""))}">' + "".join(body) + "</svg>")
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" role="img" width="{WIDTH}" height="{height}" '
+        f'viewBox="0 0 {WIDTH} {height}" font-family="sans-serif" font-size="12" '
+        f'aria-label="{html.escape(label.replace("`", ""))}">' + "".join(body) + "</svg>"
+    )
 
 
 def _row_label(i: int, name: str) -> str:
@@ -133,9 +140,11 @@ def _ratio_svg(label: str, rows: list[tuple[str, dict[str, Any]]], better: str) 
 
     base_x = x(1.0)
     bottom = TOP + ROW_H * len(rows)
-    body = [f'<line x1="{base_x:.1f}" y1="{TOP - 4}" x2="{base_x:.1f}" y2="{bottom + 2}" stroke="#222" '
-            f'stroke-dasharray="3 2"/>',
-            f'<text x="{base_x:.1f}" y="{bottom + 14}" text-anchor="middle" fill="#222">1 = local bash -c</text>']
+    body = [
+        f'<line x1="{base_x:.1f}" y1="{TOP - 4}" x2="{base_x:.1f}" y2="{bottom + 2}" stroke="#222" '
+        f'stroke-dasharray="3 2"/>',
+        f'<text x="{base_x:.1f}" y="{bottom + 14}" text-anchor="middle" fill="#222">1 = local bash -c</text>',
+    ]
     for i, (name, entry) in enumerate(rows):
         body.append(_row_label(i, name))
         ratio = entry.get("ratio")
@@ -146,10 +155,13 @@ def _ratio_svg(label: str, rows: list[tuple[str, dict[str, Any]]], better: str) 
         left, right = sorted((base_x, x(ratio)))
         y = TOP + ROW_H * i + 4
         value = entry.get("value")
-        text = f"{_number(ratio)}x" + (f" ({_number(value)} {entry.get('unit', '')})".rstrip() if value is not None
-                                       else "")
-        body.append(f'<rect x="{left:.1f}" y="{y}" width="{max(right - left, 1.5):.1f}" height="{ROW_H - 8}" '
-                    f'fill="{WORSE if worse else BETTER}"><title>{html.escape(f"{name}: {text}")}</title></rect>')
+        text = f"{_number(ratio)}x" + (
+            f" ({_number(value)} {entry.get('unit', '')})".rstrip() if value is not None else ""
+        )
+        body.append(
+            f'<rect x="{left:.1f}" y="{y}" width="{max(right - left, 1.5):.1f}" height="{ROW_H - 8}" '
+            f'fill="{WORSE if worse else BETTER}"><title>{html.escape(f"{name}: {text}")}</title></rect>'
+        )
         body.append(f'<text x="{LABEL_W + PLOT_W + 8}" y="{y + ROW_H / 2:.1f}">{html.escape(text)}</text>')
     return _frame(label, len(rows), body)
 
@@ -165,10 +177,14 @@ def _absolute_svg(label: str, rows: list[tuple[str, dict[str, Any]]], unit: str)
             continue
         y = TOP + ROW_H * i + 4
         text = f"{_number(value)} {unit}".rstrip()
-        body.append(f'<rect x="{LABEL_W}" y="{y}" width="{max(value / top * PLOT_W, 1.5):.1f}" '
-                    f'height="{ROW_H - 8}" fill="{NEUTRAL}"><title>{html.escape(f"{name}: {text}")}</title></rect>')
+        body.append(
+            f'<rect x="{LABEL_W}" y="{y}" width="{max(value / top * PLOT_W, 1.5):.1f}" '
+            f'height="{ROW_H - 8}" fill="{NEUTRAL}"><title>{html.escape(f"{name}: {text}")}</title></rect>'
+        )
         body.append(f'<text x="{LABEL_W + PLOT_W + 8}" y="{y + ROW_H / 2:.1f}">{html.escape(text)}</text>')
     bottom = TOP + ROW_H * len(rows)
-    body.append(f'<text x="{LABEL_W}" y="{bottom + 14}" fill="#222">absolute ({html.escape(unit)}): '
-                'the baseline has no value to compare with</text>')
+    body.append(
+        f'<text x="{LABEL_W}" y="{bottom + 14}" fill="#222">absolute ({html.escape(unit)}): '
+        "the baseline has no value to compare with</text>"
+    )
     return _frame(label, len(rows), body)

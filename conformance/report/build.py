@@ -38,10 +38,20 @@ def fingerprint() -> dict[str, Any]:
     }
 
 
-def build(contract: Contract, outcomes: Iterable[CheckOutcome], context: dict[str, Any], *,
-          duration_s: float, started_at: float, spec: str, host_requested: str,
-          waivers: Sequence[Waiver] = (), complete: bool = False, incomplete: Sequence[str] = (),
-          checks_sha256: str = "") -> dict[str, Any]:
+def build(
+    contract: Contract,
+    outcomes: Iterable[CheckOutcome],
+    context: dict[str, Any],
+    *,
+    duration_s: float,
+    started_at: float,
+    spec: str,
+    host_requested: str,
+    waivers: Sequence[Waiver] = (),
+    complete: bool = False,
+    incomplete: Sequence[str] = (),
+    checks_sha256: str = "",
+) -> dict[str, Any]:
     outcomes = list(outcomes)
     by_clause: dict[str, list[CheckOutcome]] = {}
     for outcome in outcomes:
@@ -50,14 +60,26 @@ def build(contract: Contract, outcomes: Iterable[CheckOutcome], context: dict[st
     clauses = []
     for v in aggregate(contract, outcomes):
         evidence = [
-            {"id": check_key(o.nodeid), "outcome": o.outcome, "duration_s": round(o.duration_s, 3),
-             **({"black_box": True} if o.black_box else {}),
-             **({"excerpt": o.reason[:EXCERPT_CHARS]} if o.outcome != "passed" and o.reason else {})}
+            {
+                "id": check_key(o.nodeid),
+                "outcome": o.outcome,
+                "duration_s": round(o.duration_s, 3),
+                **({"black_box": True} if o.black_box else {}),
+                **({"excerpt": o.reason[:EXCERPT_CHARS]} if o.outcome != "passed" and o.reason else {}),
+            }
             for o in sorted(by_clause.get(v.id, []), key=lambda o: o.nodeid)
         ]
-        clauses.append({"id": v.id, "level": v.level, "group": v.group, "verdict": v.verdict,
-                        **({"reason": v.reason} if v.reason else {}), "checks": evidence,
-                        "duration_s": v.duration_s})
+        clauses.append(
+            {
+                "id": v.id,
+                "level": v.level,
+                "group": v.group,
+                "verdict": v.verdict,
+                **({"reason": v.reason} if v.reason else {}),
+                "checks": evidence,
+                "duration_s": v.duration_s,
+            }
+        )
     errors = apply(clauses, list(waivers))
     backend = dict(context.get("backend") or {"spec": spec, "name": None})
     host = dict(context.get("host") or {"mode": None, "requested": host_requested})

@@ -48,12 +48,26 @@ def compare(first: dict[str, Any], second: dict[str, Any]) -> list[Difference]:
         if cid in moved:
             change = moved[cid]
             fields = f": {', '.join(change.fields)}" if change.fields else ""
-            out.append(Difference(cid, x["verdict"] if x else "absent", y["verdict"] if y else "absent",
-                                  "contract-change", f"{change.kind} in {_version(second)}{fields}"))
+            out.append(
+                Difference(
+                    cid,
+                    x["verdict"] if x else "absent",
+                    y["verdict"] if y else "absent",
+                    "contract-change",
+                    f"{change.kind} in {_version(second)}{fields}",
+                )
+            )
             continue
         if x is None or y is None:
-            out.append(Difference(cid, x["verdict"] if x else "absent", y["verdict"] if y else "absent",
-                                  "mismatch", "clause missing from one report"))
+            out.append(
+                Difference(
+                    cid,
+                    x["verdict"] if x else "absent",
+                    y["verdict"] if y else "absent",
+                    "mismatch",
+                    "clause missing from one report",
+                )
+            )
             continue
         if x["verdict"] == y["verdict"]:
             continue
@@ -68,14 +82,15 @@ def load(path: str | Path) -> dict[str, Any]:
     return files.read_report(path)
 
 
-
 def describe(differences: list[Difference], *, versions: tuple[str, str] | None = None) -> list[str]:
     mismatches = [d for d in differences if d.kind == "mismatch"]
     moved = [d for d in differences if d.kind == "contract-change"]
     lines = []
     if versions and versions[0] != versions[1]:
-        lines.append(f"contract {versions[0]} -> {versions[1]}: {len(moved)} clause(s) added, changed, removed "
-                     "or reworded (see docs/contract/CHANGELOG.md)")
+        lines.append(
+            f"contract {versions[0]} -> {versions[1]}: {len(moved)} clause(s) added, changed, removed "
+            "or reworded (see docs/contract/CHANGELOG.md)"
+        )
     lines += [f"{d.clause}: {d.first} vs {d.second} ({d.kind}) {d.detail}".rstrip() for d in differences]
     host = len(differences) - len(mismatches) - len(moved)
     lines.append(

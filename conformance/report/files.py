@@ -18,8 +18,9 @@ def read_json(path: str | Path) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise ReportFileError(f"cannot read report {path} (not JSON: {exc.msg} at line {exc.lineno}, "
-                              f"column {exc.colno})") from None
+        raise ReportFileError(
+            f"cannot read report {path} (not JSON: {exc.msg} at line {exc.lineno}, column {exc.colno})"
+        ) from None
 
 
 def read_report(path: str | Path, *, versioned: bool = True) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from typing import Any
 def _needs(report: dict[str, Any], profile: str) -> list[tuple[str, int]]:
     """(stronger profile, how many unverified MUST clauses need it), for a run certified under ``profile``."""
     names = list(report["profiles"])
-    stronger = names[:names.index(profile)]
+    stronger = names[: names.index(profile)]
     assigned: dict[str, str] = {}
     for name in reversed(stronger):  # the weakest profile that covers a clause is the one it needs
         for cid in report["profiles"][name]["unverified"]:
@@ -40,13 +40,17 @@ def undeclared_lines(report: dict[str, Any]) -> list[str]:
     lines = []
     for e in report.get("undeclared") or []:
         if e["probe"] == "not run":
-            lines.append(f"undeclared capability {e['capability']}: no signs of support found; its "
-                         f"{len(e['clauses'])} clause(s) are not applicable (declare or disclaim it to say so)")
+            lines.append(
+                f"undeclared capability {e['capability']}: no signs of support found; its "
+                f"{len(e['clauses'])} clause(s) are not applicable (declare or disclaim it to say so)"
+            )
             continue
         line = f"undeclared capability {e['capability']} (signs: {'; '.join(e['signs'])}): "
         if e["probe"] == "failed":
-            line += (f"probe failed {len(e['failed'])} clause(s) ({', '.join(e['failed'])}), "
-                     f"{len(e['must_failed'])} of them MUST; declare {e['capability']} and fix them, or disclaim it")
+            line += (
+                f"probe failed {len(e['failed'])} clause(s) ({', '.join(e['failed'])}), "
+                f"{len(e['must_failed'])} of them MUST; declare {e['capability']} and fix them, or disclaim it"
+            )
         else:
             line += f"probe {e['probe']}: {len(e['passed'])} of {len(e['clauses'])} clause(s) pass"
         lines.append(line)
@@ -69,8 +73,10 @@ def certificate(report: dict[str, Any]) -> tuple[str, str]:
             detail += "; " + ", ".join(f"{n} MUST unverified, need the {name} profile" for name, n in needs)
     else:
         must = report["summary"]["must"]
-        detail = (f"MUST {must['pass']} pass, {must['fail']} fail, {must['skipped']} skipped, "
-                  f"{must['unverified']} unverified, {must['not-applicable']} not applicable")
+        detail = (
+            f"MUST {must['pass']} pass, {must['fail']} fail, {must['skipped']} skipped, "
+            f"{must['unverified']} unverified, {must['not-applicable']} not applicable"
+        )
     note = undeclared_note(report)
     if note:
         detail += f"; {note}"
@@ -90,6 +96,6 @@ def must_failure_lines(report: dict[str, Any], reason_chars: int = 300) -> list[
         if clause["verdict"] == "fail" and clause["level"] == "MUST":
             reason = " ".join(str(clause.get("reason") or "no reason recorded").split())
             if len(reason) > reason_chars:
-                reason = reason[:reason_chars - 3] + "..."
+                reason = reason[: reason_chars - 3] + "..."
             lines.append(f"MUST fail {clause['id']}: {reason}")
     return lines

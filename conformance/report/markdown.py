@@ -13,8 +13,10 @@ def fake_world_line(world: dict[str, Any]) -> str:
     """How the fake's boxes ran: isolated (own namespaces) or as host processes (paths_note says why)."""
     if world["isolated"]:
         return f"isolated from this machine; {world['paths_note']}"
-    return ("NOT isolated: box commands ran as local processes and could read this machine's processes and files, "
-            f"so checks of what a sandbox can see may fail for the machine's sake; {world['paths_note']}")
+    return (
+        "NOT isolated: box commands ran as local processes and could read this machine's processes and files, "
+        f"so checks of what a sandbox can see may fail for the machine's sake; {world['paths_note']}"
+    )
 
 
 def render(report: dict[str, Any], contract: Contract) -> str:
@@ -39,29 +41,46 @@ def render(report: dict[str, Any], contract: Contract) -> str:
     if not report["certified"]:
         lines += ["", "Why not certified:", ""] + [f"- {r}" for r in report["not_certified_because"]]
     if report.get("undeclared"):
-        lines += ["", "## Undeclared capabilities", "",
-                  "Optional capabilities the backend neither declares nor disclaims. One whose code shows signs "
-                  "of it is probed: its clauses run as if declared, and a MUST failure blocks certification. "
-                  "Declare what the backend offers and disclaim the rest.", ""]
+        lines += [
+            "",
+            "## Undeclared capabilities",
+            "",
+            "Optional capabilities the backend neither declares nor disclaims. One whose code shows signs "
+            "of it is probed: its clauses run as if declared, and a MUST failure blocks certification. "
+            "Declare what the backend offers and disclaim the rest.",
+            "",
+        ]
         lines += [f"- {line.removeprefix('undeclared capability ')}" for line in undeclared_lines(report)]
-    lines += ["", "## Profiles", "",
-              "A certificate names the strongest profile whose MUST clauses were all observed and pass. "
-              "*Unverified* clauses are ones the kit could not observe on this run (no world view, no "
-              "fault injection); they never count toward a certificate.", "",
-              "| profile | MUST covered | pass | not applicable | waived | unverified | failing | met |",
-              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines += [
+        "",
+        "## Profiles",
+        "",
+        "A certificate names the strongest profile whose MUST clauses were all observed and pass. "
+        "*Unverified* clauses are ones the kit could not observe on this run (no world view, no "
+        "fault injection); they never count toward a certificate.",
+        "",
+        "| profile | MUST covered | pass | not applicable | waived | unverified | failing | met |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for name, row in report["profiles"].items():
-        lines.append(f"| {name}{' (certified)' if name == report.get('profile') else ''} | {row['must']} | "
-                     f"{row['pass']} | {row['not-applicable']} | {row['waived']} | {len(row['unverified'])} | "
-                     f"{len(row['failing'])} | {'yes' if row['met'] else 'no'} |")
+        lines.append(
+            f"| {name}{' (certified)' if name == report.get('profile') else ''} | {row['must']} | "
+            f"{row['pass']} | {row['not-applicable']} | {row['waived']} | {len(row['unverified'])} | "
+            f"{len(row['failing'])} | {'yes' if row['met'] else 'no'} |"
+        )
     lines += ["", "## Verdicts per group", "", "```", *table_lines(report), "```"]
     failures = [c for c in report["clauses"] if c["verdict"] == "fail"]
     if failures:
         lines += ["", "## Failures", ""]
         for c in failures:
             clause = contract.get(c["id"])
-            lines += [f"### `{c['id']}` ({c['level']}{', waived' if 'waived' in c else ''})", "",
-                      f"{clause.statement}", "", f"- source: {clause.source}"]
+            lines += [
+                f"### `{c['id']}` ({c['level']}{', waived' if 'waived' in c else ''})",
+                "",
+                f"{clause.statement}",
+                "",
+                f"- source: {clause.source}",
+            ]
             if clause.fix:
                 lines.append(f"- how to fix: {clause.fix}")
             for check in c["checks"]:
@@ -72,8 +91,11 @@ def render(report: dict[str, Any], contract: Contract) -> str:
     waived = [c for c in report["clauses"] if "waived" in c]
     if waived:
         lines += ["## Waived", ""]
-        lines += [f"- `{c['id']}` {c['level']} {c['verdict']}: {c['waived']['reason']} ({c['waived']['issue']}, "
-                  f"until {c['waived']['expires']})" for c in waived]
+        lines += [
+            f"- `{c['id']}` {c['level']} {c['verdict']}: {c['waived']['reason']} ({c['waived']['issue']}, "
+            f"until {c['waived']['expires']})"
+            for c in waived
+        ]
         lines.append("")
     unverified = [c for c in report["clauses"] if c["verdict"] == "unverified"]
     if unverified:

@@ -28,8 +28,14 @@ FAULTS: tuple[tuple[str, str], ...] = (
     ("garbage or truncated frame", "faults.damaged-frame"),
     ("output flood", "faults.output-flood"),
 )
-SHOWN = {"pass": "pass", "fail": "**FAIL**", "not-applicable": "n/a", "unverified": "unverified", "skipped": "skipped",
-         "error": "**ERROR**"}
+SHOWN = {
+    "pass": "pass",
+    "fail": "**FAIL**",
+    "not-applicable": "n/a",
+    "unverified": "unverified",
+    "skipped": "skipped",
+    "error": "**ERROR**",
+}
 
 
 def load(paths: list[Path]) -> list[dict[str, Any]]:
@@ -50,8 +56,10 @@ def rows(reports: list[dict[str, Any]]) -> list[tuple[str, str, list[str]]]:
 
 def markdown(reports: list[dict[str, Any]]) -> str:
     names = [column(r) for r in reports]
-    lines = ["| fault | clause | " + " | ".join(names) + " |",
-             "| --- | --- | " + " | ".join("---" for _ in names) + " |"]
+    lines = [
+        "| fault | clause | " + " | ".join(names) + " |",
+        "| --- | --- | " + " | ".join("---" for _ in names) + " |",
+    ]
     for fault, clause, cells in rows(reports):
         lines.append(f"| {fault} | `{clause}` | " + " | ".join(SHOWN.get(c, c) for c in cells) + " |")
     return "\n".join(lines) + "\n"
@@ -60,5 +68,9 @@ def markdown(reports: list[dict[str, Any]]) -> str:
 def failing(reports: list[dict[str, Any]]) -> list[str]:
     """Cells that fail or error, as "backend: clause"."""
     names = [column(r) for r in reports]
-    return [f"{names[i]}: {clause}" for _, clause, cells in rows(reports)
-            for i, cell in enumerate(cells) if cell in ("fail", "error")]
+    return [
+        f"{names[i]}: {clause}"
+        for _, clause, cells in rows(reports)
+        for i, cell in enumerate(cells)
+        if cell in ("fail", "error")
+    ]

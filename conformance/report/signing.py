@@ -74,13 +74,16 @@ def load_private_key(path: str | Path) -> Any:
             key = loader(data, password=None)
             break
         except TypeError:
-            raise SignatureError(f"private key {path} is encrypted", "give an unencrypted Ed25519 key (keep it "
-                                 "in your CI's secret store)") from None
+            raise SignatureError(
+                f"private key {path} is encrypted",
+                "give an unencrypted Ed25519 key (keep it in your CI's secret store)",
+            ) from None
         except Exception:  # ValueError, or UnsupportedAlgorithm for what the other format's parser cannot read
             continue
     if key is None:
-        raise SignatureError(f"private key {path} is not a PEM or OpenSSH private key",
-                             "make one with `hermes-backend-kit keygen`")
+        raise SignatureError(
+            f"private key {path} is not a PEM or OpenSSH private key", "make one with `hermes-backend-kit keygen`"
+        )
     if not isinstance(key, ed25519.Ed25519PrivateKey):
         raise SignatureError(f"private key {path} is not an Ed25519 key", "make one with `hermes-backend-kit keygen`")
     return key
@@ -118,18 +121,20 @@ def keygen(private_path: str | Path) -> tuple[Path, Path, str]:
         if path.exists():
             raise SignatureError(f"{path} exists and keygen never overwrites a key", "pick another path")
     key = ed25519.Ed25519PrivateKey.generate()
-    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                            serialization.NoEncryption())
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
     try:
         private.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(private, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "wb") as fh:
             fh.write(pem)
-        public.write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM,
-                                                         serialization.PublicFormat.SubjectPublicKeyInfo))
+        public.write_bytes(
+            key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+        )
     except OSError as exc:
-        raise SignatureError(f"cannot write the key pair at {private} ({file_problem(exc)})",
-                             "pass --key with a path in a writable directory") from None
+        raise SignatureError(
+            f"cannot write the key pair at {private} ({file_problem(exc)})",
+            "pass --key with a path in a writable directory",
+        ) from None
     return private, public, fingerprint(key.public_key())
 
 
@@ -153,8 +158,10 @@ def sign_file(report_path: str | Path, key_path: str | Path, out: str | Path | N
     try:
         target.write_text(json.dumps(document, indent=2) + "\n", "utf-8")
     except OSError as exc:
-        raise SignatureError(f"cannot write the signature {target} ({file_problem(exc)})",
-                             "pass --out with a path in a writable directory") from None
+        raise SignatureError(
+            f"cannot write the signature {target} ({file_problem(exc)})",
+            "pass --out with a path in a writable directory",
+        ) from None
     return target, document["public_key"]
 
 
@@ -167,16 +174,21 @@ def read_signature(path: str | Path) -> dict[str, Any]:
     if not isinstance(document, dict) or document.get("format") != SIGNATURE_FORMAT:
         raise SignatureError(f"signature {path} is not a {SIGNATURE_FORMAT} file", _FILES["signature"])
     if document.get("algorithm") != "ed25519":
-        raise SignatureError(f"signature {path} uses algorithm {document.get('algorithm')!r}",
-                             "sign with `hermes-backend-kit sign` (only ed25519 is known)")
+        raise SignatureError(
+            f"signature {path} uses algorithm {document.get('algorithm')!r}",
+            "sign with `hermes-backend-kit sign` (only ed25519 is known)",
+        )
     try:
         document["_raw"] = base64.b64decode(str(document.get("signature", "")), validate=True)
     except (binascii.Error, ValueError):
-        raise SignatureError(f"signature {path} is garbled: its signature field is not base64",
-                             "sign the report again") from None
+        raise SignatureError(
+            f"signature {path} is garbled: its signature field is not base64", "sign the report again"
+        ) from None
     if len(document["_raw"]) != 64:
-        raise SignatureError(f"signature {path} is garbled: an Ed25519 signature has 64 bytes, "
-                             f"this one {len(document['_raw'])}", "sign the report again")
+        raise SignatureError(
+            f"signature {path} is garbled: an Ed25519 signature has 64 bytes, this one {len(document['_raw'])}",
+            "sign the report again",
+        )
     return document
 
 
@@ -191,12 +203,19 @@ def verify_file(report_path: str | Path, signature_path: str | Path, public_key_
         key.verify(document["_raw"], CONTEXT + data)
     except InvalidSignature:
         if document.get("public_key") != fingerprint(key):
-            raise SignatureError(f"the signature was made by key {document.get('public_key')}, not by the public "
-                                 f"key given ({fingerprint(key)})", "pass the signer's public key") from None
+            raise SignatureError(
+                f"the signature was made by key {document.get('public_key')}, not by the public "
+                f"key given ({fingerprint(key)})",
+                "pass the signer's public key",
+            ) from None
         if document.get("sha256") != hashlib.sha256(data).hexdigest():
-            raise SignatureError(f"{report_path} changed after it was signed (its sha256 is not the signed "
-                                 "one)", "do not trust this report; get the signed original") from None
-        raise SignatureError(f"the signature in {signature_path} does not match {report_path} and the key given "
-                             "(the signature file was altered)", "do not trust this report; get the signed "
-                             "original") from None
+            raise SignatureError(
+                f"{report_path} changed after it was signed (its sha256 is not the signed one)",
+                "do not trust this report; get the signed original",
+            ) from None
+        raise SignatureError(
+            f"the signature in {signature_path} does not match {report_path} and the key given "
+            "(the signature file was altered)",
+            "do not trust this report; get the signed original",
+        ) from None
     return fingerprint(key)

@@ -18,8 +18,16 @@ def lines(reports: list[dict[str, Any]]) -> list[str]:
     for report in reports:
         backend = report["backend"].get("name") or report["backend"]["spec"]
         verdict = "CERTIFIED" if report["certified"] else "NOT CERTIFIED"
-        rows.append((backend, verdict, report.get("profile") or "-", _counts(report["summary"]["must"]),
-                     _counts(report["summary"]["should"]), f"{report['duration_s']:.0f} s"))
+        rows.append(
+            (
+                backend,
+                verdict,
+                report.get("profile") or "-",
+                _counts(report["summary"]["must"]),
+                _counts(report["summary"]["should"]),
+                f"{report['duration_s']:.0f} s",
+            )
+        )
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     out = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
     for report in reports:

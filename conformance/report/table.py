@@ -37,10 +37,19 @@ def render(report: dict[str, Any]) -> list[str]:
         if i == 0 or i == len(rows) - 2:
             lines.append("-" * (sum(widths) + 2 * len(widths) + 11))
     for name, row in report["profiles"].items():
-        state = "met" if row["met"] else (f"{len(row['unverified'])} MUST unverified" if row["unverified"]
-                                          else f"{len(row['failing'])} MUST failing")
-        lines.append(f"profile {name}: {row['pass']}/{row['must'] - row['not-applicable']} MUST pass, "
-                     f"{row['not-applicable']} not applicable, {row['waived']} waived: {state}")
+        state = (
+            "met"
+            if row["met"]
+            else (
+                f"{len(row['unverified'])} MUST unverified"
+                if row["unverified"]
+                else f"{len(row['failing'])} MUST failing"
+            )
+        )
+        lines.append(
+            f"profile {name}: {row['pass']}/{row['must'] - row['not-applicable']} MUST pass, "
+            f"{row['not-applicable']} not applicable, {row['waived']} waived: {state}"
+        )
     lines += undeclared_lines(report)
     backend = report["backend"]
     host = report["host"]

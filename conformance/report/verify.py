@@ -47,9 +47,11 @@ PROVES = (
     "unedited checks: the check files that ran hash as this kit version ships them, and each clause lists "
     "the checks that cite it",
 )
-CANNOT = ("that the run happened: a self-consistent report can be written without running anything; a re-run "
-          "(`hermes-backend-kit certify`) or a signature by a key you trust (`verify --signature SIG "
-          "--public-key PUB`) shows that")
+CANNOT = (
+    "that the run happened: a self-consistent report can be written without running anything; a re-run "
+    "(`hermes-backend-kit certify`) or a signature by a key you trust (`verify --signature SIG "
+    "--public-key PUB`) shows that"
+)
 
 # What a gate (verdicts.gate_reason) says; a check may also find itself unverified while it runs (a
 # scripted fault that never fired), which needs no missing capability.
@@ -69,11 +71,15 @@ def problems(report: Any) -> list[str]:
         return ["the report is not a JSON object"]
     if report.get("format") != REPORT_FORMAT:
         made_by = (report.get("kit") or {}).get("version", "?") if isinstance(report.get("kit"), dict) else "?"
-        return [f"report format {report.get('format')!r}, made by kit {made_by}: this kit ({__version__}) "
-                f"verifies format {REPORT_FORMAT}; verify it with the kit version that made it"]
+        return [
+            f"report format {report.get('format')!r}, made by kit {made_by}: this kit ({__version__}) "
+            f"verifies format {REPORT_FORMAT}; verify it with the kit version that made it"
+        ]
     validator = jsonschema.Draft202012Validator(schema())
-    found = [f"schema: {'.'.join(map(str, e.absolute_path)) or '<root>'}: {e.message}"
-             for e in sorted(validator.iter_errors(report), key=lambda e: list(e.absolute_path))]
+    found = [
+        f"schema: {'.'.join(map(str, e.absolute_path)) or '<root>'}: {e.message}"
+        for e in sorted(validator.iter_errors(report), key=lambda e: list(e.absolute_path))
+    ]
     if found:
         return found
     kit_contract = contract.load()
@@ -108,12 +114,16 @@ def _capabilities(report: dict[str, Any], kit_contract: contract.Contract) -> li
     if declared & disclaimed:
         found.append(f"capabilities: {', '.join(sorted(declared & disclaimed))} both declared and disclaimed")
     if set(undeclared) != declarable - declared - disclaimed:
-        found.append(f"capabilities: the undeclared ones are {', '.join(sorted(undeclared)) or 'none'}, but neither "
-                     f"declared nor disclaimed are {', '.join(sorted(declarable - declared - disclaimed)) or 'none'}")
+        found.append(
+            f"capabilities: the undeclared ones are {', '.join(sorted(undeclared)) or 'none'}, but neither "
+            f"declared nor disclaimed are {', '.join(sorted(declarable - declared - disclaimed)) or 'none'}"
+        )
     expected = declared | set(verdicts.probed(backend))
     if present & declarable != expected:
-        found.append(f"capabilities: present are {', '.join(sorted(present & declarable)) or 'none'} of the "
-                     f"declarable ones, but declared and probed are {', '.join(sorted(expected)) or 'none'}")
+        found.append(
+            f"capabilities: present are {', '.join(sorted(present & declarable)) or 'none'} of the "
+            f"declarable ones, but declared and probed are {', '.join(sorted(expected)) or 'none'}"
+        )
     return found
 
 
@@ -134,8 +144,10 @@ def _clauses(report: dict[str, Any], kit_contract: contract.Contract, shipped: d
         cid = entry["id"]
         clause = kit_contract.get(cid)
         if entry["level"] != clause.level or entry["group"] != clause.group:
-            found.append(f"{cid}: level {entry['level']} / group {entry['group']} is not the contract's "
-                         f"({clause.level} / {clause.group})")
+            found.append(
+                f"{cid}: level {entry['level']} / group {entry['group']} is not the contract's "
+                f"({clause.level} / {clause.group})"
+            )
         ids = [e["id"] for e in entry["checks"]]
         ran.update(ids)
         if len(ids) != len(set(ids)):
@@ -148,11 +160,14 @@ def _clauses(report: dict[str, Any], kit_contract: contract.Contract, shipped: d
             found.append(f"{cid}: the run is marked complete but the outcome of {', '.join(missing)} is missing")
         for evidence in entry["checks"]:
             if bool(evidence.get("black_box")) != (evidence["id"] in black_box):
-                found.append(f"{cid}: {evidence['id']} is {'' if evidence['id'] in black_box else 'not '}a black-box "
-                             "check in this kit version, but the report says otherwise")
+                found.append(
+                    f"{cid}: {evidence['id']} is {'' if evidence['id'] in black_box else 'not '}a black-box "
+                    "check in this kit version, but the report says otherwise"
+                )
             if reached and evidence["id"] in cites:
-                problem = _skip_problem(kit_contract, evidence, cites[evidence["id"]], present, features,
-                                        black_box.get(evidence["id"]))
+                problem = _skip_problem(
+                    kit_contract, evidence, cites[evidence["id"]], present, features, black_box.get(evidence["id"])
+                )
                 if problem:
                     found.append(f"{cid}: {problem}")
         derived, _ = verdicts.combine(verdicts.from_evidence(cid, entry["checks"], black_box))
@@ -169,8 +184,14 @@ def _clauses(report: dict[str, Any], kit_contract: contract.Contract, shipped: d
     return found
 
 
-def _skip_problem(kit_contract: contract.Contract, evidence: dict[str, Any], cited: list[str],
-                  present: set[str], features: dict[str, bool], black_box: list[str] | None) -> str | None:
+def _skip_problem(
+    kit_contract: contract.Contract,
+    evidence: dict[str, Any],
+    cited: list[str],
+    present: set[str],
+    features: dict[str, bool],
+    black_box: list[str] | None,
+) -> str | None:
     """Does a check's outcome agree with what the run's capabilities and host allowed?"""
     gate = verdicts.gate_reason(kit_contract, cited, present, black_box)
     excerpt = evidence.get("excerpt", "")
@@ -181,8 +202,10 @@ def _skip_problem(kit_contract: contract.Contract, evidence: dict[str, Any], cit
             return f"{evidence['id']} was skipped for {excerpt!r}, but the run's capabilities say {gate!r}"
         return None
     if evidence["outcome"] == "skipped" and excerpt.startswith(_GATE_PREFIXES):
-        return (f"{evidence['id']} claims {excerpt!r}, but the run has every capability its clauses need "
-                f"({', '.join(sorted(present)) or 'none'})")
+        return (
+            f"{evidence['id']} claims {excerpt!r}, but the run has every capability its clauses need "
+            f"({', '.join(sorted(present)) or 'none'})"
+        )
     if evidence["outcome"] == "skipped" and excerpt.startswith(_HOST_PREFIX):
         lacking = {feature for cid in cited if (feature := kit_contract.get(cid).host_feature) is not None}
         if not any(features.get(f) is False for f in lacking):
@@ -194,8 +217,10 @@ def _waivers(report: dict[str, Any]) -> list[str]:
     """The waiver markings and errors, re-applied from the report's waivers."""
     found = []
     try:
-        waivers = [Waiver(w["clause"], w["reason"], w["issue"], dt.date.fromisoformat(w["expires"]), w["strict"])
-                   for w in report["waivers"]]
+        waivers = [
+            Waiver(w["clause"], w["reason"], w["issue"], dt.date.fromisoformat(w["expires"]), w["strict"])
+            for w in report["waivers"]
+        ]
     except ValueError as exc:
         return [f"waivers: {exc}"]
     started = report["started_at"][:10]
@@ -218,25 +243,35 @@ def _decision(report: dict[str, Any], kit_contract: contract.Contract) -> list[s
     found = []
     summary = verdicts.summarize(report["clauses"])
     if summary != report["summary"]:
-        wrong = [f"{level} {k}: {report['summary'].get(level, {}).get(k)} -> {v}"
-                 for level, row in summary.items() for k, v in row.items()
-                 if report["summary"].get(level, {}).get(k) != v]
+        wrong = [
+            f"{level} {k}: {report['summary'].get(level, {}).get(k)} -> {v}"
+            for level, row in summary.items()
+            for k, v in row.items()
+            if report["summary"].get(level, {}).get(k) != v
+        ]
         found.append(f"summary does not match the clause verdicts ({'; '.join(wrong)})")
     rows = verdicts.profiles(kit_contract, report["clauses"])
     if rows != report["profiles"]:
         for name in sorted(set(rows) | set(report["profiles"])):
             if rows.get(name) != report["profiles"].get(name):
-                found.append(f"profile {name} does not follow from the verdicts: the report says "
-                             f"{report['profiles'].get(name)}, the verdicts give {rows.get(name)}")
+                found.append(
+                    f"profile {name} does not follow from the verdicts: the report says "
+                    f"{report['profiles'].get(name)}, the verdicts give {rows.get(name)}"
+                )
     probes = verdicts.undeclared(kit_contract, report["clauses"], report["backend"])
     if probes != report["undeclared"]:
-        found.append(f"undeclared capabilities do not follow from the backend's capabilities and the verdicts: the "
-                     f"report says {report['undeclared']}, they give {probes}")
+        found.append(
+            f"undeclared capabilities do not follow from the backend's capabilities and the verdicts: the "
+            f"report says {report['undeclared']}, they give {probes}"
+        )
     certified, profile, because = verdicts.certification({**report, "profiles": rows, "undeclared": probes})
     if certified != report["certified"] or profile != report["profile"]:
-        found.append(f"certified is {report['certified']} (profile {report['profile']}) but the verdicts say "
-                     f"{certified} (profile {profile})" + (f": {'; '.join(because[:5])}" if because else "")
-                     + (f"; and {len(because) - 5} more" if len(because) > 5 else ""))
+        found.append(
+            f"certified is {report['certified']} (profile {report['profile']}) but the verdicts say "
+            f"{certified} (profile {profile})"
+            + (f": {'; '.join(because[:5])}" if because else "")
+            + (f"; and {len(because) - 5} more" if len(because) > 5 else "")
+        )
     elif because != report["not_certified_because"]:
         found.append("not_certified_because does not match the verdicts")
     return found

@@ -22,50 +22,77 @@ from conformance.errors import ScaffoldError, file_problem
 TEMPLATES = ("local", "http")
 # Names a host reserves for its own backends, and words the host looks for in an
 # environment's class name to recognise a built-in backend (clause provider.env-class-name).
-RESERVED = frozenset({
-    "local", "docker", "singularity", "modal", "managed_modal", "daytona",
-    "vercel_sandbox", "ssh", "apple_container", "bubblewrap",
-})
+RESERVED = frozenset(
+    {
+        "local",
+        "docker",
+        "singularity",
+        "modal",
+        "managed_modal",
+        "daytona",
+        "vercel_sandbox",
+        "ssh",
+        "apple_container",
+        "bubblewrap",
+    }
+)
 CLASS_NAME_WORDS = ("local", "ssh", "docker", "singularity", "modal", "daytona")
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
 @dataclass(frozen=True)
 class Names:
-    name: str   # package, entry point and backend name: acme_cloud
-    cls: str    # class prefix: AcmeCloud
-    env: str    # environment variable prefix: ACME_CLOUD
+    name: str  # package, entry point and backend name: acme_cloud
+    cls: str  # class prefix: AcmeCloud
+    env: str  # environment variable prefix: ACME_CLOUD
     title: str  # for people: Acme Cloud
-    dist: str   # distribution: hermes-acme-cloud
+    dist: str  # distribution: hermes-acme-cloud
 
     @classmethod
     def of(cls, name: str) -> Names:
         parts = name.split("_")
-        return cls(name=name, cls="".join(p.capitalize() for p in parts), env=name.upper(),
-                   title=" ".join(p.capitalize() for p in parts if p), dist="hermes-" + name.replace("_", "-"))
+        return cls(
+            name=name,
+            cls="".join(p.capitalize() for p in parts),
+            env=name.upper(),
+            title=" ".join(p.capitalize() for p in parts if p),
+            dist="hermes-" + name.replace("_", "-"),
+        )
 
     def fill(self, text: str) -> str:
-        for key, value in (("name", self.name), ("Class", self.cls), ("ENV", self.env),
-                           ("Title", self.title), ("dist", self.dist),
-                           ("requires_hermes", contract.load().requires_hermes or "")):
+        for key, value in (
+            ("name", self.name),
+            ("Class", self.cls),
+            ("ENV", self.env),
+            ("Title", self.title),
+            ("dist", self.dist),
+            ("requires_hermes", contract.load().requires_hermes or ""),
+        ):
             text = text.replace("{{" + key + "}}", value)
         return text
 
 
 def check_name(name: str) -> Names:
     if not name.isidentifier() or keyword.iskeyword(name):
-        raise ScaffoldError(f"{name!r} is not a valid Python package name",
-                            "use lowercase letters, digits and underscores, starting with a letter (e.g. acme_cloud)")
+        raise ScaffoldError(
+            f"{name!r} is not a valid Python package name",
+            "use lowercase letters, digits and underscores, starting with a letter (e.g. acme_cloud)",
+        )
     if not _NAME.match(name):
-        raise ScaffoldError(f"{name!r} is not lowercase",
-                            f"use {name.lower()!r}: Hermes registers backend names in lowercase")
+        raise ScaffoldError(
+            f"{name!r} is not lowercase", f"use {name.lower()!r}: Hermes registers backend names in lowercase"
+        )
     if name in RESERVED:
-        raise ScaffoldError(f"{name!r} is a built-in Hermes backend name", "pick a name of your own (e.g. your company's)")
+        raise ScaffoldError(
+            f"{name!r} is a built-in Hermes backend name", "pick a name of your own (e.g. your company's)"
+        )
     names = Names.of(name)
     clash = next((w for w in CLASS_NAME_WORDS if w in names.cls.lower()), None)
     if clash:
-        raise ScaffoldError(f"{name!r} contains {clash!r}, which Hermes reads in an environment's class name "
-                            "as a built-in backend", "pick a name without it")
+        raise ScaffoldError(
+            f"{name!r} contains {clash!r}, which Hermes reads in an environment's class name as a built-in backend",
+            "pick a name without it",
+        )
     return names
 
 
@@ -107,7 +134,8 @@ def generate(name: str, directory: str | Path | None = None, template: str = "lo
             if path.suffix == ".sh":
                 path.chmod(0o755)
         except OSError as exc:
-            raise ScaffoldError(f"cannot write {exc.filename or path} ({file_problem(exc)})",
-                                "pass --dir with a writable directory") from None
+            raise ScaffoldError(
+                f"cannot write {exc.filename or path} ({file_problem(exc)})", "pass --dir with a writable directory"
+            ) from None
         written.append(path)
     return written

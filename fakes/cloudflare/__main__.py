@@ -22,11 +22,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", type=Path, default=None, help="where the boxes live (default: a temp dir)")
     parser.add_argument("--idle", type=float, default=None, help="IDLE_SECONDS of the idle snapshot")
     parser.add_argument("--heartbeat", type=float, default=None, help="heartbeat interval in seconds")
-    parser.add_argument("--quick", action="store_true",
-                        help="the conformance suite's short intervals instead of the public Worker's timings")
-    parser.add_argument("--extensions", default="",
-                        help=f"protocol extensions to offer: 'all' or a comma list of {', '.join(EXTENSIONS)} "
-                             "(default: none, a plain v1 Worker)")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="the conformance suite's short intervals instead of the public Worker's timings",
+    )
+    parser.add_argument(
+        "--extensions",
+        default="",
+        help=f"protocol extensions to offer: 'all' or a comma list of {', '.join(EXTENSIONS)} "
+        "(default: none, a plain v1 Worker)",
+    )
     args = parser.parse_args(argv)
     offered = EXTENSIONS if args.extensions == "all" else tuple(e for e in args.extensions.split(",") if e)
     settings = Settings.quick(extensions=offered) if args.quick else Settings(extensions=offered)

@@ -44,8 +44,15 @@ from .workspace import Workspace
 logger = logging.getLogger("fakes.cloudflare")
 
 _PATH = re.compile(r"/v1/sandboxes/([^/]+)(?:/(exec|read|release|checkpoint|cancel/([a-f0-9]{32})))?")
-_FAULT_CODES = {400: "invalid_json", 401: "unauthorized", 404: "not_found", 405: "method_not_allowed",
-                409: "workspace_busy", 413: "payload_too_large", 415: "content_type"}
+_FAULT_CODES = {
+    400: "invalid_json",
+    401: "unauthorized",
+    404: "not_found",
+    405: "method_not_allowed",
+    409: "workspace_busy",
+    413: "payload_too_large",
+    415: "content_type",
+}
 
 
 def route_of(method: str, path: str) -> tuple[str, str | None]:
@@ -114,7 +121,7 @@ async def dispatch(bridge: Bridge, request: Request, path: str, fault: Fault | N
     if request.method != expected:
         raise ApiError(405, "method_not_allowed", "Method not allowed")
     ws = bridge.workspace(match.group(1))
-    ws.credentials.add(key_digest(header[len("Bearer "):] if header else ""))
+    ws.credentials.add(key_digest(header[len("Bearer ") :] if header else ""))
     if action == "status":
         return json_response(ws.status())
     body = await read_json(request.headers, request.stream())
@@ -131,7 +138,7 @@ async def act(ws: Workspace, action: str, body: dict[str, Any], fault: Fault | N
     if action == "read":
         return await open_read(ws, read_request(body), fault)
     if action.startswith("cancel/"):
-        ws.cancel(action[len("cancel/"):])
+        ws.cancel(action[len("cancel/") :])
         return json_response({"ok": True})
     if action == "release":
         await asyncio.to_thread(_exclusive_release, ws)

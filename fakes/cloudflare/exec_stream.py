@@ -39,8 +39,9 @@ def encode(event: Event) -> bytes:
 
 
 class ExecStream:
-    def __init__(self, ws: Workspace, active: Active, request: ExecRequest, config: WorkspaceConfig,
-                 fault: Fault | None):
+    def __init__(
+        self, ws: Workspace, active: Active, request: ExecRequest, config: WorkspaceConfig, fault: Fault | None
+    ):
         self.ws = ws
         self.active = active
         self.request = request
@@ -82,7 +83,7 @@ class ExecStream:
                     batch.append(queue.get_nowait())
                 for i, event in enumerate(batch):
                     if event.get("type") in TERMINAL:
-                        batch, finished = batch[:i + 1], True
+                        batch, finished = batch[: i + 1], True
                         break
                 await delivery.body(b"".join(encode(e) for e in batch))
                 for _ in range(sum(1 for e in batch if e.get("type") == "output")):

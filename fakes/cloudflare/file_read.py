@@ -91,8 +91,9 @@ async def open_read(ws: Workspace, request: ReadRequest, fault: Fault | None) ->
 class FileStream:
     """The body: ``source`` (cat's stdout, or the file itself) read up to ``size`` bytes."""
 
-    def __init__(self, ws: Workspace, active: Active, source: IO[bytes], cat: BoxProcess | None, size: int,
-                 fault: Fault | None):
+    def __init__(
+        self, ws: Workspace, active: Active, source: IO[bytes], cat: BoxProcess | None, size: int, fault: Fault | None
+    ):
         self.ws, self.active, self.source, self.cat, self.size, self.fault = ws, active, source, cat, size, fault
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -100,10 +101,15 @@ class FileStream:
         deadline = time.monotonic() + self.ws.settings.read_timeout_s
         sent, ok = 0, False
         try:
-            await delivery.start(200, [
-                (b"content-type", b"application/octet-stream"), (b"cache-control", b"no-store"),
-                (b"x-content-type-options", b"nosniff"), (b"x-file-size", str(self.size).encode()),
-            ])
+            await delivery.start(
+                200,
+                [
+                    (b"content-type", b"application/octet-stream"),
+                    (b"cache-control", b"no-store"),
+                    (b"x-content-type-options", b"nosniff"),
+                    (b"x-file-size", str(self.size).encode()),
+                ],
+            )
             while True:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:

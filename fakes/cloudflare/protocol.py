@@ -200,8 +200,9 @@ class ExecRequest:
 def _extension_fields(settings: Settings | None) -> tuple[str, ...]:
     """Exec fields the offered extensions add; a v1 Worker calls them unknown_field."""
     offered = settings.extensions if settings is not None else ()
-    return ((("concurrent",) if EXT_CONCURRENT_EXEC in offered else ())
-            + (("max_output",) if EXT_LARGE_OUTPUT in offered else ()))
+    return (("concurrent",) if EXT_CONCURRENT_EXEC in offered else ()) + (
+        ("max_output",) if EXT_LARGE_OUTPUT in offered else ()
+    )
 
 
 def exec_request(data: Mapping[str, Any], settings: Settings | None = None) -> ExecRequest:
@@ -224,11 +225,22 @@ def exec_request(data: Mapping[str, Any], settings: Settings | None = None) -> E
         raise ApiError(400, "invalid_field", "concurrent must be boolean")
     max_output = _or(data.get("max_output"), MAX_OUTPUT_UNITS)
     ceiling = settings.large_output_units if settings is not None else MAX_OUTPUT_UNITS
-    if (not _number(max_output) or not math.isfinite(max_output) or max_output != int(max_output)
-            or not 1 <= max_output <= ceiling):
+    if (
+        not _number(max_output)
+        or not math.isfinite(max_output)
+        or max_output != int(max_output)
+        or not 1 <= max_output <= ceiling
+    ):
         raise ApiError(400, "invalid_field", f"max_output must be an integer from 1 to {ceiling}")
-    return ExecRequest(request_id, well_formed(command), float(timeout), login,
-                       None if stdin is None else well_formed(stdin), concurrent, int(max_output))
+    return ExecRequest(
+        request_id,
+        well_formed(command),
+        float(timeout),
+        login,
+        None if stdin is None else well_formed(stdin),
+        concurrent,
+        int(max_output),
+    )
 
 
 @dataclass(frozen=True)
@@ -243,7 +255,6 @@ def read_request(data: Mapping[str, Any]) -> ReadRequest:
     if not path.startswith("/"):
         raise ApiError(400, "invalid_field", "path must be absolute")
     limit = _or(data.get("max_bytes"), MAX_READ_BYTES)
-    if (not _number(limit) or not math.isfinite(limit) or limit != int(limit)
-            or not 0 <= limit <= MAX_READ_BYTES):
+    if not _number(limit) or not math.isfinite(limit) or limit != int(limit) or not 0 <= limit <= MAX_READ_BYTES:
         raise ApiError(400, "invalid_field", f"max_bytes must be an integer from 0 to {MAX_READ_BYTES}")
     return ReadRequest(path, int(limit))

@@ -44,9 +44,18 @@ class BridgeServer(FakeServer):
 
     log_filters = (HIDE_DROPS,)
 
-    def __init__(self, *, token: str | Literal[_Token.GENERATE] | None = _GENERATE, settings: Settings | None = None,
-                 world: World | None = None, root: Path | None = None, host: str = "127.0.0.1",
-                 port: int = 0, namespaces: bool | None = None, api_keys: list[str] | None = None):
+    def __init__(
+        self,
+        *,
+        token: str | Literal[_Token.GENERATE] | None = _GENERATE,
+        settings: Settings | None = None,
+        world: World | None = None,
+        root: Path | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        namespaces: bool | None = None,
+        api_keys: list[str] | None = None,
+    ):
         if api_keys:
             token = api_keys[0]
         self.token: str | None = secrets.token_urlsafe(48) if token is _GENERATE else token
@@ -55,8 +64,7 @@ class BridgeServer(FakeServer):
         self.faults = Faults()
         self.bridge = Bridge(self.world, settings or Settings(), self.token, self.faults)
         self.app = create_app(self.bridge)
-        self._loop = LoopbackServer(self.app, host=host, port=port, name="cloudflare", ws="none",
-                                    timeout_keep_alive=30)
+        self._loop = LoopbackServer(self.app, host=host, port=port, name="cloudflare", ws="none", timeout_keep_alive=30)
 
     @property
     def settings(self) -> Settings:

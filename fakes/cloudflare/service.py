@@ -11,8 +11,14 @@ from .settings import EXTENSIONS, TOKEN_VAR, Settings
 from .world_adapter import CloudflareWorld
 
 
-def start(workdir: Path, *, settings: Settings | None = None, host: str = "127.0.0.1", port: int = 0,
-          api_keys: list[str] | None = None) -> FakeService:
+def start(
+    workdir: Path,
+    *,
+    settings: Settings | None = None,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    api_keys: list[str] | None = None,
+) -> FakeService:
     """A running bridge in a fresh world under ``workdir``, with the conformance suite's short intervals
     and every protocol extension offered (pass ``settings`` for a plain v1 Worker); ``api_keys[0]``, if
     given, is the server secret."""

@@ -25,7 +25,7 @@ MAX_FRAME_UNITS = 4096  # per output event, never splitting a surrogate pair
 MAX_TIMEOUT_S = 900.0
 MIN_TIMEOUT_S = 0.1
 DEFAULT_TIMEOUT_S = 120.0
-MAX_READ_BYTES = 1024 ** 3
+MAX_READ_BYTES = 1024**3
 MAX_AUTH_HEADER = 4096
 MAX_PATH_BYTES = 4096
 MAX_JSON_DEPTH = 64  # a stated fake limit: the Worker's JSON.parse has only the engine's stack
@@ -50,8 +50,17 @@ ROUTE_READ = "POST /v1/sandboxes/{id}/read"
 ROUTE_RELEASE = "POST /v1/sandboxes/{id}/release"
 ROUTE_CHECKPOINT = "POST /v1/sandboxes/{id}/checkpoint"
 ROUTE_CANCEL = "POST /v1/sandboxes/{id}/cancel/{request_id}"
-ROUTES = (ROUTE_HEALTH, ROUTE_INIT, ROUTE_STATUS, ROUTE_RESET, ROUTE_EXEC, ROUTE_READ,
-          ROUTE_RELEASE, ROUTE_CHECKPOINT, ROUTE_CANCEL)
+ROUTES = (
+    ROUTE_HEALTH,
+    ROUTE_INIT,
+    ROUTE_STATUS,
+    ROUTE_RESET,
+    ROUTE_EXEC,
+    ROUTE_READ,
+    ROUTE_RELEASE,
+    ROUTE_CHECKPOINT,
+    ROUTE_CANCEL,
+)
 
 
 @dataclass(frozen=True)

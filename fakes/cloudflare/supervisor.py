@@ -57,7 +57,7 @@ def frames(text: str, limit: int = MAX_FRAME_UNITS) -> Iterator[str]:
     """Cut ``text`` into pieces of at most ``limit`` UTF-16 units, whole code points only."""
     if not _ASTRAL.search(text):
         for i in range(0, len(text), limit):
-            yield text[i:i + limit]
+            yield text[i : i + limit]
         return
     start, units = 0, 0
     for i, char in enumerate(text):
@@ -92,7 +92,7 @@ def group_alive(pgid: int) -> bool:
                 data = handle.read()
         except OSError:
             continue
-        fields = data[data.rfind(b")") + 2:].split()
+        fields = data[data.rfind(b")") + 2 :].split()
         if len(fields) >= 3 and fields[0] != b"Z" and int(fields[2]) == pgid:
             return True
     return False
@@ -104,8 +104,16 @@ def _group_alive(proc: BoxProcess) -> bool:
 
 
 class CommandRun:
-    def __init__(self, ws: Workspace, active: Active, request: ExecRequest, config: WorkspaceConfig,
-                 emit: Callable[[Event], None], *, flood_bytes: int = 0):
+    def __init__(
+        self,
+        ws: Workspace,
+        active: Active,
+        request: ExecRequest,
+        config: WorkspaceConfig,
+        emit: Callable[[Event], None],
+        *,
+        flood_bytes: int = 0,
+    ):
         self.ws = ws
         self.active = active
         self.request = request
@@ -253,7 +261,7 @@ class CommandRun:
                 view = memoryview(data)
                 while view:
                     written = pipe.write(view)
-                    view = view[written or 0:]
+                    view = view[written or 0 :]
             except (OSError, ValueError):
                 pass  # the command closed stdin early; its exit status decides
             finally:

@@ -203,8 +203,9 @@ class Workspace:
                 raise ApiError(400, "image_not_found", "Named image was not deployed")
             with self.lock:
                 if self.config is not None and self.config != config:
-                    raise ApiError(409, "config_conflict",
-                                   "Existing workspace has different settings; use a new identity")
+                    raise ApiError(
+                        409, "config_conflict", "Existing workspace has different settings; use a new identity"
+                    )
                 if self.config is None:
                     self.config = config
                     self.forgotten = False
@@ -214,9 +215,12 @@ class Workspace:
     def status(self) -> dict[str, Any]:
         with self.lock:
             config = self.require_config()
-            return {"config": config.as_json(), "running": self.running,
-                    "busy": self.busy,
-                    "snapshot_saved_at": self.snapshot.saved_at if self.snapshot else None}
+            return {
+                "config": config.as_json(),
+                "running": self.running,
+                "busy": self.busy,
+                "snapshot_saved_at": self.snapshot.saved_at if self.snapshot else None,
+            }
 
     def begin_exec(self, request: ExecRequest) -> tuple[Active, WorkspaceConfig]:
         """The checks the Worker answers as HTTP errors before the stream starts."""
@@ -337,8 +341,9 @@ class Workspace:
             if box is None:
                 if self.booted and snapshot is None:
                     # Never replace a lost filesystem with an empty one.
-                    raise ApiError(409, "workspace_lost",
-                                   "No checkpoint exists for the stopped workspace; use a new identity")
+                    raise ApiError(
+                        409, "workspace_lost", "No checkpoint exists for the stopped workspace; use a new identity"
+                    )
                 if snapshot is None and config.image not in self.settings.images:
                     raise ApiError(400, "image_not_found", "Named image is unavailable")
         if box is None:

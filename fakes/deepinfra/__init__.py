@@ -16,5 +16,4 @@ from .service import ApiError, Service
 from .settings import LAYOUT, ROUTES, Settings
 from .world_adapter import DeepInfraWorld
 
-__all__ = ["LAYOUT", "ROUTES", "ApiError", "DeepInfraServer", "DeepInfraWorld", "Service", "Settings",
-           "create_app"]
+__all__ = ["LAYOUT", "ROUTES", "ApiError", "DeepInfraServer", "DeepInfraWorld", "Service", "Settings", "create_app"]

@@ -96,6 +96,7 @@ class ExecStream:
             await Delivery(send, receive, None, svc.closing).start(200, HEADERS)
             await send({"type": "http.response.body", "body": line({"error": f"could not start: {exc}"})})
             return
+
         def kill() -> None:
             proc.signal(signal.SIGCONT)
             proc.signal(signal.SIGKILL)
@@ -145,15 +146,17 @@ class ExecStream:
             await delivery.body(item)
         return False
 
-    async def _produce(self, run: ExecRun, proc: BoxProcess, exited: asyncio.Future[Any],
-                       queue: asyncio.Queue[bytes | None]) -> None:
+    async def _produce(
+        self, run: ExecRun, proc: BoxProcess, exited: asyncio.Future[Any], queue: asyncio.Queue[bytes | None]
+    ) -> None:
         s = self.svc.settings
         if self.fault is not None and self.fault.kind == "flood":
             await self._flood(queue, self.fault.flood_bytes)
         decoders = {name: codecs.getincrementaldecoder("utf-8")("replace") for name in ("stdout", "stderr")}
         total = 0
-        events = procio.output_events(procio.output_fds(proc), exited, chunk=s.chunk_bytes,
-                                      quiet_s=s.drain_quiet_s, max_drain_s=s.drain_max_s)
+        events = procio.output_events(
+            procio.output_fds(proc), exited, chunk=s.chunk_bytes, quiet_s=s.drain_quiet_s, max_drain_s=s.drain_max_s
+        )
         async with contextlib.aclosing(events) as stream:
             async for name, data in stream:
                 total += len(data)
@@ -176,7 +179,7 @@ class ExecStream:
         for _ in range(total // len(text)):
             await queue.put(piece)
         if total % len(text):
-            await queue.put(line({"stdout": text[:total % len(text)]}))
+            await queue.put(line({"stdout": text[: total % len(text)]}))
 
     async def _supervise(self, run: ExecRun, proc: BoxProcess, exited: asyncio.Future[Any]) -> None:
         """Enforce the timeout and reap the process, whether or not anyone still reads its output."""

@@ -29,8 +29,7 @@ T = TypeVar("T")
 
 
 def _too_large(size: int) -> ApiError:
-    return ApiError(413, f"File too large: {size} bytes exceeds the limit of {MAX_FILE_BYTES} bytes (100 MiB)",
-                    "flat")
+    return ApiError(413, f"File too large: {size} bytes exceeds the limit of {MAX_FILE_BYTES} bytes (100 MiB)", "flat")
 
 
 async def _disk(svc: Service, fn: Callable[..., T], *args: Any) -> T:
@@ -94,8 +93,7 @@ async def read_file(request: Request, ctx: Context) -> Response:
     if ctx.fault is not None and ctx.fault.kind in CORRUPTING:
         with fh:
             return Response(await run_in_threadpool(fh.read), media_type="application/octet-stream")
-    return StreamingResponse(_chunks(fh), media_type="application/octet-stream",
-                             headers={"Content-Length": str(size)})
+    return StreamingResponse(_chunks(fh), media_type="application/octet-stream", headers={"Content-Length": str(size)})
 
 
 ROUTES = [

@@ -26,9 +26,18 @@ class DeepInfraServer(FakeServer):
 
     log_filters = (HIDE_DROPS,)
 
-    def __init__(self, *, world: World | None = None, root: Path | None = None, faults: Faults | None = None,
-                 api_keys: Sequence[str] | None = None, settings: Settings | None = None,
-                 host: str = "127.0.0.1", port: int = 0, namespaces: bool | None = None):
+    def __init__(
+        self,
+        *,
+        world: World | None = None,
+        root: Path | None = None,
+        faults: Faults | None = None,
+        api_keys: Sequence[str] | None = None,
+        settings: Settings | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        namespaces: bool | None = None,
+    ):
         self._owns_world = world is None
         self.world = world or World(root, layout=LAYOUT, namespaces=namespaces)
         self.faults = faults or Faults()

@@ -119,8 +119,11 @@ class Service(VendorService):
         if box is None or box.owner != account.digest or box.id != sandbox_id:
             return None
         deleted_at = box.meta.get("deleted_at", 0.0)
-        if box.state == DELETED and isinstance(deleted_at, float) and \
-                time.monotonic() - deleted_at > self.settings.deleted_visible_s:
+        if (
+            box.state == DELETED
+            and isinstance(deleted_at, float)
+            and time.monotonic() - deleted_at > self.settings.deleted_visible_s
+        ):
             return None
         return box
 
@@ -143,9 +146,15 @@ class Service(VendorService):
 
     def info(self, box: Box) -> dict[str, Any]:
         """SandboxInfo as the SDK reads it."""
-        return {"sandbox_id": box.id, "plan": box.meta.get("plan", DEFAULT_PLAN), "image": IMAGE,
-                "state": box.state, "tags": tags(box),
-                "created_at": box.created_at // 1000, "provider": PROVIDER}
+        return {
+            "sandbox_id": box.id,
+            "plan": box.meta.get("plan", DEFAULT_PLAN),
+            "image": IMAGE,
+            "state": box.state,
+            "tags": tags(box),
+            "created_at": box.created_at // 1000,
+            "provider": PROVIDER,
+        }
 
     # -- lifecycle -----------------------------------------------------------------------
     def create(self, account: Account, body: Any) -> Box:
@@ -168,8 +177,11 @@ class Service(VendorService):
             active = [b for b in self.world.boxes(owner=account.digest) if b.state in ACTIVE_STATES]
             if len(active) >= self.settings.max_active:
                 raise ApiError(429, f"You have reached the maximum of {self.settings.max_active} active sandboxes")
-            box = self.world.create(owner=account.digest, box_id="sb_" + secrets.token_hex(10),
-                                    meta={"plan": plan, "tags": dict(tags), "idle_timeout_s": idle, "epoch": 0})
+            box = self.world.create(
+                owner=account.digest,
+                box_id="sb_" + secrets.token_hex(10),
+                meta={"plan": plan, "tags": dict(tags), "idle_timeout_s": idle, "epoch": 0},
+            )
             box.state = CREATING  # World.create marks it idle at once; DeepInfra states start here
             fails = self._fail_creates > 0
             self._fail_creates -= int(fails)
@@ -220,9 +232,11 @@ class Service(VendorService):
         self._kill_processes(box)
 
     # -- internals of the state machine ----------------------------------------------------
-    def _later(self, delay: float, box: Box, expect: str, then: str,
-               and_then: Callable[[], None] | None = None) -> None:
+    def _later(
+        self, delay: float, box: Box, expect: str, then: str, and_then: Callable[[], None] | None = None
+    ) -> None:
         """Move ``box`` from ``expect`` to ``then`` after ``delay`` (unless something moved it first)."""
+
         def move() -> None:
             with self._lock:
                 if box.state != expect:
@@ -292,8 +306,7 @@ class Service(VendorService):
         if "\0" in path:
             raise ApiError(400, f"path {path!r} contains a NUL byte; no path can hold one", "flat")
         if not path.startswith("/"):
-            raise ApiError(400, f"ERR_PATH_OUTSIDE_WORKSPACE: {path} is not an absolute path under {WORKSPACE}",
-                           "flat")
+            raise ApiError(400, f"ERR_PATH_OUTSIDE_WORKSPACE: {path} is not an absolute path under {WORKSPACE}", "flat")
         norm = posixpath.normpath(path)
         if norm != WORKSPACE and not norm.startswith(WORKSPACE + "/"):
             raise ApiError(400, f"ERR_PATH_OUTSIDE_WORKSPACE: {path} is outside {WORKSPACE}", "flat")

@@ -26,7 +26,14 @@ WORKSPACE = LAYOUT.workspace
 
 # States (SDK tests and _TERMINAL_STATES).
 CREATING, STARTING, RUNNING, STOPPING, STOPPED, FAILED, DELETED = (
-    "creating", "starting", "running", "stopping", "stopped", "failed", "deleted")
+    "creating",
+    "starting",
+    "running",
+    "stopping",
+    "stopped",
+    "failed",
+    "deleted",
+)
 STATES = (CREATING, STARTING, RUNNING, STOPPING, STOPPED, FAILED, DELETED)
 # Guess: every sandbox that still holds resources counts toward the cap, stopped ones included.
 ACTIVE_STATES = (CREATING, STARTING, RUNNING, STOPPING, STOPPED)
@@ -56,8 +63,18 @@ ROUTE_START = "POST /v1/sandboxes/{id}/start"
 ROUTE_EXEC = "POST /v1/sandboxes/{id}/exec"
 ROUTE_WRITE = "PUT /v1/sandboxes/{id}/fs/content"
 ROUTE_READ = "GET /v1/sandboxes/{id}/fs/content"
-ROUTES = (ROUTE_CREATE, ROUTE_LIST, ROUTE_CATALOG, ROUTE_GET, ROUTE_DELETE, ROUTE_STOP, ROUTE_START,
-          ROUTE_EXEC, ROUTE_WRITE, ROUTE_READ)
+ROUTES = (
+    ROUTE_CREATE,
+    ROUTE_LIST,
+    ROUTE_CATALOG,
+    ROUTE_GET,
+    ROUTE_DELETE,
+    ROUTE_STOP,
+    ROUTE_START,
+    ROUTE_EXEC,
+    ROUTE_WRITE,
+    ROUTE_READ,
+)
 
 ErrorShape = Literal["detail", "flat"]
 

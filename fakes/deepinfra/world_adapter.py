@@ -30,8 +30,15 @@ from .settings import (
 )
 
 FAULT_ROUTES = {"create": (ROUTE_CREATE,), "exec": (ROUTE_EXEC,), "read": (ROUTE_GET, ROUTE_LIST)}
-KIT_STATES = {CREATING: "creating", STARTING: "creating", RUNNING: "running", STOPPING: "paused",
-              STOPPED: "paused", FAILED: "error", DELETED: "deleted"}
+KIT_STATES = {
+    CREATING: "creating",
+    STARTING: "creating",
+    RUNNING: "running",
+    STOPPING: "paused",
+    STOPPED: "paused",
+    FAILED: "error",
+    DELETED: "deleted",
+}
 
 
 class DeepInfraWorld(BoxWorldView):

@@ -12,6 +12,8 @@ provider.get_config_schema = lambda: {  # type: ignore[method-assign]
     "token": {"type": "secret", "default": "tbx_example"},
     "size": {"type": "select", "options": ["small", "large"]},
 }
-BREAKS = frozenset({
-    "provider.config-schema",
-})
+BREAKS = frozenset(
+    {
+        "provider.config-schema",
+    }
+)

@@ -19,8 +19,10 @@ class Provider(DeepInfraProvider):
             for path in sorted(Path(root).iterdir())[:20]:
                 if path.is_file():
                     target = shlex.quote(str(path))
-                    env.execute(f"mkdir -p {shlex.quote(root)} && printf '%s' {shlex.quote(path.read_text())} "
-                                f"> {target}", timeout=30)
+                    env.execute(
+                        f"mkdir -p {shlex.quote(root)} && printf '%s' {shlex.quote(path.read_text())} > {target}",
+                        timeout=30,
+                    )
         return env
 
 

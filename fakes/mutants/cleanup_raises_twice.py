@@ -19,8 +19,10 @@ class Env(TempdirBoxEnvironment):
 
 provider = provider_with(Env, "cleanup_raises_twice")
 # The atexit path calls wait_for_cleanup() after cleanup(), which cleans up again.
-BREAKS = frozenset({
-    "lifecycle.atexit",
-    "lifecycle.cleanup-idempotent",
-    "lifecycle.wait-for-cleanup",
-})
+BREAKS = frozenset(
+    {
+        "lifecycle.atexit",
+        "lifecycle.cleanup-idempotent",
+        "lifecycle.wait-for-cleanup",
+    }
+)

@@ -5,8 +5,10 @@ from typing import Any
 from fakes.mutants._base import provider_with
 from fakes.tempdir_box.environment import TempdirBoxEnvironment
 
-WHAT = ("create_environment forwards the keywords it does not know to the environment, which refuses "
-        "backend_config with TypeError")
+WHAT = (
+    "create_environment forwards the keywords it does not know to the environment, which refuses "
+    "backend_config with TypeError"
+)
 SCOPE = "test_provider_config"
 
 provider = provider_with(TempdirBoxEnvironment, "config_rejects_backend_config")

@@ -21,6 +21,8 @@ class Env(TempdirBoxEnvironment):
 
 
 provider = provider_with(Env, "deletes_by_task")
-BREAKS = frozenset({
-    "lifecycle.delete-own-only",
-})
+BREAKS = frozenset(
+    {
+        "lifecycle.delete-own-only",
+    }
+)

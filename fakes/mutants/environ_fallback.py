@@ -5,8 +5,10 @@ import os
 from reference.upstash_box import settings as config
 from reference.upstash_box.provider import UpstashBoxProvider
 
-WHAT = ("under profile multiplexing with no scope, is_available() reads the API key from os.environ "
-        "(possibly another profile's) instead of reporting the backend unconfigured")
+WHAT = (
+    "under profile multiplexing with no scope, is_available() reads the API key from os.environ "
+    "(possibly another profile's) instead of reporting the backend unconfigured"
+)
 FAKE = "upstash"
 SCOPE = "test_unconfigured"
 

@@ -20,18 +20,20 @@ provider = provider_with(Env, "exit_code_key")
 # Every consumer reads a missing returncode as 0, so each check of a non-zero status fails.
 # (files.fetch is not among them: the host's fetch_file also needs its fences in the output,
 # so a missing file still raises FileFetchError.)
-BREAKS = frozenset({
-    "cwd.missing-dir",
-    "errors.command-not-found",
-    "errors.no-raise",
-    "errors.state-message",
-    "exec.concurrent",
-    "exec.matches-bash",
-    "exec.result-shape",
-    "exec.returncode-key",
-    "exec.signal-exit",
-    "faults.vanished-mid-command",
-    "persist.error-reported",
-    "timeout.interrupt-130",
-    "timeout.result-124",
-})
+BREAKS = frozenset(
+    {
+        "cwd.missing-dir",
+        "errors.command-not-found",
+        "errors.no-raise",
+        "errors.state-message",
+        "exec.concurrent",
+        "exec.matches-bash",
+        "exec.result-shape",
+        "exec.returncode-key",
+        "exec.signal-exit",
+        "faults.vanished-mid-command",
+        "persist.error-reported",
+        "timeout.interrupt-130",
+        "timeout.result-124",
+    }
+)

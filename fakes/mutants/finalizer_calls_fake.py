@@ -42,8 +42,9 @@ class _StateProbe:
         key = os.environ.get("DEEPINFRA_API_KEY", "")
         if not base:
             return
-        request = urllib.request.Request(f"{base}/v1/sandboxes/{self.sandbox_id}",
-                                         headers={"Authorization": f"Bearer {key}"})
+        request = urllib.request.Request(
+            f"{base}/v1/sandboxes/{self.sandbox_id}", headers={"Authorization": f"Bearer {key}"}
+        )
         try:
             with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
                 response.read()

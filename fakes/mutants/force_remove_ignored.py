@@ -13,6 +13,8 @@ class Env(TempdirBoxEnvironment):
 
 
 provider = provider_with(Env, "force_remove_ignored")
-BREAKS = frozenset({
-    "lifecycle.force-remove",
-})
+BREAKS = frozenset(
+    {
+        "lifecycle.force-remove",
+    }
+)

@@ -17,9 +17,11 @@ class Env(TempdirBoxEnvironment):
 provider = provider_with(Env, "ignores_cwd")
 # The kernel's launch cds into its directory, so the session cwd follows it there; its later calls
 # pass cwd="/", and run in that directory instead, which its kill removes.
-BREAKS = frozenset({
-    "cwd.explicit",
-    "cwd.missing-dir",
-    "cwd.odd-names",
-    "exec.remote-kernel",
-})
+BREAKS = frozenset(
+    {
+        "cwd.explicit",
+        "cwd.missing-dir",
+        "cwd.odd-names",
+        "exec.remote-kernel",
+    }
+)

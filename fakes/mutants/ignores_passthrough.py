@@ -1,14 +1,15 @@
 """upstash_box, but its commands never get Hermes's passthrough variables (and never unset any)."""
 
-
 from tools.environments.base import BaseEnvironment
 
 from fakes.mutants._base import recast
 from reference.upstash_box.environment import UpstashBoxEnvironment
 from reference.upstash_box.provider import UpstashBoxProvider
 
-WHAT = ("skills' required variables and terminal.env_passthrough never reach the Box, and names the "
-        "active profile lacks are not unset there")
+WHAT = (
+    "skills' required variables and terminal.env_passthrough never reach the Box, and names the "
+    "active profile lacks are not unset there"
+)
 FAKE = "upstash"
 SCOPE = "test_passthrough"
 

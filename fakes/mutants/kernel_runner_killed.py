@@ -39,6 +39,8 @@ class Env(TempdirBoxEnvironment):
 
 
 provider = provider_with(Env, "kernel_runner_killed")
-BREAKS = frozenset({
-    "exec.remote-kernel",
-})
+BREAKS = frozenset(
+    {
+        "exec.remote-kernel",
+    }
+)

@@ -16,7 +16,9 @@ class Env(TempdirBoxEnvironment):
 
 
 provider = provider_with(Env, "leaky_env")
-BREAKS = frozenset({
-    "env.no-host-leak",
-    "env.strip-keys-invisible",
-})
+BREAKS = frozenset(
+    {
+        "env.no-host-leak",
+        "env.strip-keys-invisible",
+    }
+)

@@ -28,6 +28,8 @@ class Env(TempdirBoxEnvironment):
 
 
 provider = provider_with(Env, "leaves_processes")
-BREAKS = frozenset({
-    "timeout.kills-tree",
-})
+BREAKS = frozenset(
+    {
+        "timeout.kills-tree",
+    }
+)

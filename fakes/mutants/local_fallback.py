@@ -10,8 +10,10 @@ SCOPE = "test_identity or test_passthrough"
 provider = provider_with(TempdirBoxEnvironment, "local_fallback")
 provider.is_remote = True
 # Its commands also miss Hermes's passthrough prelude, which a remote backend owes them.
-BREAKS = frozenset({
-    "identity.remote-not-local",
-    "env.passthrough",
-    "env.passthrough-unset",
-})
+BREAKS = frozenset(
+    {
+        "identity.remote-not-local",
+        "env.passthrough",
+        "env.passthrough-unset",
+    }
+)

@@ -30,6 +30,8 @@ class Env(TempdirBoxEnvironment):
 
 provider = provider_with(Env, "misnamed_persistent")
 provider.conformance_capabilities = frozenset({"stdin-stream", "file-sync"})  # persistence left undeclared
-BREAKS = frozenset({
-    "lifecycle.persistent-flag",
-})
+BREAKS = frozenset(
+    {
+        "lifecycle.persistent-flag",
+    }
+)

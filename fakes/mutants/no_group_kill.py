@@ -17,6 +17,8 @@ class Env(TempdirBoxEnvironment):
 
 
 provider = provider_with(Env, "no_group_kill")
-BREAKS = frozenset({
-    "timeout.kills-tree",
-})
+BREAKS = frozenset(
+    {
+        "timeout.kills-tree",
+    }
+)

@@ -18,9 +18,11 @@ class Env(TempdirBoxEnvironment):
 
 provider = provider_with(Env, "output_cap")
 # The cap also loses what is buffered when a command is killed (partial output).
-BREAKS = frozenset({
-    "exec.matches-bash",
-    "output.full-fidelity",
-    "stdin.matches-bash",
-    "timeout.partial-output",
-})
+BREAKS = frozenset(
+    {
+        "exec.matches-bash",
+        "output.full-fidelity",
+        "stdin.matches-bash",
+        "timeout.partial-output",
+    }
+)

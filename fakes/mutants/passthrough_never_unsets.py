@@ -8,8 +8,10 @@ from fakes.mutants._base import recast
 from reference.upstash_box.environment import UpstashBoxEnvironment
 from reference.upstash_box.provider import UpstashBoxProvider
 
-WHAT = ("Hermes's passthrough values reach the Box, but under profile multiplexing a name the active profile "
-        "lacks keeps the value an earlier command or profile left there")
+WHAT = (
+    "Hermes's passthrough values reach the Box, but under profile multiplexing a name the active profile "
+    "lacks keeps the value an earlier command or profile left there"
+)
 FAKE = "upstash"
 SCOPE = "test_passthrough"
 
@@ -21,8 +23,11 @@ class KeepsUnscopedNames(UpstashBoxEnvironment):
         from tools.environments.remote_common import resolve_passthrough_env
 
         values, _unset = resolve_passthrough_env()
-        exports = "".join(f"export {name}={shlex.quote(value)}\n" for name, value in sorted(values.items())
-                          if name not in self.passthrough_blocked)
+        exports = "".join(
+            f"export {name}={shlex.quote(value)}\n"
+            for name, value in sorted(values.items())
+            if name not in self.passthrough_blocked
+        )
         return BaseEnvironment._wrap_command(self, exports + command, cwd)
 
 

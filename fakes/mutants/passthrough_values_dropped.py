@@ -1,14 +1,15 @@
 """upstash_box, but Hermes's passthrough values never reach the Box (it only unsets the names a scope lacks)."""
 
-
 from tools.environments.base import BaseEnvironment
 
 from fakes.mutants._base import recast
 from reference.upstash_box.environment import UpstashBoxEnvironment
 from reference.upstash_box.provider import UpstashBoxProvider
 
-WHAT = ("names the active profile lacks are unset in the Box, but the variables skills require and "
-        "terminal.env_passthrough lists are never exported there")
+WHAT = (
+    "names the active profile lacks are unset in the Box, but the variables skills require and "
+    "terminal.env_passthrough lists are never exported there"
+)
 FAKE = "upstash"
 SCOPE = "test_passthrough"
 

@@ -7,8 +7,10 @@ from reference.upstash_box import session
 from reference.upstash_box.environment import UpstashBoxEnvironment
 from reference.upstash_box.provider import UpstashBoxProvider
 
-WHAT = ("a stream lost after the command started (connection dropped or cut mid-frame, sandbox deleted) "
-        "raises, so Hermes's terminal tool runs the command again")
+WHAT = (
+    "a stream lost after the command started (connection dropped or cut mid-frame, sandbox deleted) "
+    "raises, so Hermes's terminal tool runs the command again"
+)
 FAKE = "upstash"
 SCOPE = "test_transport_faults or test_faults"
 LOST = session.LOST.strip()

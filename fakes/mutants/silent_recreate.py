@@ -18,6 +18,8 @@ class Env(TempdirBoxEnvironment):
 
 
 provider = provider_with(Env, "silent_recreate")
-BREAKS = frozenset({
-    "persist.deleted-replaced",
-})
+BREAKS = frozenset(
+    {
+        "persist.deleted-replaced",
+    }
+)

@@ -19,8 +19,11 @@ class SkillsSyncedBack(TempdirBoxEnvironment):
         if not self._closed and sandbox_skills.is_dir():
             for path in sandbox_skills.rglob("*"):
                 target = host_skills / path.relative_to(sandbox_skills)
-                if path.is_file() and not path.is_symlink() and \
-                        (not target.exists() or target.read_bytes() != path.read_bytes()):
+                if (
+                    path.is_file()
+                    and not path.is_symlink()
+                    and (not target.exists() or target.read_bytes() != path.read_bytes())
+                ):
                     target.parent.mkdir(parents=True, exist_ok=True)
                     shutil.copyfile(path, target)
         super().cleanup(*args, **kwargs)

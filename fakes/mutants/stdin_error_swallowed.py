@@ -34,6 +34,8 @@ class Env(TempdirBoxEnvironment):
 
 
 provider = provider_with(Env, "stdin_error_swallowed")
-BREAKS = frozenset({
-    "stdin.error-reported",
-})
+BREAKS = frozenset(
+    {
+        "stdin.error-reported",
+    }
+)

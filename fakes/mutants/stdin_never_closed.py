@@ -30,17 +30,19 @@ class Env(TempdirBoxEnvironment):
 
 provider = provider_with(Env, "stdin_never_closed")
 # Everything that streams stdin and waits for EOF hangs into its timeout.
-BREAKS = frozenset({
-    "exec.remote-kernel",  # the kernel's files are shipped through stdin
-    "files.large-write",
-    "files.odd-paths",
-    "files.read-probe",
-    "files.write-read",
-    "stdin.control-bytes",
-    "stdin.eof",
-    "stdin.error-reported",
-    "stdin.large",
-    "stdin.matches-bash",
-    "stdin.roundtrip",
-    "stdin.surrogateescape",
-})
+BREAKS = frozenset(
+    {
+        "exec.remote-kernel",  # the kernel's files are shipped through stdin
+        "files.large-write",
+        "files.odd-paths",
+        "files.read-probe",
+        "files.write-read",
+        "stdin.control-bytes",
+        "stdin.eof",
+        "stdin.error-reported",
+        "stdin.large",
+        "stdin.matches-bash",
+        "stdin.roundtrip",
+        "stdin.surrogateescape",
+    }
+)

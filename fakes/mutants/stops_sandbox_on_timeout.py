@@ -18,6 +18,8 @@ class Env(TempdirBoxEnvironment):
 
 
 provider = provider_with(Env, "stops_sandbox_on_timeout")
-BREAKS = frozenset({
-    "timeout.command-not-sandbox",
-})
+BREAKS = frozenset(
+    {
+        "timeout.command-not-sandbox",
+    }
+)

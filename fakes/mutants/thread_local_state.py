@@ -42,6 +42,8 @@ class Env(TempdirBoxEnvironment):
 
 
 provider = provider_with(Env, "thread_local_state")
-BREAKS = frozenset({
-    "persist.error-reported",
-})
+BREAKS = frozenset(
+    {
+        "persist.error-reported",
+    }
+)

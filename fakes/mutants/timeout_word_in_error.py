@@ -1,6 +1,5 @@
 """deepinfra, but an error before a command starts is raised with "ReadTimeout" in its text."""
 
-
 from fakes.mutants._base import recast
 from reference.deepinfra.environment import DeepInfraEnvironment
 from reference.deepinfra.provider import DeepInfraProvider

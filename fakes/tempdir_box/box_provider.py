@@ -100,20 +100,32 @@ class TempdirBoxProvider(TerminalEnvironmentProvider):
         would: the kit's black-box checks of a lost sandbox call it (the vendor's own delete)."""
         env._box.delete()
 
-    def create_environment(self, *, cwd: str, timeout: int, task_id: str = "default",
-                           image: str | None = None, container_config: dict[str, Any] | None = None,
-                           **kwargs: Any) -> Any:
+    def create_environment(
+        self,
+        *,
+        cwd: str,
+        timeout: int,
+        task_id: str = "default",
+        image: str | None = None,
+        container_config: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> Any:
         from .environment import TempdirBoxEnvironment
 
         cc = container_config or {}
-        persistent = _as_bool(cc.get("container_persistent"),
-                              default=provider_config.persistent_default(kwargs.get("backend_config")))
+        persistent = _as_bool(
+            cc.get("container_persistent"), default=provider_config.persistent_default(kwargs.get("backend_config"))
+        )
         if task_id == "prompt-backend-probe":
             persistent = False  # the prompt probe must never keep or reuse a box
         root = default_root()
         root.mkdir(parents=True, exist_ok=True)
         box = Box(root / box_id_for(str(task_id), persistent=persistent))
         return (self.environment_class or TempdirBoxEnvironment)(
-            box=box, task_id=str(task_id), cwd=cwd or self.default_cwd, timeout=int(timeout or 180),
-            persistent=persistent, owner=owner_digest(_secret(TOKEN_VAR)),
+            box=box,
+            task_id=str(task_id),
+            cwd=cwd or self.default_cwd,
+            timeout=int(timeout or 180),
+            persistent=persistent,
+            owner=owner_digest(_secret(TOKEN_VAR)),
         )

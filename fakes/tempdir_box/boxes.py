@@ -81,8 +81,9 @@ class Box:
         self.home.mkdir(parents=True, exist_ok=True)
         self.tmp.mkdir(parents=True, exist_ok=True)
         os.chmod(self.path, 0o700)
-        self.write_meta(id=self.id, task_id=task_id, state="running", persistent=persistent,
-                        owner=owner, created=int(time.time()))
+        self.write_meta(
+            id=self.id, task_id=task_id, state="running", persistent=persistent, owner=owner, created=int(time.time())
+        )
 
     def delete(self) -> None:
         shutil.rmtree(self.path, ignore_errors=True)

@@ -35,8 +35,17 @@ _MAX_TRACKED_GROUPS = 256
 
 
 class TempdirBoxEnvironment(CleanupOffThread, BaseEnvironment):
-    def __init__(self, *, box: Box, task_id: str, cwd: str, timeout: int, persistent: bool,
-                 owner: str | None, file_sync: bool = True):
+    def __init__(
+        self,
+        *,
+        box: Box,
+        task_id: str,
+        cwd: str,
+        timeout: int,
+        persistent: bool,
+        owner: str | None,
+        file_sync: bool = True,
+    ):
         self._box = box
         self._sync: Any = None
         self._task_id = task_id
@@ -93,11 +102,15 @@ class TempdirBoxEnvironment(CleanupOffThread, BaseEnvironment):
         if state == "deleted":
             with self._lock:
                 self._report_gone = True
-            return (f"tempdir box {self._box.id} no longer exists (deleted outside Hermes); "
-                    "the command did not run. The next command runs in a new box.")
+            return (
+                f"tempdir box {self._box.id} no longer exists (deleted outside Hermes); "
+                "the command did not run. The next command runs in a new box."
+            )
         if state == "error":
-            return (f"tempdir box {self._box.id} is in the error state; the command did not run "
-                    "and the box was not replaced. Inspect it, then delete it to start over.")
+            return (
+                f"tempdir box {self._box.id} is in the error state; the command did not run "
+                "and the box was not replaced. Inspect it, then delete it to start over."
+            )
         return None
 
     # -- commands ----------------------------------------------------------------
@@ -106,22 +119,35 @@ class TempdirBoxEnvironment(CleanupOffThread, BaseEnvironment):
 
     def _box_env(self) -> dict[str, str]:
         return {
-            "HOME": str(self._box.home), "USER": "boxuser", "LOGNAME": "boxuser",
-            "SHELL": "/bin/bash", "PATH": BOX_PATH, "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
-            "TMPDIR": str(self._box.tmp), "TERM": "dumb",
+            "HOME": str(self._box.home),
+            "USER": "boxuser",
+            "LOGNAME": "boxuser",
+            "SHELL": "/bin/bash",
+            "PATH": BOX_PATH,
+            "LANG": "C.UTF-8",
+            "LC_ALL": "C.UTF-8",
+            "TMPDIR": str(self._box.tmp),
+            "TERM": "dumb",
         }
 
-    def _run_bash(self, cmd_string: str, *, login: bool = False, timeout: int = 120,
-                  stdin_data: str | None = None) -> Any:
+    def _run_bash(
+        self, cmd_string: str, *, login: bool = False, timeout: int = 120, stdin_data: str | None = None
+    ) -> Any:
         refusal = self._refusal()
         if refusal is not None:
             return _ThreadedProcessHandle(lambda: (refusal, 1))
         args = ["bash", "-l", "-c", cmd_string] if login else ["bash", "-c", cmd_string]
         proc = subprocess.Popen(
-            args, cwd=self._box.home, env=self._box_env(), start_new_session=True,
+            args,
+            cwd=self._box.home,
+            env=self._box_env(),
+            start_new_session=True,
             stdin=subprocess.PIPE if stdin_data is not None else subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            text=True, encoding="utf-8", errors="replace",
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            encoding="utf-8",
+            errors="replace",
         )
         self._track(proc)
         if stdin_data is not None:
@@ -224,7 +250,6 @@ class TempdirBoxEnvironment(CleanupOffThread, BaseEnvironment):
         else:
             self._box.delete()  # only the box this environment created, by its own path
             logger.info("deleted tempdir box %s", self._box.id)
-
 
     def wait_for_cleanup(self, timeout: float = 15.0) -> None:
         """cleanup() is synchronous here; make sure it ran (the host's atexit path)."""

@@ -18,5 +18,14 @@ from .service import Service
 from .settings import ROUTES, WS_ROUTE, Settings
 from .world_adapter import UpstashWorld
 
-__all__ = ["ROUTES", "WS_ROUTE", "ApiError", "Service", "Settings", "UpstashServer", "UpstashWorld",
-           "create_app", "key_digest"]
+__all__ = [
+    "ROUTES",
+    "WS_ROUTE",
+    "ApiError",
+    "Service",
+    "Settings",
+    "UpstashServer",
+    "UpstashWorld",
+    "create_app",
+    "key_digest",
+]

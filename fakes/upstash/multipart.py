@@ -70,7 +70,7 @@ class StreamParser:
                     return
                 if not self._buffer.startswith(self._first):
                     raise MultipartError("the multipart body does not start with its boundary")
-                del self._buffer[:len(self._first)]
+                del self._buffer[: len(self._first)]
                 self._state = "after"
             elif self._state == "after":
                 if len(self._buffer) < 2:
@@ -90,7 +90,7 @@ class StreamParser:
                         raise MultipartError(f"a multipart part's headers exceed {MAX_HEADER_BYTES} bytes")
                     return
                 yield _start(bytes(self._buffer[:end]))
-                del self._buffer[:end + 4]
+                del self._buffer[: end + 4]
                 self._state = "data"
             elif self._state == "data":
                 end = self._buffer.find(self._delimiter)
@@ -98,7 +98,7 @@ class StreamParser:
                     if end:
                         yield PartData(bytes(self._buffer[:end]))
                     yield PartEnd()
-                    del self._buffer[:end + len(self._delimiter)]
+                    del self._buffer[: end + len(self._delimiter)]
                     self._state = "after"
                     continue
                 safe = len(self._buffer) - len(self._delimiter) + 1  # keep what may start a delimiter

@@ -21,8 +21,11 @@ async def create_box(request: Request, ctx: BoxContext) -> Response:
 
 @endpoint("GET /v2/box")
 async def list_boxes(request: Request, ctx: BoxContext) -> Response:
-    boxes = ctx.svc.world.boxes(owner=ctx.account.digest, label=request.query_params.get("label") or None,
-                                include_deleted=ctx.svc.settings.deleted_visible)
+    boxes = ctx.svc.world.boxes(
+        owner=ctx.account.digest,
+        label=request.query_params.get("label") or None,
+        include_deleted=ctx.svc.settings.deleted_visible,
+    )
     return JSONResponse([ctx.svc.box_data(b) for b in sorted(boxes, key=lambda b: b.created_at)])
 
 
@@ -63,8 +66,11 @@ async def pause_box(request: Request, ctx: BoxContext) -> Response:
         raise ApiError(409, "Keep-alive boxes cannot be paused")
     state = ctx.svc.state(box)
     if state in (CREATING, ERROR):
-        raise ApiError(409, f"box {box.id} is {'still being created' if state == CREATING else 'in the error state'}; "
-                            "it cannot be paused")
+        raise ApiError(
+            409,
+            f"box {box.id} is {'still being created' if state == CREATING else 'in the error state'}; "
+            "it cannot be paused",
+        )
     if state not in (PAUSED, "pausing"):
         ctx.svc.world.pause(box)
     return JSONResponse({"message": "Box paused", "status": ctx.svc.state(box)})
@@ -75,8 +81,11 @@ async def resume_box(request: Request, ctx: BoxContext) -> Response:
     box = ctx.live_box()
     state = ctx.svc.state(box)
     if state in (CREATING, ERROR):
-        raise ApiError(409, f"box {box.id} is {'still being created' if state == CREATING else 'in the error state'}; "
-                            "it cannot be resumed")
+        raise ApiError(
+            409,
+            f"box {box.id} is {'still being created' if state == CREATING else 'in the error state'}; "
+            "it cannot be resumed",
+        )
     if state in (PAUSED, "pausing"):
         ctx.svc.world.resume(box)
     return JSONResponse({"message": "Box resumed", "status": ctx.svc.state(box)})

@@ -54,15 +54,19 @@ def _spawn(svc: Service, box: Box, argv: list[str], cwd: str) -> BoxProcess:
 
 def _events(svc: Service, proc: BoxProcess, exited: asyncio.Future[Any]) -> AsyncGenerator[tuple[str, bytes], None]:
     s = svc.settings
-    return procio.output_events(procio.output_fds(proc), exited, chunk=s.chunk_bytes,
-                                quiet_s=s.drain_quiet_s, max_drain_s=s.drain_max_s)
+    return procio.output_events(
+        procio.output_fds(proc), exited, chunk=s.chunk_bytes, quiet_s=s.drain_quiet_s, max_drain_s=s.drain_max_s
+    )
 
 
 def spawn_error(exc: OSError) -> ApiError:
     """A command that could not start: 400 if the request made it impossible, else the fake's own 500."""
     if exc.errno == errno.E2BIG:
-        return ApiError(400, "the command and its environment are too long to start (E2BIG: Linux allows at most "
-                             "128 KiB per argument, 2 MiB in all)")
+        return ApiError(
+            400,
+            "the command and its environment are too long to start (E2BIG: Linux allows at most "
+            "128 KiB per argument, 2 MiB in all)",
+        )
     return ApiError(500, f"could not start the command: {exc}")
 
 
@@ -88,9 +92,13 @@ async def exec_command(request: Request, ctx: BoxContext) -> Response:
     ctx.svc.add_cpu(box, result.cpu_ns)
     if box.state == DELETED:
         raise ApiError(404, f"box {box.id} was deleted while the command ran")
-    return JSONResponse({"exit_code": result.code,
-                         "output": output["stdout"].decode("utf-8", "replace"),
-                         "error": output["stderr"].decode("utf-8", "replace")})
+    return JSONResponse(
+        {
+            "exit_code": result.code,
+            "output": output["stdout"].decode("utf-8", "replace"),
+            "error": output["stderr"].decode("utf-8", "replace"),
+        }
+    )
 
 
 def _trailer(code: int, cpu_ns: int) -> bytes:
@@ -104,8 +112,9 @@ def _error_trailer(message: str) -> bytes:
 @endpoint("POST /v2/box/{id}/exec-stream", stream_faults=True)
 async def exec_stream(request: Request, ctx: BoxContext) -> Response:
     box, argv, cwd = await _prepare(request, ctx)
-    return CuttableStream(_stream(ctx, box, argv, cwd), media_type="text/event-stream",
-                          headers={"Cache-Control": "no-store"})
+    return CuttableStream(
+        _stream(ctx, box, argv, cwd), media_type="text/event-stream", headers={"Cache-Control": "no-store"}
+    )
 
 
 async def _stream(ctx: BoxContext, box: Box, argv: list[str], cwd: str) -> AsyncIterator[bytes]:
@@ -120,8 +129,9 @@ async def _stream(ctx: BoxContext, box: Box, argv: list[str], cwd: str) -> Async
         yield _error_trailer(exc.message)
         return
     exited = asyncio.ensure_future(procio.wait_exit(proc))
-    pending: Fault | None = fault if fault is not None and fault.kind in ("drop", "half-close", "garbage",
-                                                                          "truncate") else None
+    pending: Fault | None = (
+        fault if fault is not None and fault.kind in ("drop", "half-close", "garbage", "truncate") else None
+    )
     sent = 0
     try:
         pieces: list[bytes] = []
@@ -133,7 +143,7 @@ async def _stream(ctx: BoxContext, box: Box, argv: list[str], cwd: str) -> Async
         async with contextlib.aclosing(_events(svc, proc, exited)) as events:
             async for _, data in events:
                 if pending is not None and sent + len(data) >= pending.after_bytes:
-                    head, data = data[: pending.after_bytes - sent], data[pending.after_bytes - sent:]
+                    head, data = data[: pending.after_bytes - sent], data[pending.after_bytes - sent :]
                     if head:
                         yield head
                         sent += len(head)

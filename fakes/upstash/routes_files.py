@@ -65,8 +65,11 @@ def _read(fs: boxfs.BoxFS, path: str, offset: int, length: int | None, limit: in
     fh, size = fs.open_read(path)
     with fh:
         if length is None and size - offset > limit:
-            raise ApiError(400, f"{path} has {size - offset} bytes from offset {offset}; read at most {limit} "
-                                f"bytes ({size_text(limit)}) per call with offset and length")
+            raise ApiError(
+                400,
+                f"{path} has {size - offset} bytes from offset {offset}; read at most {limit} "
+                f"bytes ({size_text(limit)}) per call with offset and length",
+            )
         fh.seek(offset)
         return fh.read() if length is None else fh.read(length)
 
@@ -110,8 +113,16 @@ async def write_file(request: Request, ctx: BoxContext) -> Response:
 
 
 def _list(fs: boxfs.BoxFS, folder: str) -> list[dict[str, Any]]:
-    return [{"name": e.name, "path": folder.rstrip("/") + "/" + e.name, "size": e.stat.st_size, "is_dir": e.is_dir,
-             "mod_time": _iso(e.stat.st_mtime)} for e in fs.list(folder)]
+    return [
+        {
+            "name": e.name,
+            "path": folder.rstrip("/") + "/" + e.name,
+            "size": e.stat.st_size,
+            "is_dir": e.is_dir,
+            "mod_time": _iso(e.stat.st_mtime),
+        }
+        for e in fs.list(folder)
+    ]
 
 
 @endpoint("GET /v2/box/{id}/files/list")
@@ -123,8 +134,13 @@ async def list_files(request: Request, ctx: BoxContext) -> Response:
 
 def _stat(fs: boxfs.BoxFS, path: str, follow: bool) -> dict[str, Any]:
     st = fs.stat(path, follow=follow)
-    return {"type": _KINDS.get(stat.S_IFMT(st.st_mode), "other"), "size": st.st_size, "mod_time": _iso(st.st_mtime),
-            "inode": st.st_ino, "version": f"{st.st_ino:x}-{st.st_mtime_ns:x}-{st.st_size:x}"}
+    return {
+        "type": _KINDS.get(stat.S_IFMT(st.st_mode), "other"),
+        "size": st.st_size,
+        "mod_time": _iso(st.st_mtime),
+        "inode": st.st_ino,
+        "version": f"{st.st_ino:x}-{st.st_mtime_ns:x}-{st.st_size:x}",
+    }
 
 
 @endpoint("GET /v2/box/{id}/files/stat")
@@ -215,14 +231,16 @@ class _Upload:
         self.out = None
 
     async def _check_paths(self) -> None:
-        for path in self.paths[self.checked:]:
+        for path in self.paths[self.checked :]:
             await _disk(self.svc, self.fs.check, path)
         self.checked = len(self.paths)
 
     async def finish(self) -> list[str]:
         if not self.files or len(self.paths) != self.files:
-            raise ApiError(400, f"upload needs one 'paths' field per 'files' part (got {len(self.paths)} paths, "
-                                f"{self.files} files)")
+            raise ApiError(
+                400,
+                f"upload needs one 'paths' field per 'files' part (got {len(self.paths)} paths, {self.files} files)",
+            )
         await self._check_paths()
         for rank, spool in self.spooled:
             spool.seek(0)
@@ -274,9 +292,11 @@ async def download_file(request: Request, ctx: BoxContext) -> Response:
     path = svc.file_path(request.query_params.get("folder") or request.query_params.get("path"))
     fh, size = await _disk(svc, svc.files(box).open_read, path)
     name = path.rsplit("/", 1)[-1].replace('"', "")
-    return StreamingResponse(_chunks(fh), media_type="application/octet-stream",
-                             headers={"Content-Disposition": f'attachment; filename="{name}"',
-                                      "Content-Length": str(size)})
+    return StreamingResponse(
+        _chunks(fh),
+        media_type="application/octet-stream",
+        headers={"Content-Disposition": f'attachment; filename="{name}"', "Content-Length": str(size)},
+    )
 
 
 ROUTES = [

@@ -26,13 +26,29 @@ class UpstashServer(FakeServer):
 
     log_filters = (HIDE_DROPS,)
 
-    def __init__(self, *, world: World | None = None, root: Path | None = None, faults: Faults | None = None,
-                 api_keys: Sequence[str] | None = None, settings: Settings | None = None,
-                 host: str = "127.0.0.1", port: int = 0, create_delay_s: float = 0.0,
-                 pause_delay_s: float = 0.0, resume_delay_s: float = 0.0, namespaces: bool | None = None):
+    def __init__(
+        self,
+        *,
+        world: World | None = None,
+        root: Path | None = None,
+        faults: Faults | None = None,
+        api_keys: Sequence[str] | None = None,
+        settings: Settings | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        create_delay_s: float = 0.0,
+        pause_delay_s: float = 0.0,
+        resume_delay_s: float = 0.0,
+        namespaces: bool | None = None,
+    ):
         self._owns_world = world is None
-        self.world = world or World(root, create_delay_s=create_delay_s, pause_delay_s=pause_delay_s,
-                                    resume_delay_s=resume_delay_s, namespaces=namespaces)
+        self.world = world or World(
+            root,
+            create_delay_s=create_delay_s,
+            pause_delay_s=pause_delay_s,
+            resume_delay_s=resume_delay_s,
+            namespaces=namespaces,
+        )
         self.faults = faults or Faults()
         self.api_keys = list(api_keys) if api_keys else ["ubx_fake_" + secrets.token_hex(16)]
         self.api_key = self.api_keys[0]
@@ -41,8 +57,15 @@ class UpstashServer(FakeServer):
         self.host = host
         s = self.settings
         self._loop = LoopbackServer(
-            self.app, host=host, port=port, name="upstash", ws="websockets-sansio", ws_per_message_deflate=False,
-            ws_max_size=s.ws_max_message_bytes, ws_ping_interval=s.ws_ping_interval_s, ws_ping_timeout=None,
+            self.app,
+            host=host,
+            port=port,
+            name="upstash",
+            ws="websockets-sansio",
+            ws_per_message_deflate=False,
+            ws_max_size=s.ws_max_message_bytes,
+            ws_ping_interval=s.ws_ping_interval_s,
+            ws_ping_timeout=None,
         )
 
     @property
@@ -51,8 +74,11 @@ class UpstashServer(FakeServer):
 
     def exports(self) -> dict[str, str]:
         """The variables that point the SDK (and hermes-box) at this fake."""
-        return {"UPSTASH_BOX_BASE_URL": self.base_url, "UPSTASH_BOX_API_KEY": self.api_key,
-                "UPSTASH_DISABLE_TELEMETRY": "1"}
+        return {
+            "UPSTASH_BOX_BASE_URL": self.base_url,
+            "UPSTASH_BOX_API_KEY": self.api_key,
+            "UPSTASH_DISABLE_TELEMETRY": "1",
+        }
 
     def _close_service(self) -> None:
         self.service.closing.set()

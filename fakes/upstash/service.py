@@ -151,10 +151,10 @@ class Service(VendorService):
         """A file operation's failure as the files API answers it (never a 500 for a path's problem)."""
         path = exc.path
         if exc.kind == "outside":
-            where = (self.world.layout.workspace if self.settings.files_jail
-                     else "the box's home, workspace and /tmp")
-            return ApiError(403, f"permission_denied: {path} is outside {where} (or a symlink on the way leads "
-                                 "out of it)")
+            where = self.world.layout.workspace if self.settings.files_jail else "the box's home, workspace and /tmp"
+            return ApiError(
+                403, f"permission_denied: {path} is outside {where} (or a symlink on the way leads out of it)"
+            )
         status, text = _FS_ERRORS.get(exc.kind, (500, "file operation failed"))
         detail = f" ({exc.detail})" if exc.detail and exc.kind in ("invalid", "loop", "io") else ""
         return ApiError(status, f"{text}: {path}{detail}")
@@ -164,10 +164,15 @@ class Service(VendorService):
         if not isinstance(body, dict):
             raise ApiError(400, "request body must be a JSON object")
         name = body.get("name")
-        if name is not None and (not isinstance(name, str) or not name.strip() or "/" in name or "\0" in name
-                                 or any(c.isspace() for c in name) or len(name) > 128):
-            raise ApiError(400, "name must be a non-empty string without spaces, '/' or NUL, at most 128 "
-                                "characters")
+        if name is not None and (
+            not isinstance(name, str)
+            or not name.strip()
+            or "/" in name
+            or "\0" in name
+            or any(c.isspace() for c in name)
+            or len(name) > 128
+        ):
+            raise ApiError(400, "name must be a non-empty string without spaces, '/' or NUL, at most 128 characters")
         size = body.get("size", "small")
         if size not in SIZES:
             raise ApiError(400, f"invalid size {size!r}; one of {', '.join(SIZES)}")
@@ -183,8 +188,9 @@ class Service(VendorService):
         if len(labels) > self.settings.max_labels:
             raise ApiError(400, f"too many labels: at most {self.settings.max_labels}")
         env_vars = body.get("env_vars") or {}
-        if not isinstance(env_vars, dict) or not all(isinstance(k, str) and isinstance(v, str)
-                                                      for k, v in env_vars.items()):
+        if not isinstance(env_vars, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in env_vars.items()
+        ):
             raise ApiError(400, "env_vars must map strings to strings")
         for key, value in env_vars.items():
             bodies.no_nul(key, "an env_vars name")
@@ -193,11 +199,14 @@ class Service(VendorService):
         if not isinstance(keep_alive, bool):
             raise ApiError(400, "keep_alive must be a boolean")
         meta: dict[str, object] = {
-            "size": size, "runtime": runtime, "keep_alive": keep_alive,
+            "size": size,
+            "runtime": runtime,
+            "keep_alive": keep_alive,
             "env_vars": {k: v for k, v in env_vars.items() if _ENV_KEY.match(k)},
             "browser": bool(body.get("browser", False)),
             "network_policy": body.get("network_policy") or {"mode": "allow-all"},
-            "model": body.get("model"), "agent": body.get("agent"),
+            "model": body.get("model"),
+            "agent": body.get("agent"),
             "enabled_skills": list(body.get("skills") or []),
             "init_command": body.get("init_command"),
             "blob_token": "blob_fake_" + secrets.token_hex(12) if self.settings.blob_token else None,
@@ -211,19 +220,26 @@ class Service(VendorService):
             if name is not None and any(b.name == name for b in mine):
                 raise ApiError(self.settings.name_conflict_status, f"a box named {name!r} already exists")
             if len(mine) >= self.settings.quota:
-                raise ApiError(self.settings.quota_status,
-                               f"box limit reached: this API key already has {len(mine)} of {self.settings.quota} "
-                               "boxes (paused boxes count); delete boxes you no longer need")
+                raise ApiError(
+                    self.settings.quota_status,
+                    f"box limit reached: this API key already has {len(mine)} of {self.settings.quota} "
+                    "boxes (paused boxes count); delete boxes you no longer need",
+                )
             box = self.world.create(name=name, owner=account.digest, labels=labels, meta=meta)
         self.seen(box, account)
         return box
 
     # -- labels ----------------------------------------------------------------------------
     def check_label(self, label: Any) -> None:
-        if not isinstance(label, str) or not label or len(label) > self.settings.max_label_len \
-                or not _LABEL.match(label):
-            raise ApiError(400, f"invalid label {label!r}: use 1-{self.settings.max_label_len} letters, "
-                                "digits, '.', '_' or '-'")
+        if (
+            not isinstance(label, str)
+            or not label
+            or len(label) > self.settings.max_label_len
+            or not _LABEL.match(label)
+        ):
+            raise ApiError(
+                400, f"invalid label {label!r}: use 1-{self.settings.max_label_len} letters, digits, '.', '_' or '-'"
+            )
 
     def add_label(self, box: Box, label: Any) -> list[str]:
         self.check_label(label)

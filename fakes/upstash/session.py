@@ -234,8 +234,9 @@ class Session:
             raise ApiError(400, str(exc))
         env = {**self.svc.box_env(self.box), **self.svc.overlay_env(start.get("env"))}
         try:
-            return self.svc.world.spawn(self.box, cmd=cmd, argv=argv or None, cwd=cwd, env=env,
-                                        tty=tty, rows=rows, cols=cols)
+            return self.svc.world.spawn(
+                self.box, cmd=cmd, argv=argv or None, cwd=cwd, env=env, tty=tty, rows=rows, cols=cols
+            )
         except OSError as exc:
             raise spawn_error(exc)
 
@@ -281,8 +282,9 @@ class Session:
                 if self.stop_flood:
                     break
                 await out.output("stdout", piece)
-        events = procio.output_events(procio.output_fds(proc), exited, chunk=s.chunk_bytes,
-                                      quiet_s=s.drain_quiet_s, max_drain_s=s.drain_max_s)
+        events = procio.output_events(
+            procio.output_fds(proc), exited, chunk=s.chunk_bytes, quiet_s=s.drain_quiet_s, max_drain_s=s.drain_max_s
+        )
         async with contextlib.aclosing(events) as stream:
             async for name, data in stream:
                 await out.output(name, data)
@@ -314,8 +316,11 @@ class Session:
                     logger.debug("ignoring unsupported signal %r", name)
             elif kind == "terminate":
                 grace_ms = frame.get("graceMs")
-                grace = grace_ms / 1000 if isinstance(grace_ms, int | float) and not isinstance(grace_ms, bool) \
-                    and grace_ms > 0 else self.svc.settings.terminate_grace_s
+                grace = (
+                    grace_ms / 1000
+                    if isinstance(grace_ms, int | float) and not isinstance(grace_ms, bool) and grace_ms > 0
+                    else self.svc.settings.terminate_grace_s
+                )
                 self.stop_flood = True
                 proc.terminate(grace)
 

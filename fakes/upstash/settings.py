@@ -10,8 +10,18 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 SIZES = ("small", "medium", "large")
-RUNTIMES = ("node", "python", "golang", "ruby", "rust",
-            "node-alpine", "python-alpine", "golang-alpine", "ruby-alpine", "rust-alpine")
+RUNTIMES = (
+    "node",
+    "python",
+    "golang",
+    "ruby",
+    "rust",
+    "node-alpine",
+    "python-alpine",
+    "golang-alpine",
+    "ruby-alpine",
+    "rust-alpine",
+)
 SIGNALS = ("TERM", "KILL", "INT", "HUP", "TSTP", "QUIT", "USR1", "USR2")
 MIB = 1024 * 1024
 
@@ -79,8 +89,9 @@ class Settings:
     files_jail: bool = True
     # Start-frame env keys dropped silently (LD_PRELOAD is observed; the rest are
     # the same loader hooks).
-    blocked_env: frozenset[str] = field(default_factory=lambda: frozenset(
-        {"LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT"}))
+    blocked_env: frozenset[str] = field(
+        default_factory=lambda: frozenset({"LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT"})
+    )
     max_labels: int = 5
     max_label_len: int = 20
     # Stdin a session queues for a process that is not reading before the

@@ -61,15 +61,19 @@ class Features:
 
         concurrent = EXT_CONCURRENT_EXEC in offered
         large = EXT_LARGE_OUTPUT in offered
-        return cls(protocol=PROTOCOL, concurrent_exec=concurrent,
-                   max_concurrent=limit("concurrent_execs", 4) if concurrent else 1,
-                   large_output=large, max_output=max(limit("max_output", V1_OUTPUT_LIMIT), V1_OUTPUT_LIMIT)
-                   if large else V1_OUTPUT_LIMIT)
+        return cls(
+            protocol=PROTOCOL,
+            concurrent_exec=concurrent,
+            max_concurrent=limit("concurrent_execs", 4) if concurrent else 1,
+            large_output=large,
+            max_output=max(limit("max_output", V1_OUTPUT_LIMIT), V1_OUTPUT_LIMIT) if large else V1_OUTPUT_LIMIT,
+        )
 
     @property
     def names(self) -> list[str]:
-        return [n for n, on in ((EXT_CONCURRENT_EXEC, self.concurrent_exec),
-                                (EXT_LARGE_OUTPUT, self.large_output)) if on]
+        return [
+            n for n, on in ((EXT_CONCURRENT_EXEC, self.concurrent_exec), (EXT_LARGE_OUTPUT, self.large_output)) if on
+        ]
 
 
 def encode(body: dict[str, Any]) -> bytes:
@@ -114,12 +118,14 @@ def tls_context() -> ssl.SSLContext:
 
 class BridgeClient:
     def __init__(self, settings: Settings):
-        headers = {"Authorization": f"Bearer {settings.token}", "Accept": "application/json",
-                   "User-Agent": USER_AGENT}
+        headers = {"Authorization": f"Bearer {settings.token}", "Accept": "application/json", "User-Agent": USER_AGENT}
         if settings.access is not None:
             headers["CF-Access-Client-Id"], headers["CF-Access-Client-Secret"] = settings.access
         self._http = httpx.Client(
-            base_url=settings.endpoint, headers=headers, follow_redirects=False, verify=tls_context(),
+            base_url=settings.endpoint,
+            headers=headers,
+            follow_redirects=False,
+            verify=tls_context(),
             timeout=httpx.Timeout(CALL_TIMEOUT_S, connect=CONNECT_TIMEOUT_S),
             # Short keep-alive: a pooled connection the server already closed would make a
             # request's outcome unknown, and exec requests are never retried.
@@ -130,13 +136,19 @@ class BridgeClient:
         self._http.close()
 
     # -- JSON calls ---------------------------------------------------------------------
-    def call(self, method: str, path: str, body: dict[str, Any] | None = None, *,
-             timeout: float = CALL_TIMEOUT_S) -> Any:
+    def call(
+        self, method: str, path: str, body: dict[str, Any] | None = None, *, timeout: float = CALL_TIMEOUT_S
+    ) -> Any:
         content = encode(body) if body is not None else None
         headers = {"Content-Type": "application/json"} if content is not None else None
         try:
-            with self._http.stream(method, path, content=content, headers=headers,
-                                   timeout=httpx.Timeout(timeout, connect=min(timeout, CONNECT_TIMEOUT_S))) as resp:
+            with self._http.stream(
+                method,
+                path,
+                content=content,
+                headers=headers,
+                timeout=httpx.Timeout(timeout, connect=min(timeout, CONNECT_TIMEOUT_S)),
+            ) as resp:
                 data = _read_limited(resp)
         except httpx.TransportError as exc:
             raise transport_error(exc) from None
@@ -170,8 +182,13 @@ class BridgeClient:
         """POST .../exec; yields the NDJSON stream, or raises BridgeError saying whether the command ran."""
         timeout = httpx.Timeout(CALL_TIMEOUT_S, connect=CONNECT_TIMEOUT_S, read=read_timeout)
         try:
-            with self._http.stream("POST", f"/v1/sandboxes/{sid}/exec", content=body, timeout=timeout,
-                                   headers={"Content-Type": "application/json"}) as resp:
+            with self._http.stream(
+                "POST",
+                f"/v1/sandboxes/{sid}/exec",
+                content=body,
+                timeout=timeout,
+                headers={"Content-Type": "application/json"},
+            ) as resp:
                 if resp.status_code != 200:
                     data = _read_limited(resp)
                     if 300 <= resp.status_code < 400:
@@ -179,8 +196,12 @@ class BridgeClient:
                     raise error_from_response(resp.status_code, data)
                 kind = resp.headers.get("content-type", "").split(";")[0].strip().lower()
                 if kind != NDJSON:
-                    raise BridgeError("protocol_error", status=200, detail=f"the answer is {kind or 'untyped'}, "
-                                      f"not {NDJSON}", ran="unknown")
+                    raise BridgeError(
+                        "protocol_error",
+                        status=200,
+                        detail=f"the answer is {kind or 'untyped'}, not {NDJSON}",
+                        ran="unknown",
+                    )
                 yield ExecStream(resp)
         except httpx.TransportError as exc:
             raise transport_error(exc) from None

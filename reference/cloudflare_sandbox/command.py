@@ -63,9 +63,19 @@ def server_timeout(timeout: float) -> float:
 
 
 class RemoteCommand:
-    def __init__(self, workspace: Workspace, command: str, stdin: str | None, *, login: bool, timeout: float,
-                 handle: StreamProcessHandle, tmp: str, on_recreated: Callable[[], None],
-                 on_done: Callable[[RemoteCommand], None]):
+    def __init__(
+        self,
+        workspace: Workspace,
+        command: str,
+        stdin: str | None,
+        *,
+        login: bool,
+        timeout: float,
+        handle: StreamProcessHandle,
+        tmp: str,
+        on_recreated: Callable[[], None],
+        on_done: Callable[[RemoteCommand], None],
+    ):
         self.ws = workspace
         self.command, self.stdin = command, stdin
         self.login = login
@@ -115,10 +125,16 @@ class RemoteCommand:
             code = CANCELLED if exc.code == "command_cancelled" else 1
             self._say(refusal_text(exc))
         except Exception as exc:
-            logger.error("%s: command in %s failed: %s", PREFIX, self.ws.id,
-                         redact(f"{type(exc).__name__}: {exc}", self.ws.secrets))
-            self._say(f"\n[{PREFIX}: the command failed in the client ({type(exc).__name__}); "
-                      "it may have run; nothing was retried]\n")
+            logger.error(
+                "%s: command in %s failed: %s",
+                PREFIX,
+                self.ws.id,
+                redact(f"{type(exc).__name__}: {exc}", self.ws.secrets),
+            )
+            self._say(
+                f"\n[{PREFIX}: the command failed in the client ({type(exc).__name__}); "
+                "it may have run; nothing was retried]\n"
+            )
         finally:
             self._done.set()
             self.handle.finish(code)
@@ -133,8 +149,9 @@ class RemoteCommand:
         shared = features.concurrent_exec
         deadline = time.monotonic() + self.timeout + SLOT_GRACE_S
         plan = payload.plan(self.command, self.stdin, tmp=self.tmp, tag=self.tag)
-        if not self.ws.gate.enter(shared=shared, limit=features.max_concurrent, deadline=deadline,
-                                  stop=self._cancelled.is_set):
+        if not self.ws.gate.enter(
+            shared=shared, limit=features.max_concurrent, deadline=deadline, stop=self._cancelled.is_set
+        ):
             if self._cancelled.is_set():
                 return CANCELLED
             raise BridgeError("workspace_busy", detail="other commands held the workspace past this command's timeout")
@@ -152,15 +169,16 @@ class RemoteCommand:
                 def keep(data: bytes, into: bytearray = collected) -> None:
                     into.extend(data[:4096])
 
-                code = self._exchange(upload.command, upload.stdin, login=False, timeout=STAGE_TIMEOUT_S,
-                                      sink=keep)
+                code = self._exchange(upload.command, upload.stdin, login=False, timeout=STAGE_TIMEOUT_S, sink=keep)
                 if code != 0:
                     text = collected.decode("utf-8", "replace").strip()[-300:]
-                    raise BridgeError("staging_failed", detail=f"writing the stdin into the container exited "
-                                                                 f"{code}: {text}", ran="no")
+                    raise BridgeError(
+                        "staging_failed", detail=f"writing the stdin into the container exited {code}: {text}", ran="no"
+                    )
             started = True
-            return self._exchange(plan.command, plan.stdin, login=self.login, timeout=self.timeout,
-                                  sink=self.handle.feed)
+            return self._exchange(
+                plan.command, plan.stdin, login=self.login, timeout=self.timeout, sink=self.handle.feed
+            )
         except BridgeError as exc:
             if plan.staged and (not started or exc.ran == "no"):
                 self._remove_staged(plan.staged)
@@ -168,15 +186,25 @@ class RemoteCommand:
 
     def _remove_staged(self, paths: tuple[str, ...]) -> None:
         try:
-            self._exchange("rm -f -- " + " ".join(shlex.quote(p) for p in paths), None, login=False,
-                           timeout=30.0, sink=lambda data: None, cancellable=False)
+            self._exchange(
+                "rm -f -- " + " ".join(shlex.quote(p) for p in paths),
+                None,
+                login=False,
+                timeout=30.0,
+                sink=lambda data: None,
+                cancellable=False,
+            )
         except Exception:
             logger.info("%s: staged files %s stay in workspace %s", PREFIX, ", ".join(paths), self.ws.id)
 
     # -- one exec ------------------------------------------------------------------------------
     def _body(self, rid: str, command: str, stdin: str | None, *, login: bool, timeout: float) -> bytes:
-        body: dict[str, Any] = {"request_id": rid, "command": command, "timeout": server_timeout(timeout),
-                                "login": login}
+        body: dict[str, Any] = {
+            "request_id": rid,
+            "command": command,
+            "timeout": server_timeout(timeout),
+            "login": login,
+        }
         if stdin is not None:
             body["stdin"] = stdin
         features = self.ws.features
@@ -186,8 +214,16 @@ class RemoteCommand:
             body["max_output"] = features.max_output
         return encode(body)
 
-    def _exchange(self, command: str, stdin: str | None, *, login: bool, timeout: float,
-                  sink: Callable[[bytes], None], cancellable: bool = True) -> int:
+    def _exchange(
+        self,
+        command: str,
+        stdin: str | None,
+        *,
+        login: bool,
+        timeout: float,
+        sink: Callable[[bytes], None],
+        cancellable: bool = True,
+    ) -> int:
         """Run one exec to its exit code; the refusals that prove nothing ran are retried here."""
         rid = request_id()
         deadline = time.monotonic() + timeout + SLOT_GRACE_S
@@ -219,8 +255,11 @@ class RemoteCommand:
                         if self.ws.recreate(generation):
                             self._on_recreated()
                     except BridgeError as again:
-                        raise BridgeError(again.code, status=again.status,
-                                          detail="the workspace was gone and could not be created again") from None
+                        raise BridgeError(
+                            again.code,
+                            status=again.status,
+                            detail="the workspace was gone and could not be created again",
+                        ) from None
                     continue
                 if exc.code == "unknown_field" and not refreshed and self.ws.features.names:
                     refreshed = True

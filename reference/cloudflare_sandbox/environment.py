@@ -38,8 +38,17 @@ class CloudflareSandboxEnvironment(PassthroughEnvironment, CleanupOffThread, Bas
     _stdin_mode = "pipe"
     _snapshot_timeout = 120  # the bootstrap carries the container's cold start or restore
 
-    def __init__(self, *, settings: Settings, workspace_id: str, task_id: str, cwd: str, timeout: int,
-                 persistent: bool, probe: bool = False):
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        workspace_id: str,
+        task_id: str,
+        cwd: str,
+        timeout: int,
+        persistent: bool,
+        probe: bool = False,
+    ):
         self._settings = settings
         self._task_id = task_id
         self._lock = threading.Lock()
@@ -67,8 +76,9 @@ class CloudflareSandboxEnvironment(PassthroughEnvironment, CleanupOffThread, Bas
         return "/tmp"
 
     # -- commands ----------------------------------------------------------------------
-    def _run_bash(self, cmd_string: str, *, login: bool = False, timeout: int = 120,
-                  stdin_data: str | None = None) -> Any:
+    def _run_bash(
+        self, cmd_string: str, *, login: bool = False, timeout: int = 120, stdin_data: str | None = None
+    ) -> Any:
         handle = StreamProcessHandle()
         _, stdin_failed = encode_stdin(stdin_data)
         if stdin_failed is not None:  # no byte form: send none and report it, as Hermes's own writer does
@@ -77,9 +87,17 @@ class CloudflareSandboxEnvironment(PassthroughEnvironment, CleanupOffThread, Bas
         with self._lock:
             closed = self._closed
             if not closed:
-                command = RemoteCommand(self._workspace, cmd_string, stdin_data, login=login, timeout=timeout,
-                                        handle=handle, tmp=self.get_temp_dir(), on_recreated=self._recreated,
-                                        on_done=self._forget)
+                command = RemoteCommand(
+                    self._workspace,
+                    cmd_string,
+                    stdin_data,
+                    login=login,
+                    timeout=timeout,
+                    handle=handle,
+                    tmp=self.get_temp_dir(),
+                    on_recreated=self._recreated,
+                    on_done=self._forget,
+                )
                 self._commands.add(command)
         if closed:
             handle.feed(f"[{PREFIX}: this environment was cleaned up; the command did not run]\n".encode())
@@ -117,5 +135,6 @@ class CloudflareSandboxEnvironment(PassthroughEnvironment, CleanupOffThread, Bas
         worker.start()
         worker.join(max(0.0, timeout))
         if worker.is_alive():
-            logger.warning("%s: cleanup of workspace %s is still running after %.0fs", PREFIX,
-                           self._workspace.id, timeout)
+            logger.warning(
+                "%s: cleanup of workspace %s is still running after %.0fs", PREFIX, self._workspace.id, timeout
+            )

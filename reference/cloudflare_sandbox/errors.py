@@ -21,8 +21,10 @@ from .settings import ENDPOINT_VAR, TOKEN_VAR
 PREFIX = "cloudflare_sandbox"
 HINT = f"check {ENDPOINT_VAR}, {TOKEN_VAR} and that the Worker is deployed"
 _CODE = re.compile(r"[a-z_]{1,64}")
-MAY_HAVE_RUN = ("the command may have run (fully or partly); nothing was retried automatically. "
-                "Check its effects before running it again")
+MAY_HAVE_RUN = (
+    "the command may have run (fully or partly); nothing was retried automatically. "
+    "Check its effects before running it again"
+)
 
 # Refusals that come before any process starts: the command did not run.
 NOT_RUN = {
@@ -37,22 +39,30 @@ NOT_RUN = {
     "payload_too_large": "the request is larger than the Worker's 1 MiB limit",
     "content_type": "the Worker refused the request's content type",
     "unauthorized": f"the Worker refused {TOKEN_VAR} (401): set it to the Worker's SANDBOX_API_TOKEN secret",
-    "not_configured": ("the Worker has no usable SANDBOX_API_TOKEN secret (503 not_configured): "
-                       "set one with npx wrangler secret put SANDBOX_API_TOKEN"),
+    "not_configured": (
+        "the Worker has no usable SANDBOX_API_TOKEN secret (503 not_configured): "
+        "set one with npx wrangler secret put SANDBOX_API_TOKEN"
+    ),
     "not_found": f"the Worker does not serve this route (404): check that {ENDPOINT_VAR} is the bridge Worker",
     "method_not_allowed": f"the Worker refused the method (405): check that {ENDPOINT_VAR} is the bridge Worker",
     "instance_not_allowed": "HERMES_CF_INSTANCE is not in the Worker's ALLOWED_INSTANCE_TYPES",
     "image_not_found": "HERMES_CF_IMAGE names an image the Worker does not define in wrangler.jsonc",
-    "config_conflict": ("the workspace exists with different settings (terminal.cwd, HERMES_CF_IMAGE, "
-                        "HERMES_CF_INSTANCE or container_persistent); use another HERMES_CF_WORKSPACE"),
+    "config_conflict": (
+        "the workspace exists with different settings (terminal.cwd, HERMES_CF_IMAGE, "
+        "HERMES_CF_INSTANCE or container_persistent); use another HERMES_CF_WORKSPACE"
+    ),
     "invalid_cwd": "terminal.cwd cannot be created or used in the container",
     "startup_timeout": "the container did not start in time; try again in a moment",
     "staging_failed": "the stdin could not be written into the container",
-    "redirect_refused": (f"the Worker answered with a redirect, which is never followed: set {ENDPOINT_VAR} to "
-                         "the Worker's own origin (a Cloudflare Access login page also redirects: set "
-                         "HERMES_CF_ACCESS_CLIENT_ID and HERMES_CF_ACCESS_CLIENT_SECRET)"),
-    "blocked": ("Cloudflare refused the request before it reached the Worker (403); check Cloudflare Access "
-                "and bot protection for the Worker's hostname"),
+    "redirect_refused": (
+        f"the Worker answered with a redirect, which is never followed: set {ENDPOINT_VAR} to "
+        "the Worker's own origin (a Cloudflare Access login page also redirects: set "
+        "HERMES_CF_ACCESS_CLIENT_ID and HERMES_CF_ACCESS_CLIENT_SECRET)"
+    ),
+    "blocked": (
+        "Cloudflare refused the request before it reached the Worker (403); check Cloudflare Access "
+        "and bot protection for the Worker's hostname"
+    ),
 }
 
 
@@ -103,14 +113,19 @@ connection_error = ConnectionErrors(PREFIX, HINT)
 
 # What a failed command's result says, by stream error code; the output so far comes first.
 STREAM_ERRORS = {
-    "output_limit": ("the command's output went over the Worker's limit of {limit} characters, so the Worker "
-                     "stopped it; what came before is above, the rest was not received. This is an error, "
-                     "not a truncated result: redirect the output to a file and read it in parts"),
-    "hard_timeout": ("the command did not stop at its timeout and the Worker killed it at its hard deadline; "
-                     "the workspace was kept"),
-    "workspace_lost": ("workspace_lost: the workspace's container stopped before any snapshot existed, so its "
-                       "files are gone and the workspace is in an error state; it was not replaced. Start a new "
-                       "session or set another HERMES_CF_WORKSPACE to continue"),
+    "output_limit": (
+        "the command's output went over the Worker's limit of {limit} characters, so the Worker "
+        "stopped it; what came before is above, the rest was not received. This is an error, "
+        "not a truncated result: redirect the output to a file and read it in parts"
+    ),
+    "hard_timeout": (
+        "the command did not stop at its timeout and the Worker killed it at its hard deadline; the workspace was kept"
+    ),
+    "workspace_lost": (
+        "workspace_lost: the workspace's container stopped before any snapshot existed, so its "
+        "files are gone and the workspace is in an error state; it was not replaced. Start a new "
+        "session or set another HERMES_CF_WORKSPACE to continue"
+    ),
     "command_cancelled": "the command was cancelled before it started; it did not run",
     "startup_timeout": "the container did not start in time; the command did not run",
     "invalid_cwd": "terminal.cwd cannot be created or used in the container; the command did not run",

@@ -34,11 +34,20 @@ STAGE_CHUNK = MAX_STDIN_BYTES // 4 * 3  # raw bytes whose base64 is exactly the 
 PREFIX_ROOM = 1024  # room for the lines a plan puts before the command
 
 # The size of a request apart from its command and stdin, with every optional field present.
-_FRAME = {"request_id": "0" * 32, "command": "", "timeout": 900.0, "login": False, "stdin": "",
-          "concurrent": True, "max_output": 1 << 30}
-_DECODE_INLINE = ('__hermes_in=$(mktemp) && base64 -d > "$__hermes_in" && exec 0<"$__hermes_in" && '
-                  'rm -f -- "$__hermes_in" || { echo "cloudflare_sandbox: could not decode stdin in the container" >&2; '
-                  "exit 125; }; unset __hermes_in")
+_FRAME = {
+    "request_id": "0" * 32,
+    "command": "",
+    "timeout": 900.0,
+    "login": False,
+    "stdin": "",
+    "concurrent": True,
+    "max_output": 1 << 30,
+}
+_DECODE_INLINE = (
+    '__hermes_in=$(mktemp) && base64 -d > "$__hermes_in" && exec 0<"$__hermes_in" && '
+    'rm -f -- "$__hermes_in" || { echo "cloudflare_sandbox: could not decode stdin in the container" >&2; '
+    "exit 125; }; unset __hermes_in"
+)
 
 
 class PayloadTooLarge(ValueError):
@@ -85,9 +94,11 @@ def _fits(command: str, stdin: str | None) -> bool:
 
 def _uploads(path: str, data: bytes) -> list[Upload]:
     target = shlex.quote(path)
-    pieces = [data[i:i + STAGE_CHUNK] for i in range(0, len(data), STAGE_CHUNK)] or [b""]
-    return [Upload(f"umask 077; base64 -d {'>' if i == 0 else '>>'} {target}",
-                   base64.b64encode(piece).decode("ascii")) for i, piece in enumerate(pieces)]
+    pieces = [data[i : i + STAGE_CHUNK] for i in range(0, len(data), STAGE_CHUNK)] or [b""]
+    return [
+        Upload(f"umask 077; base64 -d {'>' if i == 0 else '>>'} {target}", base64.b64encode(piece).decode("ascii"))
+        for i, piece in enumerate(pieces)
+    ]
 
 
 def plan(command: str, stdin: str | None, *, tmp: str, tag: str) -> Plan:
@@ -100,10 +111,12 @@ def plan(command: str, stdin: str | None, *, tmp: str, tag: str) -> Plan:
         raise PayloadTooLarge(
             f"the command and its stdin are {total / 2**20:.1f} MiB; cloudflare_sandbox carries at most "
             f"{MAX_STAGED_BYTES // 2**20} MiB per command (bridge protocol v1 takes 768 KiB of stdin per request, "
-            "larger stdin is staged in the container in parts). Send the data in smaller parts")
+            "larger stdin is staged in the container in parts). Send the data in smaller parts"
+        )
     if inline:
-        if data is None or (stdin is not None and text_safe(stdin) and len(data) <= MAX_STDIN_BYTES
-                            and _fits(command, stdin)):
+        if data is None or (
+            stdin is not None and text_safe(stdin) and len(data) <= MAX_STDIN_BYTES and _fits(command, stdin)
+        ):
             return Plan(command, stdin)
         encoded = base64.b64encode(data).decode("ascii")
         wrapped = f"{_DECODE_INLINE}\n{command}"
@@ -117,8 +130,10 @@ def plan(command: str, stdin: str | None, *, tmp: str, tag: str) -> Plan:
         path = f"{tmp.rstrip('/')}/hermes-stdin-{tag}"
         staged.append(path)
         uploads += _uploads(path, data)
-        lines.append(f"exec 0<{shlex.quote(path)} && rm -f -- {shlex.quote(path)} || "
-                     "{ echo 'cloudflare_sandbox: the staged stdin is missing in the container' >&2; exit 125; }")
+        lines.append(
+            f"exec 0<{shlex.quote(path)} && rm -f -- {shlex.quote(path)} || "
+            "{ echo 'cloudflare_sandbox: the staged stdin is missing in the container' >&2; exit 125; }"
+        )
     if inline:
         lines.append(command)
     else:
@@ -126,7 +141,9 @@ def plan(command: str, stdin: str | None, *, tmp: str, tag: str) -> Plan:
         staged.append(path)
         # bash reads a sourced file whole before running it, so it can delete itself first.
         uploads += _uploads(path, f"rm -f -- {shlex.quote(path)}\n".encode() + cmd_bytes)
-        lines += [f"[ -r {shlex.quote(path)} ] || "
-                  "{ echo 'cloudflare_sandbox: the staged command is missing in the container' >&2; exit 125; }",
-                  f". {shlex.quote(path)}"]
+        lines += [
+            f"[ -r {shlex.quote(path)} ] || "
+            "{ echo 'cloudflare_sandbox: the staged command is missing in the container' >&2; exit 125; }",
+            f". {shlex.quote(path)}",
+        ]
     return Plan("\n".join(lines), None, tuple(uploads), tuple(staged))

@@ -12,8 +12,10 @@ from reference.common.provider import ReferenceProvider, Row
 class CloudflareSandboxProvider(ReferenceProvider):
     name = "cloudflare_sandbox"
     display_name = "Cloudflare Sandbox"
-    description = ("Run terminal work in a Cloudflare Container behind your own bridge Worker; idle "
-                   "workspaces are saved to snapshots and restored on the next command.")
+    description = (
+        "Run terminal work in a Cloudflare Container behind your own bridge Worker; idle "
+        "workspaces are saved to snapshots and restored on the next command."
+    )
     env_description = "a Cloudflare Container (Linux, user hermes, workspace /workspace)"
     cache_path_base = None  # Hermes's skills, cache and credentials stay on the host
     skip_container_guards = False  # the bearer token controls every workspace: keep Hermes's approval prompts
@@ -48,8 +50,10 @@ class CloudflareSandboxProvider(ReferenceProvider):
         return f"Worker {configured.endpoint}, image {configured.image}, {mode} workspaces"
 
     def extra_doctor_rows(self, configured: config.Settings) -> list[Row]:
-        return [(True, "Worker", f"({configured.endpoint})"),
-                (True, "Cloudflare Access", "(service token set)" if configured.access else "(not used)")]
+        return [
+            (True, "Worker", f"({configured.endpoint})"),
+            (True, "Cloudflare Access", "(service token set)" if configured.access else "(not used)"),
+        ]
 
     def open(self, configured: config.Settings, *, task_id: str, cwd: str, timeout: int) -> Any:
         from reference.cloudflare_sandbox import identity
@@ -59,7 +63,17 @@ class CloudflareSandboxProvider(ReferenceProvider):
         probe = task_id == PROBE_TASK_ID
         persistent = s.persistent and not probe  # the probe never reuses or snapshots a real workspace
         key = s.workspace or task_id
-        workspace_id = (identity.persistent_id(s.namespace, key) if persistent
-                        else identity.ephemeral_id(s.namespace, PROBE_TASK_ID if probe else key))
-        return CloudflareSandboxEnvironment(settings=s, workspace_id=workspace_id, task_id=task_id,
-                                            cwd=cwd or s.cwd, timeout=timeout, persistent=persistent, probe=probe)
+        workspace_id = (
+            identity.persistent_id(s.namespace, key)
+            if persistent
+            else identity.ephemeral_id(s.namespace, PROBE_TASK_ID if probe else key)
+        )
+        return CloudflareSandboxEnvironment(
+            settings=s,
+            workspace_id=workspace_id,
+            task_id=task_id,
+            cwd=cwd or s.cwd,
+            timeout=timeout,
+            persistent=persistent,
+            probe=probe,
+        )

@@ -6,9 +6,10 @@ the container.  What /health offers is a property of the Worker's deployment,
 not of a workspace: it is asked once per Worker and credentials and kept for
 FEATURES_TTL_S, so a new environment costs one call (init) before its first
 command.  A Worker redeployed without an extension is noticed sooner: the
-refused field makes the command ask /health again (``refresh_features``).  ``finish`` releases the workspace on cleanup: a persistent one
-is snapshotted and stopped, an ephemeral one destroyed and forgotten, and with
-``delete`` (Hermes's force_remove) any workspace is discarded.
+refused field makes the command ask /health again (``refresh_features``).
+``finish`` releases the workspace on cleanup: a persistent one is snapshotted and
+stopped, an ephemeral one destroyed and forgotten, and with ``delete``
+(Hermes's force_remove) any workspace is discarded.
 """
 
 from __future__ import annotations
@@ -84,13 +85,16 @@ class Workspace:
                 known = retry(self.client.health, attempts=RATE_LIMITED_ATTEMPTS, retryable=_passing)
                 remember_features(self.settings, known)
             self.features = known
-            retry(lambda: self.client.init(self.id, self.config), attempts=RATE_LIMITED_ATTEMPTS,
-                  retryable=_passing)
+            retry(lambda: self.client.init(self.id, self.config), attempts=RATE_LIMITED_ATTEMPTS, retryable=_passing)
         except BridgeError as exc:
             self.client.close()
             raise connection_error(f"cannot open workspace {self.id}: {exc.describe()}", secrets=self.secrets) from None
-        logger.info("workspace %s ready (%s; extensions: %s)", self.id,
-                    "persistent" if self.persistent else "ephemeral", ", ".join(self.features.names) or "none")
+        logger.info(
+            "workspace %s ready (%s; extensions: %s)",
+            self.id,
+            "persistent" if self.persistent else "ephemeral",
+            ", ".join(self.features.names) or "none",
+        )
 
     def refresh_features(self) -> None:
         """The Worker refused an extension field: it was redeployed without it; ask again."""
@@ -109,8 +113,12 @@ class Workspace:
                 return False
             self.client.init(self.id, self.config)
             self.recreations += 1
-            logger.warning("%s: workspace %s no longer existed on the Worker (deleted outside Hermes); "
-                           "created it again with fresh files", PREFIX, self.id)
+            logger.warning(
+                "%s: workspace %s no longer existed on the Worker (deleted outside Hermes); "
+                "created it again with fresh files",
+                PREFIX,
+                self.id,
+            )
             return True
 
     def cancel(self, request_id: str) -> None:
@@ -151,8 +159,13 @@ class Workspace:
                     continue
                 self._report(what, exc)
                 return
-        logger.warning("%s: could not %s workspace %s before the cleanup deadline; the Worker's idle alarm "
-                       "will %s it", PREFIX, what, self.id, "snapshot" if self.persistent else "remove")
+        logger.warning(
+            "%s: could not %s workspace %s before the cleanup deadline; the Worker's idle alarm will %s it",
+            PREFIX,
+            what,
+            self.id,
+            "snapshot" if self.persistent else "remove",
+        )
 
     def _report(self, what: str, exc: BridgeError) -> None:
         if exc.code == "workspace_lost":

@@ -23,8 +23,10 @@ from reference.common.errors import SettingsError
 
 Read = Callable[[str], str | None]
 
-SCOPE_FIX = ("use the backend inside a profile's session (each profile's secret scope is installed around its "
-             "work), or turn profile multiplexing off")
+SCOPE_FIX = (
+    "use the backend inside a profile's session (each profile's secret scope is installed around its "
+    "work), or turn profile multiplexing off"
+)
 
 
 def secret(name: str) -> str | None:
@@ -40,8 +42,12 @@ def secret(name: str) -> str | None:
         try:
             value = get_secret(name)
         except Exception as exc:
-            raise SettingsError(name, f"cannot be read from Hermes's secret scope ({type(exc).__name__}), and "
-                                "it is never read from anywhere else", SCOPE_FIX) from None
+            raise SettingsError(
+                name,
+                f"cannot be read from Hermes's secret scope ({type(exc).__name__}), and "
+                "it is never read from anywhere else",
+                SCOPE_FIX,
+            ) from None
     return value.strip() if isinstance(value, str) and value.strip() else None
 
 

@@ -59,8 +59,11 @@ _REFUSALS: dict[type[Exception], type[SettingsError]] = {}
 def _refusal_class(host: type[Exception]) -> type[SettingsError]:
     cls = _REFUSALS.get(host)
     if cls is None:
-        made = type("SettingsRefused", (SettingsError, host),
-                    {"__module__": __name__, "__doc__": "A SettingsError that is also the host's connection error."})
+        made = type(
+            "SettingsRefused",
+            (SettingsError, host),
+            {"__module__": __name__, "__doc__": "A SettingsError that is also the host's connection error."},
+        )
         cls = _REFUSALS.setdefault(host, cast(type[SettingsError], made))
     return cls
 
@@ -73,8 +76,9 @@ def refused(error: SettingsError, backend: str) -> SettingsError:
     return refusal
 
 
-def connection_error(backend: str, message: str, exc: BaseException | None = None, *,
-                     secrets: Iterable[str | None] = (), hint: str) -> Exception:
+def connection_error(
+    backend: str, message: str, exc: BaseException | None = None, *, secrets: Iterable[str | None] = (), hint: str
+) -> Exception:
     """EnvironmentConnectionError (RuntimeError on a host without it): ``backend: message[: exc]``, redacted."""
     text = redact(f"{backend}: {message}: {exc}" if exc is not None else f"{backend}: {message}", secrets)
     host = host_error_class()
@@ -88,6 +92,7 @@ class ConnectionErrors:
     backend: str
     hint: str
 
-    def __call__(self, message: str, exc: BaseException | None = None, *,
-                 secrets: Iterable[str | None] = ()) -> Exception:
+    def __call__(
+        self, message: str, exc: BaseException | None = None, *, secrets: Iterable[str | None] = ()
+    ) -> Exception:
         return connection_error(self.backend, message, exc, secrets=secrets, hint=self.hint)

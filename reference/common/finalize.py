@@ -42,8 +42,12 @@ def _dispatch() -> None:
     while True:
         cleanup = _pending.get()
         try:
-            threading.Thread(target=_quietly, args=(cleanup,), daemon=True,
-                             name=f"{type(getattr(cleanup, '__self__', cleanup)).__name__}-finalize").start()
+            threading.Thread(
+                target=_quietly,
+                args=(cleanup,),
+                daemon=True,
+                name=f"{type(getattr(cleanup, '__self__', cleanup)).__name__}-finalize",
+            ).start()
         except Exception:  # threads can no longer start: atexit has run cleanup
             return
         del cleanup

@@ -34,8 +34,7 @@ def passthrough_prelude(blocked: frozenset[str]) -> str:
     except Exception as exc:  # e.g. UnscopedSecretError: no profile scope around this command
         logger.warning("passthrough variables not forwarded: %s", type(exc).__name__)
         return ""
-    exports = [f"export {name}={shlex.quote(value)}" for name, value in sorted(values.items())
-               if name not in blocked]
+    exports = [f"export {name}={shlex.quote(value)}" for name, value in sorted(values.items()) if name not in blocked]
     unset_names = set(unset) | (set(values) & blocked)
     return prepend_unset("\n".join(exports) + "\n" if exports else "", unset_names)
 

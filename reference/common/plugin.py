@@ -46,13 +46,22 @@ def register_provider(ctx: Any, backend: str, load: Callable[[], Any]) -> None:
     try:
         provider = load()
     except ImportError as exc:
-        logger.warning("%s needs %s: this Hermes has no terminal backend plugins (%s); not registered. "
-                       "Upgrade Hermes (hermes update), then run `hermes plugins list`", backend, needs, exc)
+        logger.warning(
+            "%s needs %s: this Hermes has no terminal backend plugins (%s); not registered. "
+            "Upgrade Hermes (hermes update), then run `hermes plugins list`",
+            backend,
+            needs,
+            exc,
+        )
         return
     add = getattr(ctx, "register_terminal_environment_provider", None)
     if add is None:
-        logger.warning("%s needs %s: this Hermes cannot register terminal backends; not registered. "
-                       "Upgrade Hermes (hermes update)", backend, needs)
+        logger.warning(
+            "%s needs %s: this Hermes cannot register terminal backends; not registered. "
+            "Upgrade Hermes (hermes update)",
+            backend,
+            needs,
+        )
         return
     add(provider)
 

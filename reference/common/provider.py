@@ -144,8 +144,13 @@ class ReferenceProvider(TerminalEnvironmentProvider):
         rows: list[Row] = []
         if self.sdk is not None:
             version = self.sdk.version()
-            rows.append((version is not None, f"{self.sdk.distribution} SDK",
-                         f"({version})" if version else f"(missing: {self.sdk.install})"))
+            rows.append(
+                (
+                    version is not None,
+                    f"{self.sdk.distribution} SDK",
+                    f"({version})" if version else f"(missing: {self.sdk.install})",
+                )
+            )
         rows.extend(self._credential_rows())
         if all(ok for ok, _, _ in rows):
             try:
@@ -169,9 +174,17 @@ class ReferenceProvider(TerminalEnvironmentProvider):
             yield (set_, name, "(set)" if set_ else f"(missing: {fix})")
 
     # -- creation ------------------------------------------------------------------------
-    def create_environment(self, *, cwd: str, timeout: int, task_id: str = "default", image: str | None = None,
-                           container_config: dict[str, Any] | None = None, workspace_binding: Any = None,
-                           **kwargs: Any) -> Any:
+    def create_environment(
+        self,
+        *,
+        cwd: str,
+        timeout: int,
+        task_id: str = "default",
+        image: str | None = None,
+        container_config: dict[str, Any] | None = None,
+        workspace_binding: Any = None,
+        **kwargs: Any,
+    ) -> Any:
         # Context only: no reference backend mounts or syncs anything of a bound host workspace.
         check_binding(workspace_binding, self.name)
         task = str(task_id)

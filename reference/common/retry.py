@@ -32,8 +32,13 @@ def status_code(exc: BaseException) -> int | None:
     return code if isinstance(code, int) and not isinstance(code, bool) else None
 
 
-def retry(fn: Callable[[], T], *, attempts: int = ATTEMPTS, retryable: Callable[[BaseException], bool],
-          sleep: Callable[[float], None] = time.sleep) -> T:
+def retry(
+    fn: Callable[[], T],
+    *,
+    attempts: int = ATTEMPTS,
+    retryable: Callable[[BaseException], bool],
+    sleep: Callable[[float], None] = time.sleep,
+) -> T:
     """Call ``fn``; on a retryable error try again, up to ``attempts`` calls in all."""
     for attempt in range(1, attempts + 1):
         try:

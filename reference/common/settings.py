@@ -59,8 +59,11 @@ def as_bool(value: Any, default: bool, *, setting: str) -> bool:
         return True
     if word in FALSE:
         return False
-    raise SettingsError(setting, f"is {value!r}, which is neither true nor false",
-                        f"set it to true or false, e.g. hermes config set {setting} true")
+    raise SettingsError(
+        setting,
+        f"is {value!r}, which is neither true nor false",
+        f"set it to true or false, e.g. hermes config set {setting} true",
+    )
 
 
 def as_list(value: Any, *, setting: str) -> list[str]:
@@ -68,8 +71,11 @@ def as_list(value: Any, *, setting: str) -> list[str]:
     if value is None:
         return []
     if not isinstance(value, str | list | tuple):
-        raise SettingsError(setting, f"is {value!r}, not a list",
-                            f"give a YAML list or a comma-separated string, e.g. hermes config set {setting} a,b")
+        raise SettingsError(
+            setting,
+            f"is {value!r}, not a list",
+            f"give a YAML list or a comma-separated string, e.g. hermes config set {setting} a,b",
+        )
     items = value.split(",") if isinstance(value, str) else list(value)
     return [str(item).strip() for item in items if str(item).strip()]
 

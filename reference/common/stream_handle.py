@@ -43,7 +43,7 @@ class StreamProcessHandle:
                 if self._cancelled.is_set():
                     return
                 try:
-                    view = view[os.write(self._write_fd, view):]
+                    view = view[os.write(self._write_fd, view) :]
                 except BlockingIOError:
                     select.select([], [self._write_fd], [], 0.1)
                 except OSError:

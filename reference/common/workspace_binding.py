@@ -31,11 +31,17 @@ def check(binding: Any, backend: str) -> None:
         return
     host_class = _host_class()
     if host_class is not None and not isinstance(binding, host_class):
-        raise TypeError(f"{backend}: workspace_binding must be an agent.terminal_env_provider.WorkspaceBinding "
-                        f"or None, not {type(binding).__name__}")
+        raise TypeError(
+            f"{backend}: workspace_binding must be an agent.terminal_env_provider.WorkspaceBinding "
+            f"or None, not {type(binding).__name__}"
+        )
     path, source = getattr(binding, "host_path", None), getattr(binding, "source", None)
-    if not isinstance(path, str) or not path.startswith("/") or "\x00" in path \
-            or (path != "/" and posixpath.normpath(path) != path.rstrip("/")):
+    if (
+        not isinstance(path, str)
+        or not path.startswith("/")
+        or "\x00" in path
+        or (path != "/" and posixpath.normpath(path) != path.rstrip("/"))
+    ):
         raise ValueError(f"{backend}: workspace_binding.host_path must be a normalised absolute path, not {path!r}")
     if source not in SOURCES:
         raise ValueError(f"{backend}: workspace_binding.source must be one of {sorted(SOURCES)}, not {source!r}")

@@ -142,9 +142,11 @@ class DeepInfraEnvironment(PassthroughEnvironment, CleanupOffThread, BaseEnviron
         with self._lock:
             if self._failed_sandbox is None or self._failed_sandbox != self.sandbox_id:
                 return None
-        return (f"deepinfra: sandbox {self._failed_sandbox} is in the failed state (a sandbox error); the command "
-                "did not run and the sandbox was not replaced, so nothing is lost silently. Terminate it in "
-                "the DeepInfra dashboard to start over.")
+        return (
+            f"deepinfra: sandbox {self._failed_sandbox} is in the failed state (a sandbox error); the command "
+            "did not run and the sandbox was not replaced, so nothing is lost silently. Terminate it in "
+            "the DeepInfra dashboard to start over."
+        )
 
     def _replace(self) -> None:
         """The sandbox was terminated outside Hermes: this command runs in a new one."""
@@ -164,8 +166,9 @@ class DeepInfraEnvironment(PassthroughEnvironment, CleanupOffThread, BaseEnviron
         # it does not survive a stop, so it means this environment's cwd (a cd is kept).
         return super().execute(command, "" if cwd == "/root" else cwd, **kwargs)
 
-    def _run_bash(self, cmd_string: str, *, login: bool = False, timeout: int = 120,
-                  stdin_data: str | None = None) -> Any:
+    def _run_bash(
+        self, cmd_string: str, *, login: bool = False, timeout: int = 120, stdin_data: str | None = None
+    ) -> Any:
         refusal = self._refusal()
         if refusal is not None:
             return _ThreadedProcessHandle(lambda: (refusal, 1))
@@ -213,7 +216,8 @@ class DeepInfraEnvironment(PassthroughEnvironment, CleanupOffThread, BaseEnviron
         """The host's exit path: the session ends, so the sandbox is terminated (within ``timeout``)."""
         if getattr(self, "_terminated", True):
             return
-        worker = threading.Thread(target=self.cleanup, kwargs={"force_remove": True}, daemon=True,
-                                  name="deepinfra-terminate")
+        worker = threading.Thread(
+            target=self.cleanup, kwargs={"force_remove": True}, daemon=True, name="deepinfra-terminate"
+        )
         worker.start()
         worker.join(max(0.0, timeout - 0.5))

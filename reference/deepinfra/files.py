@@ -71,16 +71,18 @@ class SandboxFiles:
 
     def delete(self, remote_paths: list[str]) -> None:
         for i in range(0, len(remote_paths), DELETE_BATCH):
-            self._exec("rm", "-f", "--", *remote_paths[i:i + DELETE_BATCH])
+            self._exec("rm", "-f", "--", *remote_paths[i : i + DELETE_BATCH])
 
     def download(self, dest: Path) -> None:
         """A tar of /workspace/.hermes whose members are its absolute paths without the leading "/"."""
         remote_tar = f"{TRANSFER_DIR}/down-{uuid.uuid4().hex}.tar"
         base = HERMES_DIR.lstrip("/")
-        script = (f"mkdir -p {shlex.quote(TRANSFER_DIR)} && "
-                  f"if [ -d /{shlex.quote(base)} ]; then tar -cf {shlex.quote(remote_tar)} -C / "
-                  f"--exclude='*.sock' {shlex.quote(base)}; else tar -cf {shlex.quote(remote_tar)} -T /dev/null; fi "
-                  f"&& stat -c %s {shlex.quote(remote_tar)}")
+        script = (
+            f"mkdir -p {shlex.quote(TRANSFER_DIR)} && "
+            f"if [ -d /{shlex.quote(base)} ]; then tar -cf {shlex.quote(remote_tar)} -C / "
+            f"--exclude='*.sock' {shlex.quote(base)}; else tar -cf {shlex.quote(remote_tar)} -T /dev/null; fi "
+            f"&& stat -c %s {shlex.quote(remote_tar)}"
+        )
         try:
             size = int(self._exec("bash", "-c", script).stdout.split()[-1])
             with open(dest, "wb") as out:

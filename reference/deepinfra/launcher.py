@@ -50,7 +50,9 @@ printf '%s\n' "$$" 2>/dev/null > "/tmp/.hermes-runs/$run"
 case $mode in
   inline)
     f=$(mktemp /tmp/.hermes-stdin.XXXXXX) || exit 125
-    if ! printf '%s' "$@" | base64 -d > "$f"; then rm -f "$f"; echo "deepinfra: could not decode stdin" >&2; exit 125; fi
+    if ! printf '%s' "$@" | base64 -d > "$f"; then
+      rm -f "$f"; echo "deepinfra: could not decode stdin" >&2; exit 125
+    fi
     exec 3<"$f"; rm -f "$f" ;;
   file)
     if ! exec 3<"$1"; then echo "deepinfra: staged stdin $1 is missing" >&2; exit 125; fi
@@ -103,7 +105,7 @@ def launch(cmd: str, *, login: bool, stdin: bytes | None) -> Launch:
         return Launch(run_id, [*head, "none", cmd])
     if len(stdin) <= INLINE_STDIN_MAX:
         encoded = base64.b64encode(stdin).decode("ascii")
-        chunks = [encoded[i:i + ARG_CHUNK] for i in range(0, len(encoded), ARG_CHUNK)]
+        chunks = [encoded[i : i + ARG_CHUNK] for i in range(0, len(encoded), ARG_CHUNK)]
         return Launch(run_id, [*head, "inline", cmd, *chunks])
     path = f"{TRANSFER_DIR}/stdin-{run_id}"
     return Launch(run_id, [*head, "file", cmd, path], staged=stdin, staged_path=path)

@@ -54,5 +54,6 @@ class DeepInfraProvider(ReferenceProvider):
         from reference.deepinfra.sandboxes import Account
 
         account = Account(api_key=configured.credentials[config.KEY_VAR], base_url=secret(config.URL_VAR))
-        return DeepInfraEnvironment(account=account, settings=configured.settings, task_id=task_id,
-                                    cwd=cwd or self.default_cwd, timeout=timeout)
+        return DeepInfraEnvironment(
+            account=account, settings=configured.settings, task_id=task_id, cwd=cwd or self.default_cwd, timeout=timeout
+        )

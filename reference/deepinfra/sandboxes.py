@@ -88,8 +88,9 @@ def shared_client(api_key: str, base_url: str | None) -> Any:
         if client is None:
             while len(_clients) >= _CLIENTS_MAX:
                 _clients.pop(next(iter(_clients)))
-            client = _clients[(api_key, base_url)] = DeepInfraClient(api_key=api_key, base_url=base_url,
-                                                                     timeout=HTTP_TIMEOUT_S)
+            client = _clients[(api_key, base_url)] = DeepInfraClient(
+                api_key=api_key, base_url=base_url, timeout=HTTP_TIMEOUT_S
+            )
         return client
 
 
@@ -120,8 +121,9 @@ class Account(ApiKeyAccount):
             creation_id = uuid.uuid4().hex
             tags = {TASK_TAG: task_id, SESSION_TAG: SESSION_ID, CREATION_TAG: creation_id}
             try:
-                sandbox = deepinfra.Sandbox.create(plan=plan, tags=tags, wait=True, wait_timeout=BOOT_WAIT_S,
-                                                   client=self.client)
+                sandbox = deepinfra.Sandbox.create(
+                    plan=plan, tags=tags, wait=True, wait_timeout=BOOT_WAIT_S, client=self.client
+                )
             except deepinfra.SandboxWaitError as exc:
                 self.terminate_id(exc.sandbox_id)  # booted into failed, or too slow: not ours to keep
                 raise self.explain("the new DeepInfra sandbox did not start", exc) from None
@@ -131,8 +133,11 @@ class Account(ApiKeyAccount):
                 # A request rate limit: refused, so nothing was made; wait and ask again.
                 rate_limited += 1
                 if rate_limited >= RATE_LIMITED_ATTEMPTS:
-                    raise self.explain(f"DeepInfra kept answering 429 (rate limit) for {rate_limited} attempts; "
-                                       "wait a minute and run the command again", exc) from None
+                    raise self.explain(
+                        f"DeepInfra kept answering 429 (rate limit) for {rate_limited} attempts; "
+                        "wait a minute and run the command again",
+                        exc,
+                    ) from None
                 time.sleep(pause_s(rate_limited))
                 continue
             except deepinfra.BadRequestError as exc:
@@ -142,8 +147,10 @@ class Account(ApiKeyAccount):
                     # The create may have happened with its reply lost: find it by its own tag.
                     self.cleanup_creation(creation_id)
                     if attempt - rate_limited == 1:
-                        logger.info("creating a DeepInfra sandbox failed (%s); cleaned up, trying once more",
-                                    redact(exc, self.secrets))
+                        logger.info(
+                            "creating a DeepInfra sandbox failed (%s); cleaned up, trying once more",
+                            redact(exc, self.secrets),
+                        )
                         continue
                 raise self.explain("creating a DeepInfra sandbox failed", exc) from None
             own(self, sandbox.id)
@@ -156,8 +163,11 @@ class Account(ApiKeyAccount):
         import deepinfra
 
         try:
-            leaked = retry(lambda: deepinfra.Sandbox.list(tags={CREATION_TAG: creation_id}, client=self.client),
-                           attempts=ATTEMPTS, retryable=is_transient)
+            leaked = retry(
+                lambda: deepinfra.Sandbox.list(tags={CREATION_TAG: creation_id}, client=self.client),
+                attempts=ATTEMPTS,
+                retryable=is_transient,
+            )
         except Exception as exc:
             logger.warning("could not look for a sandbox left by a failed create: %s", redact(exc, self.secrets))
             return
@@ -173,18 +183,24 @@ class Account(ApiKeyAccount):
         if not created_here(task_id):
             return None  # only this process makes sandboxes with this session's tag: none exists for the task
         try:
-            found = retry(lambda: deepinfra.Sandbox.list(tags={TASK_TAG: task_id, SESSION_TAG: SESSION_ID},
-                                                         client=self.client),
-                          attempts=ATTEMPTS, retryable=is_transient)
+            found = retry(
+                lambda: deepinfra.Sandbox.list(tags={TASK_TAG: task_id, SESSION_TAG: SESSION_ID}, client=self.client),
+                attempts=ATTEMPTS,
+                retryable=is_transient,
+            )
         except Exception as exc:
-            logger.warning("looking for task %s's sandbox failed (%s); creating a new one",
-                           task_id, redact(exc, self.secrets))
+            logger.warning(
+                "looking for task %s's sandbox failed (%s); creating a new one", task_id, redact(exc, self.secrets)
+            )
             return None
         matches = [sb for sb in found if sb.state not in ("deleted", "failed")]
         if len(matches) != 1:
             if len(matches) > 1:
-                logger.warning("%d sandboxes carry task %s's tag; not guessing which to resume, creating a new one",
-                               len(matches), task_id)
+                logger.warning(
+                    "%d sandboxes carry task %s's tag; not guessing which to resume, creating a new one",
+                    len(matches),
+                    task_id,
+                )
             return None
         sandbox = matches[0]
         if sandbox.state not in ("stopped", "stopping"):
@@ -278,9 +294,12 @@ class Account(ApiKeyAccount):
         except deepinfra.NotFoundError:
             pass
         except Exception as exc:
-            logger.log(logging.DEBUG if quiet else logging.WARNING,
-                       "terminating sandbox %s failed; it is kept so a later cleanup can retry: %s",
-                       sandbox_id, redact(exc, self.secrets))
+            logger.log(
+                logging.DEBUG if quiet else logging.WARNING,
+                "terminating sandbox %s failed; it is kept so a later cleanup can retry: %s",
+                sandbox_id,
+                redact(exc, self.secrets),
+            )
             return False
         disown(sandbox_id)
         return True
@@ -291,19 +310,21 @@ class Account(ApiKeyAccount):
         import deepinfra
 
         try:
-            active = [sb for sb in deepinfra.Sandbox.list(client=self.client)
-                      if sb.state not in ("deleted", "failed")]
-            listing = "; ".join(f"{sb.id} {sb.state}" + (f" (task {sb.tags[TASK_TAG]})" if TASK_TAG in sb.tags else "")
-                                for sb in active)
+            active = [sb for sb in deepinfra.Sandbox.list(client=self.client) if sb.state not in ("deleted", "failed")]
+            listing = "; ".join(
+                f"{sb.id} {sb.state}" + (f" (task {sb.tags[TASK_TAG]})" if TASK_TAG in sb.tags else "") for sb in active
+            )
             seen = f" Active now: {listing}." if active else ""
         except Exception:
             seen = ""
         said = redact(getattr(exc, "message", exc), self.secrets)
-        return (f"DeepInfra refused a new sandbox: the account's cap on active sandboxes is reached ({said}; "
-                f"DeepInfra allows {MAX_ACTIVE} per account, stopped sandboxes count too).{seen} Terminate "
-                "sandboxes you no longer need (DeepInfra dashboard, or "
-                "deepinfra.Sandbox.from_id('<id>').terminate()) or end another Hermes session, then run the "
-                "command again.")
+        return (
+            f"DeepInfra refused a new sandbox: the account's cap on active sandboxes is reached ({said}; "
+            f"DeepInfra allows {MAX_ACTIVE} per account, stopped sandboxes count too).{seen} Terminate "
+            "sandboxes you no longer need (DeepInfra dashboard, or "
+            "deepinfra.Sandbox.from_id('<id>').terminate()) or end another Hermes session, then run the "
+            "command again."
+        )
 
     def plan_message(self, plan: str, exc: BaseException) -> str:
         import deepinfra
@@ -314,8 +335,10 @@ class Account(ApiKeyAccount):
             known = "see the DeepInfra sandbox catalog"
         reason = redact(getattr(exc, "message", exc), self.secrets)
         if plan:
-            return (f"DeepInfra refused {PLAN_VAR}={plan!r}: {reason}. Available plans: {known}. "
-                    f"Unset {PLAN_VAR} to use the default plan.")
+            return (
+                f"DeepInfra refused {PLAN_VAR}={plan!r}: {reason}. Available plans: {known}. "
+                f"Unset {PLAN_VAR} to use the default plan."
+            )
         return f"DeepInfra refused to create a sandbox: {reason}"
 
 
@@ -350,9 +373,16 @@ def terminate_owned(budget_s: float = EXIT_BUDGET_S) -> None:
     """End of the session: terminate every sandbox this process still owns, within ``budget_s``."""
     with _owned_lock:
         pending = list(_owned.items())
-    workers = [threading.Thread(target=account.terminate_id, args=(sandbox_id,), kwargs={"attempts": 1, "quiet": True},
-                                daemon=True, name=f"deepinfra-exit-{sandbox_id}")
-               for sandbox_id, account in pending]
+    workers = [
+        threading.Thread(
+            target=account.terminate_id,
+            args=(sandbox_id,),
+            kwargs={"attempts": 1, "quiet": True},
+            daemon=True,
+            name=f"deepinfra-exit-{sandbox_id}",
+        )
+        for sandbox_id, account in pending
+    ]
     for worker in workers:
         worker.start()
     deadline = time.monotonic() + budget_s

@@ -26,8 +26,10 @@ KEY_VAR = "DEEPINFRA_API_KEY"
 PLAN_VAR = "DEEPINFRA_SANDBOX_PLAN"
 URL_VAR = "DEEPINFRA_BASE_URL"
 # Required variables and how to get them.
-CREDENTIALS = {KEY_VAR: f"create a key at https://deepinfra.com/dash/api_keys and add {KEY_VAR}=<key> to the "
-                        "profile's .env (~/.hermes/.env by default)"}
+CREDENTIALS = {
+    KEY_VAR: f"create a key at https://deepinfra.com/dash/api_keys and add {KEY_VAR}=<key> to the "
+    "profile's .env (~/.hermes/.env by default)"
+}
 INSTALL = "pip install 'hermes-backend-kit[deepinfra]'"
 _PLAN = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
 
@@ -56,7 +58,10 @@ def resolve(container_config: dict[str, Any] | None, *, terminal: dict[str, Any]
     persistent = container_persistent(container_config, terminal, True)
     plan = (secret(PLAN_VAR) or "").lower()
     if plan and not _PLAN.fullmatch(plan):
-        raise SettingsError(PLAN_VAR, f"{plan!r} is not a plan name",
-                            f"set it to a plan of DeepInfra's sandbox catalog (small, medium, large, ...), "
-                            f"or unset {PLAN_VAR} for the default plan")
+        raise SettingsError(
+            PLAN_VAR,
+            f"{plan!r} is not a plan name",
+            f"set it to a plan of DeepInfra's sandbox catalog (small, medium, large, ...), "
+            f"or unset {PLAN_VAR} for the default plan",
+        )
     return Settings(persistent=persistent, plan=plan)

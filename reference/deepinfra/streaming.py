@@ -36,8 +36,10 @@ SERVER_GRACE_S = 30  # the service's own timeout trails Hermes's, as a backstop
 HTTP_GRACE_S = 30.0  # the read timeout trails the service's timeout, so its kill arrives as a line
 KILL_GRACE_S = 3.0  # after the killer ran, the stream should end within this
 KILL_ATTEMPTS = 2
-LOST = ("\n[deepinfra: the exec stream ended without an exit status (connection lost or service error); "
-        "the command's outcome is unknown]\n")
+LOST = (
+    "\n[deepinfra: the exec stream ended without an exit status (connection lost or service error); "
+    "the command's outcome is unknown]\n"
+)
 
 
 def server_timeout(timeout_s: float) -> int:
@@ -63,9 +65,12 @@ class CommandRun:
     def _request(self) -> Any:
         from deepinfra import RequestSpec
 
-        return RequestSpec("POST", f"/v1/sandboxes/{quote(self.sandbox.id, safe='')}/exec",
-                           json={"command": self.launch.argv, "timeout_seconds": self.timeout_s},
-                           timeout=self.timeout_s + HTTP_GRACE_S)
+        return RequestSpec(
+            "POST",
+            f"/v1/sandboxes/{quote(self.sandbox.id, safe='')}/exec",
+            json={"command": self.launch.argv, "timeout_seconds": self.timeout_s},
+            timeout=self.timeout_s + HTTP_GRACE_S,
+        )
 
     def _pump(self) -> None:
         import deepinfra
@@ -78,13 +83,20 @@ class CommandRun:
                 self._response = response
                 code, note = self._relay(response, started)
         except deepinfra.ContentTooLargeError:
-            note = "\n[deepinfra: stdin is larger than the 100 MiB a sandbox file transfer allows; the command did not run]\n"
+            note = (
+                "\n[deepinfra: stdin is larger than the 100 MiB a sandbox file transfer allows;"
+                " the command did not run]\n"
+            )
         except deepinfra.ConflictError as exc:
-            note = (f"\n[deepinfra: sandbox {self.sandbox.id} is not running ({exc.message}); the command did not "
-                    "run. The next command resumes the sandbox.]\n")
+            note = (
+                f"\n[deepinfra: sandbox {self.sandbox.id} is not running ({exc.message}); the command did not "
+                "run. The next command resumes the sandbox.]\n"
+            )
         except deepinfra.NotFoundError:
-            note = (f"\n[deepinfra: sandbox {self.sandbox.id} no longer exists; the command did not run. The next "
-                    "command runs in a new sandbox.]\n")
+            note = (
+                f"\n[deepinfra: sandbox {self.sandbox.id} no longer exists; the command did not run. The next "
+                "command runs in a new sandbox.]\n"
+            )
         except Exception as exc:  # transport errors, API errors, a stream cut short
             if not self.handle.killed:
                 note = f"\n[deepinfra: the command failed in the service: {redact(exc, self.account.secrets)}]\n"
@@ -123,8 +135,10 @@ class CommandRun:
     def _ended_by_service(self, message: str, elapsed: float) -> tuple[int, str]:
         if elapsed >= self.timeout_s - 1:
             if self.timeout_s >= MAX_COMMAND_S:
-                return 124, ("\n[deepinfra: DeepInfra stops every command after 30 minutes and stopped this one "
-                             f"({message}). Run longer work in the background (nohup ... &) and poll it.]\n")
+                return 124, (
+                    "\n[deepinfra: DeepInfra stops every command after 30 minutes and stopped this one "
+                    f"({message}). Run longer work in the background (nohup ... &) and poll it.]\n"
+                )
             return 124, f"\n[deepinfra: the service stopped the command at its timeout ({message})]\n"
         return 1, f"\n[deepinfra: the service ended the command: {message}]\n"
 
@@ -144,8 +158,12 @@ class CommandRun:
                 return
         if self.done.is_set():
             return
-        logger.warning("command %s in sandbox %s could not be killed on its own; stopping the sandbox "
-                       "(the next command resumes it)", self.launch.run_id, self.sandbox.id)
+        logger.warning(
+            "command %s in sandbox %s could not be killed on its own; stopping the sandbox "
+            "(the next command resumes it)",
+            self.launch.run_id,
+            self.sandbox.id,
+        )
         self.account.stop(self.sandbox)
         response = self._response
         if response is not None and not self.done.wait(KILL_GRACE_S):

@@ -76,8 +76,9 @@ class Account(ApiKeyAccount):
             return None
         return box
 
-    def create(self, name: str, *, labels: tuple[str, ...], size: str, runtime: str | None,
-               keep_alive: bool) -> tuple[Box[Any], bool]:
+    def create(
+        self, name: str, *, labels: tuple[str, ...], size: str, runtime: str | None, keep_alive: bool
+    ) -> tuple[Box[Any], bool]:
         """Create a Box[Any], or attach to the one another process just created under the
         same name; returns (box, attached)."""
         sdk = self._sdk()
@@ -89,8 +90,11 @@ class Account(ApiKeyAccount):
         try:
             # Only a 429 is retried: the request was refused, so no Box was made.  Any other
             # failure may have created one, and a retry could create a second.
-            return retry(lambda: sdk.Box.create(**config), attempts=RATE_LIMITED_ATTEMPTS,
-                         retryable=lambda e: status_code(e) == 429), False
+            return retry(
+                lambda: sdk.Box.create(**config),
+                attempts=RATE_LIMITED_ATTEMPTS,
+                retryable=lambda e: status_code(e) == 429,
+            ), False
         except sdk.BoxError as exc:
             if status_code(exc) == 409:
                 box = self.find(name)
@@ -99,11 +103,15 @@ class Account(ApiKeyAccount):
                     return box, True
             hint = ""
             if status_code(exc) == 429:
-                hint = (f"; the Box API kept answering 429 (rate limit) for {RATE_LIMITED_ATTEMPTS} attempts: "
-                        "wait a minute and run the command again")
+                hint = (
+                    f"; the Box API kept answering 429 (rate limit) for {RATE_LIMITED_ATTEMPTS} attempts: "
+                    "wait a minute and run the command again"
+                )
             elif status_code(exc) in (402, 403) or "limit" in str(exc).lower():
-                hint = ("; paused Boxes count toward the plan's limit: list them with "
-                        "`box list --label hermes` and delete the ones you no longer need")
+                hint = (
+                    "; paused Boxes count toward the plan's limit: list them with "
+                    "`box list --label hermes` and delete the ones you no longer need"
+                )
             raise connection_error(f"creating Box {name} failed{hint}", exc, secrets=self.secrets) from None
 
     def state(self, box: Box[Any]) -> str:
@@ -146,7 +154,8 @@ class Account(ApiKeyAccount):
         except sdk.BoxError as exc:
             if status_code(exc) == 404:
                 return True
-            logger.warning("deleting Box %s failed; it is kept so a later cleanup can retry: %s",
-                           box.id, redact(exc, self.secrets))
+            logger.warning(
+                "deleting Box %s failed; it is kept so a later cleanup can retry: %s", box.id, redact(exc, self.secrets)
+            )
             return False
         return True

@@ -74,8 +74,9 @@ class UpstashBoxEnvironment(PassthroughEnvironment, CleanupOffThread, BaseEnviro
 
     def _new_box(self, name: str) -> Box[Any]:
         s = self._settings
-        box, attached = self._account.create(name, labels=s.labels, size=s.size, runtime=s.runtime,
-                                             keep_alive=s.keep_alive)
+        box, attached = self._account.create(
+            name, labels=s.labels, size=s.size, runtime=s.runtime, keep_alive=s.keep_alive
+        )
         logger.info("using Box %s (%s) for task %s", box.id, name, self._task_id)
         return self._ready(box) if attached else box
 
@@ -105,8 +106,9 @@ class UpstashBoxEnvironment(PassthroughEnvironment, CleanupOffThread, BaseEnviro
         try:
             contact = session.FirstContact(self._box)
         except Exception as exc:
-            raise connection_error(f"Box {self._box.id} did not start a session", exc,
-                                   secrets=self._account.secrets) from None
+            raise connection_error(
+                f"Box {self._box.id} did not start a session", exc, secrets=self._account.secrets
+            ) from None
         try:
             home, code = contact.home()
             if not home.startswith("/"):
@@ -152,8 +154,13 @@ class UpstashBoxEnvironment(PassthroughEnvironment, CleanupOffThread, BaseEnviro
 
     def _download_archive(self, dest: Path) -> None:
         base = f"{self._home}/.hermes".lstrip("/")
-        out, code = self._capture(["bash", "-c", f"[ -d /{shlex.quote(base)} ] || exit 0; "
-                                                 f"tar -cf - -C / --exclude='*.sock' {shlex.quote(base)}"])
+        out, code = self._capture(
+            [
+                "bash",
+                "-c",
+                f"[ -d /{shlex.quote(base)} ] || exit 0; tar -cf - -C / --exclude='*.sock' {shlex.quote(base)}",
+            ]
+        )
         if code != 0:
             raise RuntimeError(f"packing the Hermes files in the Box failed (exit {code})")
         Path(dest).write_bytes(out)
@@ -181,14 +188,19 @@ class UpstashBoxEnvironment(PassthroughEnvironment, CleanupOffThread, BaseEnviro
         self._snapshot_ready = False
         self.init_session()
 
-    def _run_bash(self, cmd_string: str, *, login: bool = False, timeout: int = 120,
-                  stdin_data: str | None = None) -> Any:
+    def _run_bash(
+        self, cmd_string: str, *, login: bool = False, timeout: int = 120, stdin_data: str | None = None
+    ) -> Any:
         argv = ["bash", "-l", "-c", cmd_string] if login else ["bash", "-c", cmd_string]
         payload, stdin_failed = encode_stdin(stdin_data)
         for attempt in (1, 2):
             try:
-                return report_stdin_error(session.start(self._box, argv, cwd=self._home, stdin_data=payload,
-                                                        open_timeout_s=max(1.0, float(timeout))), stdin_failed)
+                return report_stdin_error(
+                    session.start(
+                        self._box, argv, cwd=self._home, stdin_data=payload, open_timeout_s=max(1.0, float(timeout))
+                    ),
+                    stdin_failed,
+                )
             except session.OpenTimeout as exc:
                 return _finished(f"upstash_box: {exc}\n", 124)
             except Exception as exc:
@@ -219,19 +231,25 @@ class UpstashBoxEnvironment(PassthroughEnvironment, CleanupOffThread, BaseEnviro
         if state == "deleted":
             with self._lock:
                 self._replace_next = True
-            return (f"upstash_box: Box {self._box.id} no longer exists (deleted outside Hermes); the command "
-                    "did not run. The next command runs in a new Box.")
+            return (
+                f"upstash_box: Box {self._box.id} no longer exists (deleted outside Hermes); the command "
+                "did not run. The next command runs in a new Box."
+            )
         if state == "error":
-            return (f"upstash_box: Box {self._box.id} is in the error state; the command did not run and the "
-                    "Box was not replaced. Inspect it in the Upstash console, then delete it to start over.")
+            return (
+                f"upstash_box: Box {self._box.id} is in the error state; the command did not run and the "
+                "Box was not replaced. Inspect it in the Upstash console, then delete it to start over."
+            )
         if state in USABLE:
             return self._may_have_run(exc)
         return f"upstash_box: Box {self._box.id} is {state}; the command did not run."
 
     def _may_have_run(self, exc: BaseException) -> str:
         cause = redact(f"{type(exc).__name__}: {exc}", self._account.secrets)
-        return (f"upstash_box: the exec session in Box {self._box.id} failed ({cause}). The command may have "
-                "started; it was not sent again. Check its effects before running it again.")
+        return (
+            f"upstash_box: the exec session in Box {self._box.id} failed ({cause}). The command may have "
+            "started; it was not sent again. Check its effects before running it again."
+        )
 
     # -- teardown ----------------------------------------------------------------------
     def cleanup(self, force_remove: bool = False) -> None:

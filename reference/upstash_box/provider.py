@@ -50,5 +50,6 @@ class UpstashBoxProvider(ReferenceProvider):
         from reference.upstash_box.environment import UpstashBoxEnvironment
 
         account = Account(api_key=configured.credentials[config.KEY_VAR], base_url=config.secret(config.URL_VAR))
-        return UpstashBoxEnvironment(account=account, settings=configured.settings, task_id=task_id,
-                                     cwd=cwd or self.default_cwd, timeout=timeout)
+        return UpstashBoxEnvironment(
+            account=account, settings=configured.settings, task_id=task_id, cwd=cwd or self.default_cwd, timeout=timeout
+        )

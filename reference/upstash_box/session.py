@@ -33,8 +33,10 @@ LOST = "\n[upstash_box: the exec session ended without an exit status (connectio
 
 # Print $HOME, then unpack the archive that follows a "tar" line on stdin (bash's read takes no byte
 # past the newline from a pipe); any other line, or none, ends the session with nothing unpacked.
-CONTACT = ('printf "%s\\n" "$HOME"; IFS= read -r next || exit 0; [ "$next" = tar ] || exit 0; '
-           'exec tar -xf - -C / --no-same-owner')
+CONTACT = (
+    'printf "%s\\n" "$HOME"; IFS= read -r next || exit 0; [ "$next" = tar ] || exit 0; '
+    "exec tar -xf - -C / --no-same-owner"
+)
 
 
 class OpenTimeout(TimeoutError):
@@ -74,8 +76,9 @@ def _open(box: Box[Any], argv: list[str], cwd: str, handle: StreamProcessHandle,
         return outcome["session"]
 
 
-def start(box: Box[Any], argv: list[str], *, cwd: str, stdin_data: bytes | None,
-          open_timeout_s: float = 120.0) -> StreamProcessHandle:
+def start(
+    box: Box[Any], argv: list[str], *, cwd: str, stdin_data: bytes | None, open_timeout_s: float = 120.0
+) -> StreamProcessHandle:
     """Start ``argv`` in ``box``; raises the SDK's BoxError if the session cannot start,
     OpenTimeout if it does not start within ``open_timeout_s``."""
     handle = StreamProcessHandle()
@@ -90,8 +93,9 @@ def start(box: Box[Any], argv: list[str], *, cwd: str, stdin_data: bytes | None,
             closer.start()
 
     handle.set_stop(stop)
-    feeder = threading.Thread(target=_feed_stdin, args=(session, stdin_data, handle), daemon=True,
-                              name="upstash-box-stdin")
+    feeder = threading.Thread(
+        target=_feed_stdin, args=(session, stdin_data, handle), daemon=True, name="upstash-box-stdin"
+    )
     handle._hermes_stdin_thread = feeder
     feeder.start()
     threading.Thread(target=_await_exit, args=(session, handle), daemon=True, name="upstash-box-exit").start()
@@ -122,8 +126,9 @@ def _await_exit(session: Any, handle: StreamProcessHandle) -> None:
     session.close()
 
 
-def capture(box: Box[Any], argv: list[str], *, cwd: str, stdin_data: bytes | None = None,
-            timeout: float = 300.0) -> tuple[bytes, int]:
+def capture(
+    box: Box[Any], argv: list[str], *, cwd: str, stdin_data: bytes | None = None, timeout: float = 300.0
+) -> tuple[bytes, int]:
     """Run ``argv`` to completion and return (stdout + stderr bytes, exit code)."""
     chunks: list[bytes] = []
     session = box.exec.session(argv=argv, cwd=cwd, on_stdout=chunks.append, on_stderr=chunks.append)
@@ -156,8 +161,9 @@ class FirstContact:
         self._stderr = bytearray()
         self._line = threading.Event()
         self._used = False
-        self._session = box.exec.session(argv=["bash", "-c", CONTACT], cwd="/", on_stdout=self._out,
-                                         on_stderr=self._err)
+        self._session = box.exec.session(
+            argv=["bash", "-c", CONTACT], cwd="/", on_stdout=self._out, on_stderr=self._err
+        )
 
     def _out(self, data: bytes) -> None:
         with self._lock:

@@ -28,8 +28,10 @@ logger = logging.getLogger("reference.upstash_box")
 KEY_VAR = "UPSTASH_BOX_API_KEY"
 URL_VAR = "UPSTASH_BOX_BASE_URL"
 # Required variables and how to get them.
-CREDENTIALS = {KEY_VAR: f"create a Box API key in the Upstash console and add {KEY_VAR}=<key> to the profile's "
-                        ".env (~/.hermes/.env by default)"}
+CREDENTIALS = {
+    KEY_VAR: f"create a Box API key in the Upstash console and add {KEY_VAR}=<key> to the profile's "
+    ".env (~/.hermes/.env by default)"
+}
 INSTALL = "pip install 'hermes-backend-kit[upstash]'"
 SIZES = ("small", "medium", "large")
 BASE_LABEL = "hermes"
@@ -50,8 +52,9 @@ class Settings:
     warnings: tuple[str, ...] = field(default=(), compare=False)
 
 
-def resolve(container_config: dict[str, Any] | None, *, image: str | None = None,
-            terminal: dict[str, Any] | None = None) -> Settings:
+def resolve(
+    container_config: dict[str, Any] | None, *, image: str | None = None, terminal: dict[str, Any] | None = None
+) -> Settings:
     """Settings from config.yaml (``terminal``) and the host's container_config."""
     terminal = terminal_settings() if terminal is None else terminal
     warnings: list[str] = []
@@ -72,8 +75,10 @@ def resolve(container_config: dict[str, Any] | None, *, image: str | None = None
         if label == BASE_LABEL or label in labels:
             continue
         if len(label) > MAX_LABEL_CHARS or not _LABEL.match(label):
-            warnings.append(f"label {label!r} dropped: labels are at most {MAX_LABEL_CHARS} characters "
-                            "of letters, digits, '.', '_' and '-'")
+            warnings.append(
+                f"label {label!r} dropped: labels are at most {MAX_LABEL_CHARS} characters "
+                "of letters, digits, '.', '_' and '-'"
+            )
             continue
         if len(labels) > MAX_EXTRA_LABELS:
             warnings.append(f"label {label!r} dropped: at most {MAX_EXTRA_LABELS} extra labels")
@@ -83,9 +88,12 @@ def resolve(container_config: dict[str, Any] | None, *, image: str | None = None
     raw_prefix = str(terminal.get("upstash_box_name_prefix") or "hermes")
     prefix = raw_prefix.strip().lower()
     if not _PREFIX.match(prefix):
-        raise SettingsError("terminal.upstash_box_name_prefix", f"{raw_prefix!r} is not a valid Box name prefix",
-                            "use up to 30 lowercase letters, digits and '-', e.g. "
-                            "hermes config set terminal.upstash_box_name_prefix hermes-laptop")
+        raise SettingsError(
+            "terminal.upstash_box_name_prefix",
+            f"{raw_prefix!r} is not a valid Box name prefix",
+            "use up to 30 lowercase letters, digits and '-', e.g. "
+            "hermes config set terminal.upstash_box_name_prefix hermes-laptop",
+        )
     runtime = (image or "").strip() or str(terminal.get("upstash_box_runtime") or "").strip() or None
     for text in warnings:
         logger.warning("upstash_box: %s", text)

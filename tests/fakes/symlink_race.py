@@ -53,8 +53,7 @@ class SymlinkSwapper:
         assert self.proc.stdout.readline().strip() == b"ready", self.proc.stderr.read()
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         assert self.proc is not None
         alive = self.proc.poll() is None
         self.proc.signal(signal.SIGTERM)
@@ -66,5 +65,6 @@ class SymlinkSwapper:
 
 def escaped(outside: Path) -> list[str]:
     """Every file or directory that landed in the host directory."""
-    return sorted(os.path.relpath(os.path.join(d, n), outside)
-                  for d, dirs, files in os.walk(outside) for n in (*dirs, *files))
+    return sorted(
+        os.path.relpath(os.path.join(d, n), outside) for d, dirs, files in os.walk(outside) for n in (*dirs, *files)
+    )

@@ -33,8 +33,9 @@ def box(tmp_path: Path) -> dict[str, Path]:
 
 def fs_of(box: dict[str, Path], uid: int | None = None, gid: int | None = None) -> BoxFS:
     # The box's tmp is at /scratch here: the test's host directories live under the real /tmp.
-    return BoxFS([Area("/home/u", box["home"]), Area("/work", box["workspace"]), Area("/scratch", box["tmp"])],
-                 uid, gid)
+    return BoxFS(
+        [Area("/home/u", box["home"]), Area("/work", box["workspace"]), Area("/scratch", box["tmp"])], uid, gid
+    )
 
 
 def kind(call) -> str:  # type: ignore[no-untyped-def]
@@ -81,10 +82,15 @@ def test_a_write_replaces_the_file_and_keeps_its_mode(box: dict[str, Path]) -> N
 def test_links_out_of_the_areas_are_refused_everywhere(box: dict[str, Path], target: str) -> None:
     fs = fs_of(box)
     (box["workspace"] / "out").symlink_to(target.format(host=box["host"]))
-    for call in (lambda: fs.read("/work/out/secret"), lambda: fs.read("/work/out"),
-                 lambda: fs.write("/work/out/new", b"x"), lambda: fs.makedirs("/work/out/d"),
-                 lambda: fs.list("/work/out"), lambda: fs.stat("/work/out", follow=True),
-                 lambda: fs.write("/work/out", b"x")):
+    for call in (
+        lambda: fs.read("/work/out/secret"),
+        lambda: fs.read("/work/out"),
+        lambda: fs.write("/work/out/new", b"x"),
+        lambda: fs.makedirs("/work/out/d"),
+        lambda: fs.list("/work/out"),
+        lambda: fs.stat("/work/out", follow=True),
+        lambda: fs.write("/work/out", b"x"),
+    ):
         assert kind(call) in ("outside", "not_a_directory"), call
     assert sorted(p.name for p in box["host"].iterdir()) == ["secret"]
     assert (box["host"] / "secret").read_text() == "host secret\n"
@@ -130,8 +136,10 @@ def test_link_loops_end_as_loop(box: dict[str, Path]) -> None:
     assert kind(lambda: fs.write("/work/a/x", b"")) == "loop"
 
 
-@pytest.mark.parametrize("path, detail", [("/work/a\0b", "NUL"), ("work/a", "absolute"),
-                                          ("/work/" + "x" * 5000, "longer"), ("/etc/passwd", "")])
+@pytest.mark.parametrize(
+    "path, detail",
+    [("/work/a\0b", "NUL"), ("work/a", "absolute"), ("/work/" + "x" * 5000, "longer"), ("/etc/passwd", "")],
+)
 def test_bad_paths_are_refused_before_any_disk_access(box: dict[str, Path], path: str, detail: str) -> None:
     fs = fs_of(box)
     with pytest.raises(FsError) as info:
@@ -172,14 +180,19 @@ def test_what_is_created_belongs_to_the_box_owner(box: dict[str, Path]) -> None:
     fs = fs_of(box, *OWNER)
     fs.write("/work/new/dirs/f", b"x")
     fs.mkdir("/home/u/d")
-    for path in (box["workspace"] / "new", box["workspace"] / "new/dirs", box["workspace"] / "new/dirs/f",
-                 box["home"] / "d"):
+    for path in (
+        box["workspace"] / "new",
+        box["workspace"] / "new/dirs",
+        box["workspace"] / "new/dirs/f",
+        box["home"] / "d",
+    ):
         st = path.stat()
         assert (st.st_uid, st.st_gid) == OWNER, path
 
 
-def test_copy_tree_keeps_links_skips_specials_and_gives_the_copy_to_its_owner(box: dict[str, Path],
-                                                                              tmp_path: Path) -> None:
+def test_copy_tree_keeps_links_skips_specials_and_gives_the_copy_to_its_owner(
+    box: dict[str, Path], tmp_path: Path
+) -> None:
     src = box["workspace"]
     (src / "d").mkdir()
     (src / "d" / "f").write_bytes(b"data")
@@ -191,8 +204,9 @@ def test_copy_tree_keeps_links_skips_specials_and_gives_the_copy_to_its_owner(bo
     boxfs.copy_tree(src, dest, uid, gid)
     assert sorted(p.name for p in dest.iterdir()) == ["d", "out"]
     assert (dest / "d" / "f").read_bytes() == b"data" and stat.S_IMODE((dest / "d" / "f").stat().st_mode) == 0o600
-    assert (dest / "out").is_symlink() and os.readlink(dest / "out") == str(box["host"]), \
+    assert (dest / "out").is_symlink() and os.readlink(dest / "out") == str(box["host"]), (
         "a link is copied as a link, never followed"
+    )
     for path in (dest / "d", dest / "d" / "f"):
         assert (path.stat().st_uid, path.stat().st_gid) == (uid, gid)
     assert (os.lstat(dest / "out").st_uid, os.lstat(dest / "out").st_gid) == (uid, gid)

@@ -79,11 +79,23 @@ def test_values_cross_with_their_types(served):
     _, _, client = served
     world = client.hello()["root"]
     assert isinstance(world, RemoteObject)
-    value = {"t": (1, "a"), "s": {"x"}, "b": b"\x00\xff", "p": Path("/workspace/f"), "$odd": [None, 1.5, True],
-             "n": {"inner": (2,)}}
+    value = {
+        "t": (1, "a"),
+        "s": {"x"},
+        "b": b"\x00\xff",
+        "p": Path("/workspace/f"),
+        "$odd": [None, 1.5, True],
+        "n": {"inner": (2,)},
+    }
     back = world.echo(value)
-    assert back == {"t": (1, "a"), "s": frozenset({"x"}), "b": b"\x00\xff", "p": Path("/workspace/f"),
-                    "$odd": [None, 1.5, True], "n": {"inner": (2,)}}
+    assert back == {
+        "t": (1, "a"),
+        "s": frozenset({"x"}),
+        "b": b"\x00\xff",
+        "p": Path("/workspace/f"),
+        "$odd": [None, 1.5, True],
+        "n": {"inner": (2,)},
+    }
     assert world.capabilities == {"world", "world-states"}
 
 

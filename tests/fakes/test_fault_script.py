@@ -37,11 +37,14 @@ def test_a_sandbox_scoped_fault_spares_other_sandboxes():
     assert faults.take("GET /boxes/{id}", "b1").kind == "drop"
 
 
-@pytest.mark.parametrize("call, message", [
-    (lambda s: s.arm("status", "delete"), "this fake has no 'delete' routes; it has create, exec, read"),
-    (lambda s: s.arm("explode", "exec"), "unknown fault kind 'explode'"),
-    (lambda s: FaultScript(Faults(), {"write": ("PUT /x",)}), "unknown fault role(s) ['write']"),
-])
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda s: s.arm("status", "delete"), "this fake has no 'delete' routes; it has create, exec, read"),
+        (lambda s: s.arm("explode", "exec"), "unknown fault kind 'explode'"),
+        (lambda s: FaultScript(Faults(), {"write": ("PUT /x",)}), "unknown fault role(s) ['write']"),
+    ],
+)
 def test_mistakes_name_the_problem(call, message):
     with pytest.raises(ValueError) as caught:
         call(FaultScript(Faults(), ROUTES))

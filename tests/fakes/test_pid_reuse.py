@@ -94,8 +94,9 @@ def test_tempdir_cleanup_spares_a_recycled_pid(tmp_path, monkeypatch):
     monkeypatch.setenv("TEMPDIR_BOX_ROOT", str(tmp_path / "boxes"))
     from fakes.tempdir_box.box_provider import TempdirBoxProvider
 
-    env = TempdirBoxProvider().create_environment(cwd="", timeout=30, task_id="pid-reuse",
-                                                  container_config={"container_persistent": False})
+    env = TempdirBoxProvider().create_environment(
+        cwd="", timeout=30, task_id="pid-reuse", container_config={"container_persistent": False}
+    )
     try:
         result = env.execute("echo $$")  # bash -c is the group leader
         assert result["returncode"] == 0, result

@@ -73,8 +73,12 @@ def test_no_environment_of_the_kit_or_of_another_box_is_readable(world: World, m
     neighbour_secret = "neighbour-" + secrets.token_hex(12)
     neighbour = world.spawn(b, cmd="sleep 30", login=False, env={"NEIGHBOUR_SECRET": neighbour_secret})
     try:
-        code, out, _ = run(world, a, "cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n'; "
-                                     "cat /proc/1/environ >/dev/null 2>&1 && echo INIT-READABLE; true")
+        code, out, _ = run(
+            world,
+            a,
+            "cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n'; "
+            "cat /proc/1/environ >/dev/null 2>&1 && echo INIT-READABLE; true",
+        )
         assert code == 0
         assert canary not in out and "KIT_ISOLATION_CANARY" not in out
         assert neighbour_secret not in out
@@ -104,8 +108,12 @@ def test_remounting_read_write_is_refused_and_changes_nothing(world: World) -> N
     box = world.create()
     name = f"kit-isolation-{secrets.token_hex(6)}"
     try:
-        _, out, _ = run(world, box, f"mount -o remount,rw /usr; mount -o remount,rw,bind /etc; "
-                                    f"umount -l /usr; touch /usr/{name} /etc/{name} && echo WROTE; true")
+        _, out, _ = run(
+            world,
+            box,
+            f"mount -o remount,rw /usr; mount -o remount,rw,bind /etc; "
+            f"umount -l /usr; touch /usr/{name} /etc/{name} && echo WROTE; true",
+        )
         assert "WROTE" not in out
         assert not Path("/usr", name).exists() and not Path("/etc", name).exists()
     finally:
@@ -121,8 +129,12 @@ def test_a_root_owned_host_file_in_the_box_cannot_be_changed(world: World) -> No
     guarded.write_text("original\n")
     os.chown(guarded, 0, 0)
     os.chmod(guarded, 0o644)
-    _, out, _ = run(world, box, f"cd {world.layout.workspace}; echo changed >> root-owned; "
-                                "chmod 666 root-owned; echo changed > root-owned; stat -c %U root-owned")
+    _, out, _ = run(
+        world,
+        box,
+        f"cd {world.layout.workspace}; echo changed >> root-owned; "
+        "chmod 666 root-owned; echo changed > root-owned; stat -c %U root-owned",
+    )
     assert guarded.read_text() == "original\n"
     assert guarded.stat().st_mode & 0o777 == 0o644
     assert out.split()[-1] == "nobody", "host root must not be root inside the box"

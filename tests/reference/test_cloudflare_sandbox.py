@@ -27,8 +27,16 @@ from fakes.faults import Fault
 
 pytestmark = pytest.mark.usefixtures("builtin_host")
 
-TIMINGS = {"heartbeat_s": 0.2, "kill_grace_s": 0.3, "drain_idle_s": 0.1, "drain_grace_s": 0.5,
-           "hard_deadline_grace_s": 0.3, "failure_grace_s": 0.5, "idle_s": 120.0, "alarm_retry_s": 0.5}
+TIMINGS = {
+    "heartbeat_s": 0.2,
+    "kill_grace_s": 0.3,
+    "drain_idle_s": 0.1,
+    "drain_grace_s": 0.5,
+    "hard_deadline_grace_s": 0.3,
+    "failure_grace_s": 0.5,
+    "idle_s": 120.0,
+    "alarm_retry_s": 0.5,
+}
 
 
 class Recording:
@@ -88,8 +96,12 @@ def provider() -> Any:
 
 
 def make(provider: Any, task_id: str | None = None, *, persistent: bool = False, timeout: int = 30) -> Any:
-    return provider.create_environment(cwd="/workspace", timeout=timeout, task_id=task_id or f"t-{uuid.uuid4().hex[:8]}",
-                                       container_config={"container_persistent": persistent})
+    return provider.create_environment(
+        cwd="/workspace",
+        timeout=timeout,
+        task_id=task_id or f"t-{uuid.uuid4().hex[:8]}",
+        container_config={"container_persistent": persistent},
+    )
 
 
 @pytest.fixture
@@ -234,8 +246,9 @@ def test_concurrent_execs_overlap_with_the_extension(on_ext, provider):
     assert env.extensions == ["concurrent-exec", "large-output"]
     flag = f"/tmp/flag-{uuid.uuid4().hex}"
     waiter: dict[str, Any] = {}
-    thread = threading.Thread(target=lambda: waiter.update(env.execute(
-        f"while [ ! -e {flag} ]; do sleep 0.05; done; echo got", timeout=10)))
+    thread = threading.Thread(
+        target=lambda: waiter.update(env.execute(f"while [ ! -e {flag} ]; do sleep 0.05; done; echo got", timeout=10))
+    )
     thread.start()
     time.sleep(0.3)
     assert env.execute(f"touch {flag}", timeout=5)["returncode"] == 0  # runs while the waiter holds a stream
@@ -243,8 +256,10 @@ def test_concurrent_execs_overlap_with_the_extension(on_ext, provider):
     assert waiter["output"] == "got\n", "the second command could not run next to the first"
     results: dict[int, dict[str, Any]] = {}
     started = time.monotonic()
-    threads = [threading.Thread(target=lambda i=i: results.__setitem__(i, env.execute(f"sleep 0.5; exit {i}")))
-               for i in range(4)]
+    threads = [
+        threading.Thread(target=lambda i=i: results.__setitem__(i, env.execute(f"sleep 0.5; exit {i}")))
+        for i in range(4)
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -259,8 +274,10 @@ def test_v1_worker_gets_one_exec_at_a_time_and_no_busy_errors(on_v1, provider, v
     assert env.extensions == []
     results: dict[int, dict[str, Any]] = {}
     started = time.monotonic()
-    threads = [threading.Thread(target=lambda i=i: results.__setitem__(i, env.execute(f"sleep 0.3; echo {i}")))
-               for i in range(4)]
+    threads = [
+        threading.Thread(target=lambda i=i: results.__setitem__(i, env.execute(f"sleep 0.3; echo {i}")))
+        for i in range(4)
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -268,9 +285,14 @@ def test_v1_worker_gets_one_exec_at_a_time_and_no_busy_errors(on_v1, provider, v
     assert [results[i]["output"] for i in range(4)] == ["0\n", "1\n", "2\n", "3\n"]
     assert time.monotonic() - started >= 1.2, "execs overlapped on a v1 Worker"
     # Another client holds the workspace: 409 workspace_busy means "not run", so the command waits.
-    with httpx.Client(base_url=on_v1.base_url, headers={"Authorization": f"Bearer {on_v1.token}"}) as raw, \
-            raw.stream("POST", f"/v1/sandboxes/{env.workspace_id}/exec",
-                       json={"request_id": uuid.uuid4().hex, "command": "sleep 0.6"}) as held:
+    with (
+        httpx.Client(base_url=on_v1.base_url, headers={"Authorization": f"Bearer {on_v1.token}"}) as raw,
+        raw.stream(
+            "POST",
+            f"/v1/sandboxes/{env.workspace_id}/exec",
+            json={"request_id": uuid.uuid4().hex, "command": "sleep 0.6"},
+        ) as held,
+    ):
         assert held.status_code == 200
         result = env.execute("echo waited", timeout=10)
         held.read()
@@ -278,8 +300,9 @@ def test_v1_worker_gets_one_exec_at_a_time_and_no_busy_errors(on_v1, provider, v
     # What a v1 Worker cannot give: a command that waits for another one to act only times out.
     flag = f"/tmp/flag-{uuid.uuid4().hex}"
     waiter: dict[str, Any] = {}
-    thread = threading.Thread(target=lambda: waiter.update(env.execute(
-        f"while [ ! -e {flag} ]; do sleep 0.05; done; echo got", timeout=1)))
+    thread = threading.Thread(
+        target=lambda: waiter.update(env.execute(f"while [ ! -e {flag} ]; do sleep 0.05; done; echo got", timeout=1))
+    )
     thread.start()
     time.sleep(0.2)
     assert env.execute(f"touch {flag}", timeout=5)["returncode"] == 0
@@ -322,8 +345,12 @@ def test_stdin_of_every_shape_arrives(on_v1, provider, v1):
     recording = v1[1]
     from reference.cloudflare_sandbox import payload
 
-    cases = {"text": "héllo 🚀\r\n", "nul": "a\x00b\x1b[0m", "undecodable": b"\xff\xfe ok".decode("utf-8", "surrogateescape"),
-             "large": "kit 'q' $HOME ü\n" * 200_000}
+    cases = {
+        "text": "héllo 🚀\r\n",
+        "nul": "a\x00b\x1b[0m",
+        "undecodable": b"\xff\xfe ok".decode("utf-8", "surrogateescape"),
+        "large": "kit 'q' $HOME ü\n" * 200_000,
+    }
     for name, data in cases.items():
         raw = data.encode("utf-8", "surrogateescape")
         before = len(recording.paths("/exec"))
@@ -360,7 +387,9 @@ def test_dropped_connection_may_have_run_and_is_not_retried(on_ext, provider, ex
     # Cut the body after the started event and the first output, before the exit event.
     on_ext.faults.arm(Fault("drop", route=ROUTE_EXEC, box=env.workspace_id, after_bytes=110))
     result = env.execute(f"echo x >> {counter}; echo started; sleep 0.3; echo done", timeout=10)
-    assert result["returncode"] == 1 and "may have run" in result["output"] and "nothing was retried" in result["output"]
+    assert (
+        result["returncode"] == 1 and "may have run" in result["output"] and "nothing was retried" in result["output"]
+    )
     assert result["output"].startswith("started\n")
     assert len(recording.paths("/exec")) - before == 1, "the command was sent again"
     assert sum(1 for _, p, _ in recording.requests if "/cancel/" in p) == cancels + 1, "no best-effort cancel"
@@ -370,8 +399,9 @@ def test_dropped_connection_may_have_run_and_is_not_retried(on_ext, provider, ex
 
 def test_requests_carry_the_named_agent_and_access_headers(monkeypatch, tmp_path, ext, provider):
     server, recording = ext
-    point(monkeypatch, tmp_path, server, HERMES_CF_ACCESS_CLIENT_ID="cid.access",
-          HERMES_CF_ACCESS_CLIENT_SECRET="s" * 40)
+    point(
+        monkeypatch, tmp_path, server, HERMES_CF_ACCESS_CLIENT_ID="cid.access", HERMES_CF_ACCESS_CLIENT_SECRET="s" * 40
+    )
     before = len(recording.requests)
     env = make(provider)
     env.execute("true")
@@ -394,8 +424,9 @@ def test_the_token_never_reaches_the_container_logs_or_errors(on_ext, provider, 
         env = make(provider)
         dump = env.execute("env; cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n'")["output"]
         # A Worker (or proxy) that echoes the token in its error text: only the code is kept.
-        on_ext.faults.arm(Fault("status", route=ROUTE_EXEC, box=env.workspace_id, status=500,
-                                message=f"boom Bearer {token} {secret}"))
+        on_ext.faults.arm(
+            Fault("status", route=ROUTE_EXEC, box=env.workspace_id, status=500, message=f"boom Bearer {token} {secret}")
+        )
         refused = env.execute("true")["output"]
         world(on_ext).fail(env.workspace_id)
         lost = env.execute("true")["output"]
@@ -413,17 +444,23 @@ def test_the_token_never_reaches_the_container_logs_or_errors(on_ext, provider, 
 
 
 # ---------------------------------------------------------------------------- settings
-@pytest.mark.parametrize(("variables", "expected"), [
-    ({"HERMES_CF_ENDPOINT": "https://w.example.workers.dev/v1"}, "HERMES_CF_ENDPOINT must be the Worker's origin only"),
-    ({"HERMES_CF_ENDPOINT": "http://w.example.workers.dev"}, "use https://"),
-    ({"HERMES_CF_ENDPOINT": "https://user:pw@w.example.workers.dev"}, "HERMES_CF_ENDPOINT contains credentials"),
-    ({"HERMES_CF_TOKEN": "short-token"}, "HERMES_CF_TOKEN is too short (11 characters"),
-    ({"HERMES_CF_TOKEN": "has space " * 5}, "HERMES_CF_TOKEN contains whitespace"),
-    ({"HERMES_CF_ACCESS_CLIENT_ID": "only-id"}, "only HERMES_CF_ACCESS_CLIENT_ID is set"),
-    ({"HERMES_CF_ACCESS_CLIENT_SECRET": "x" * 40}, "set HERMES_CF_ACCESS_CLIENT_ID too"),
-    ({"HERMES_CF_INSTANCE": "huge"}, "HERMES_CF_INSTANCE 'huge' is not an instance type"),
-    ({"HERMES_CF_IMAGE": "bad image"}, "HERMES_CF_IMAGE 'bad image' is not an image name"),
-])
+@pytest.mark.parametrize(
+    ("variables", "expected"),
+    [
+        (
+            {"HERMES_CF_ENDPOINT": "https://w.example.workers.dev/v1"},
+            "HERMES_CF_ENDPOINT must be the Worker's origin only",
+        ),
+        ({"HERMES_CF_ENDPOINT": "http://w.example.workers.dev"}, "use https://"),
+        ({"HERMES_CF_ENDPOINT": "https://user:pw@w.example.workers.dev"}, "HERMES_CF_ENDPOINT contains credentials"),
+        ({"HERMES_CF_TOKEN": "short-token"}, "HERMES_CF_TOKEN is too short (11 characters"),
+        ({"HERMES_CF_TOKEN": "has space " * 5}, "HERMES_CF_TOKEN contains whitespace"),
+        ({"HERMES_CF_ACCESS_CLIENT_ID": "only-id"}, "only HERMES_CF_ACCESS_CLIENT_ID is set"),
+        ({"HERMES_CF_ACCESS_CLIENT_SECRET": "x" * 40}, "set HERMES_CF_ACCESS_CLIENT_ID too"),
+        ({"HERMES_CF_INSTANCE": "huge"}, "HERMES_CF_INSTANCE 'huge' is not an instance type"),
+        ({"HERMES_CF_IMAGE": "bad image"}, "HERMES_CF_IMAGE 'bad image' is not an image name"),
+    ],
+)
 def test_configuration_errors_name_the_variable_and_the_fix(monkeypatch, tmp_path, provider, variables, expected):
     for name in [k for k in os.environ if k.startswith("HERMES_CF_")]:
         monkeypatch.delenv(name)

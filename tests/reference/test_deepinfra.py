@@ -62,8 +62,9 @@ def provider():
 
 
 def make(provider, task_id: str, *, persistent: bool = True, **container):
-    return provider.create_environment(cwd="/root", timeout=30, task_id=task_id,
-                                       container_config={"container_persistent": persistent, **container})
+    return provider.create_environment(
+        cwd="/root", timeout=30, task_id=task_id, container_config={"container_persistent": persistent, **container}
+    )
 
 
 def box_of(srv: DeepInfraServer, env):
@@ -190,7 +191,9 @@ def test_failed_sandbox_is_reported_not_replaced(home, provider, server):
 def test_a_create_whose_reply_is_lost_is_cleaned_up_by_its_creation_tag(home, provider, server):
     server.faults.arm(Fault("drop", route=ROUTE_CREATE, after_bytes=3))
     env = make(provider, "session:leak", persistent=False)  # the retry after cleanup succeeds
-    tagged = [b for b in server.world.boxes(include_deleted=True) if b.meta["tags"].get("hermes_task_id") == "session:leak"]
+    tagged = [
+        b for b in server.world.boxes(include_deleted=True) if b.meta["tags"].get("hermes_task_id") == "session:leak"
+    ]
     assert len(tagged) == 2
     leaked = next(b for b in tagged if b.id != env.sandbox_id)
     assert leaked.state == "deleted", "the sandbox whose create reply was lost was not terminated"
@@ -275,8 +278,7 @@ def test_an_interrupt_kills_only_the_command(home, provider, server):
     env.cleanup()
 
 
-def test_when_the_kill_exec_fails_the_sandbox_is_stopped_and_resumed(home, provider, server, caplog,
-                                                                    monkeypatch):
+def test_when_the_kill_exec_fails_the_sandbox_is_stopped_and_resumed(home, provider, server, caplog, monkeypatch):
     env = make(provider, "session:fallback", persistent=False)
     env.execute("echo w > ~/kept")
     box = box_of(server, env)
@@ -333,8 +335,10 @@ def test_files_go_up_as_one_archive_and_changes_come_back(home, provider, server
     env = make(provider, "session:sync", persistent=False)
     listing = env.execute("cd /workspace/.hermes && find . -type f | sort")["output"].split()
     assert listing == ["./cache/images/a.bin", "./credentials/svc.json", "./skills/demo/SKILL.md"]
-    env.execute("printf new > ~/.hermes/cache/images/a.bin; printf evil > ~/.hermes/credentials/svc.json; "
-                "printf x > ~/.hermes/config.yaml")
+    env.execute(
+        "printf new > ~/.hermes/cache/images/a.bin; printf evil > ~/.hermes/credentials/svc.json; "
+        "printf x > ~/.hermes/config.yaml"
+    )
     env.cleanup()
     assert (home / "cache" / "images" / "a.bin").read_bytes() == b"new"
     assert (home / "credentials" / "svc.json").read_text() == '{"k": 1}\n'
@@ -365,8 +369,9 @@ def test_bulk_upload_is_one_fs_write_and_large_sets_go_file_by_file(home, provid
     env.cleanup()
 
 
-def test_sync_back_archive_has_absolute_member_names_and_large_ones_come_in_parts(home, provider, server,
-                                                                                    tmp_path, monkeypatch):
+def test_sync_back_archive_has_absolute_member_names_and_large_ones_come_in_parts(
+    home, provider, server, tmp_path, monkeypatch
+):
     from reference.deepinfra import files
 
     env = make(provider, "session:tar", persistent=False)

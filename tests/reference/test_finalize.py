@@ -29,8 +29,10 @@ def test_collected_environment_is_cleaned_up():
 
 def test_environment_alive_at_exit_does_not_hang_the_interpreter():
     # Python 3.11 cannot start a thread during finalization: Thread.start() in __del__ waited forever.
-    script = ("from reference.common.finalize import CleanupOffThread\n"
-              "class E(CleanupOffThread):\n    def cleanup(self): pass\n"
-              "kept = E()\n")
+    script = (
+        "from reference.common.finalize import CleanupOffThread\n"
+        "class E(CleanupOffThread):\n    def cleanup(self): pass\n"
+        "kept = E()\n"
+    )
     proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, timeout=30)
     assert proc.returncode == 0

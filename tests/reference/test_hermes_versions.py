@@ -69,8 +69,9 @@ def test_older_hermes_gets_one_warning_naming_the_floor(backend, host, tmp_path)
         "print('registered', len(ctx.registered))\n"
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
-    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env,
-                         cwd=tmp_path, timeout=60)
+    run = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60
+    )
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip() == "registered 0"
     warnings = [line for line in run.stderr.splitlines() if line.startswith("WARNING")]

@@ -32,8 +32,11 @@ ROOT = Path(__file__).resolve().parents[2]
 BACKENDS = {
     # backend: (fake, provider "module:Class", its first required variable)
     "upstash_box": ("upstash", "reference.upstash_box.provider:UpstashBoxProvider", "UPSTASH_BOX_API_KEY"),
-    "cloudflare_sandbox": ("cloudflare", "reference.cloudflare_sandbox.provider:CloudflareSandboxProvider",
-                           "HERMES_CF_ENDPOINT"),
+    "cloudflare_sandbox": (
+        "cloudflare",
+        "reference.cloudflare_sandbox.provider:CloudflareSandboxProvider",
+        "HERMES_CF_ENDPOINT",
+    ),
     "deepinfra": ("deepinfra", "reference.deepinfra.provider:DeepInfraProvider", "DEEPINFRA_API_KEY"),
 }
 VENDOR_PREFIXES = ("UPSTASH_BOX_", "HERMES_CF_", "DEEPINFRA_")
@@ -80,12 +83,12 @@ class Subject:
         for name, value in values.items():
             self._monkeypatch.setenv(name, value)
 
-    def create(self, task_id: str = "policy", *, persistent: bool = False,
-               container_config: dict[str, Any] | None = None) -> Any:
+    def create(
+        self, task_id: str = "policy", *, persistent: bool = False, container_config: dict[str, Any] | None = None
+    ) -> Any:
         if container_config is None:
             container_config = {"container_persistent": persistent}
-        return self.provider.create_environment(cwd="", timeout=30, task_id=task_id,
-                                                container_config=container_config)
+        return self.provider.create_environment(cwd="", timeout=30, task_id=task_id, container_config=container_config)
 
     def live(self) -> set[str]:
         """The fake's sandboxes that exist (whatever their state) and are not deleted."""
@@ -102,8 +105,9 @@ def backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
-def subject_for(backend: str, fakes: dict[str, FakeService], tmp_path: Path,
-                monkeypatch: pytest.MonkeyPatch) -> Subject:
+def subject_for(
+    backend: str, fakes: dict[str, FakeService], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Subject:
     for name in [k for k in os.environ if k.startswith(VENDOR_PREFIXES)]:
         monkeypatch.delenv(name)
     home = tmp_path / "hermes"
@@ -128,8 +132,9 @@ def host_connection_error() -> type[Exception]:
 
 # ------------------------------------------------------------------------------------- settings
 @pytest.mark.parametrize(("backend", "where", "values", "setting"), BAD_SETTINGS)
-def test_a_bad_setting_is_one_error_naming_the_setting_and_the_fix(backend, where, values, setting, fakes,
-                                                                     tmp_path, monkeypatch, caplog):
+def test_a_bad_setting_is_one_error_naming_the_setting_and_the_fix(
+    backend, where, values, setting, fakes, tmp_path, monkeypatch, caplog
+):
     s = subject_for(backend, fakes, tmp_path, monkeypatch)
     if where == "config":
         s.terminal(**values)
@@ -203,8 +208,9 @@ def test_a_broken_secret_scope_is_a_missing_credential_and_nothing_is_read_elsew
 # -------------------------------------------------------------------------------- connection
 def test_a_refusing_service_is_one_connection_error_without_the_credential(subject):
     """The service refuses the create (403) and echoes the credential in its error body."""
-    armed = subject.fake.world.faults.arm("status", "create", status=403, times=-1,
-                                          message=f"forbidden for {' '.join(subject.secrets)}")
+    armed = subject.fake.world.faults.arm(
+        "status", "create", status=403, times=-1, message=f"forbidden for {' '.join(subject.secrets)}"
+    )
     before = subject.live()
     try:
         with pytest.raises(host_connection_error()) as raised:
@@ -255,18 +261,23 @@ def test_cleanup_takes_force_remove_and_it_deletes_a_persistent_sandbox(subject)
 
 # ------------------------------------------------------------------------------------- probe
 def test_the_probe_task_id_is_written_once_in_the_reference_code():
-    found = [(path.relative_to(ROOT), line) for pattern in ("*.py", "*.ts")
-             for path in sorted((ROOT / "reference").rglob(pattern)) if "node_modules" not in path.parts
-             for line in path.read_text(encoding="utf-8").splitlines() if "prompt-backend-probe" in line]
+    found = [
+        (path.relative_to(ROOT), line)
+        for pattern in ("*.py", "*.ts")
+        for path in sorted((ROOT / "reference").rglob(pattern))
+        if "node_modules" not in path.parts
+        for line in path.read_text(encoding="utf-8").splitlines()
+        if "prompt-backend-probe" in line
+    ]
     assert found == [(Path("reference/common/plugin.py"), f'PROBE_TASK_ID = "{PROBE_TASK_ID}"')], found
 
 
 def test_the_prompt_probe_leaves_no_sandbox(subject):
     before = subject.live()
-    env = subject.provider.create_environment(cwd="", timeout=10, task_id=PROBE_TASK_ID,
-                                              container_config={"container_persistent": True})
+    env = subject.provider.create_environment(
+        cwd="", timeout=10, task_id=PROBE_TASK_ID, container_config={"container_persistent": True}
+    )
     result = env.execute("uname -s", timeout=10)
     assert isinstance(result["output"], str) and isinstance(result["returncode"], int)
     env.cleanup(force_remove=True)  # what Hermes's prompt builder does after the probe
     assert subject.live() == before
-

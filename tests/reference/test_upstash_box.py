@@ -58,8 +58,9 @@ def provider():
 
 
 def make(provider, task_id: str, *, persistent: bool = True, **kwargs):
-    return provider.create_environment(cwd="~", timeout=30, task_id=task_id,
-                                       container_config={"container_persistent": persistent}, **kwargs)
+    return provider.create_environment(
+        cwd="~", timeout=30, task_id=task_id, container_config={"container_persistent": persistent}, **kwargs
+    )
 
 
 def box_of(server, env):
@@ -88,8 +89,15 @@ def test_keep_alive_box_is_left_running(home, provider, server):
 
 
 def test_size_runtime_and_labels_reach_the_service(home, provider, server):
-    write_config(home, {"upstash_box_size": "huge", "upstash_box_labels": "laptop,ci",
-                        "upstash_box_runtime": "python", "upstash_box_name_prefix": "mybox"})
+    write_config(
+        home,
+        {
+            "upstash_box_size": "huge",
+            "upstash_box_labels": "laptop,ci",
+            "upstash_box_runtime": "python",
+            "upstash_box_name_prefix": "mybox",
+        },
+    )
     env = make(provider, "session:labels", persistent=False)
     box = box_of(server, env)
     assert box.labels == ["hermes", "laptop", "ci"]
@@ -202,8 +210,10 @@ def test_files_go_up_as_an_archive_and_changes_come_back(home, provider, server)
     env = make(provider, "session:sync", persistent=False)
     listing = env.execute("cd ~/.hermes && find . -type f | sort")["output"].split()
     assert listing == ["./cache/images/a.bin", "./credentials/svc.json", "./skills/demo/SKILL.md"]
-    env.execute("printf new > ~/.hermes/cache/images/a.bin; printf evil > ~/.hermes/credentials/svc.json; "
-                "printf x > ~/.hermes/config.yaml")
+    env.execute(
+        "printf new > ~/.hermes/cache/images/a.bin; printf evil > ~/.hermes/credentials/svc.json; "
+        "printf x > ~/.hermes/config.yaml"
+    )
     env.cleanup()
     assert (home / "cache" / "images" / "a.bin").read_bytes() == b"new"
     assert (home / "credentials" / "svc.json").read_text() == '{"k": 1}\n'
@@ -246,7 +256,6 @@ def test_sync_back_tar_uses_absolute_member_names(home, provider, server, tmp_pa
     home_dir = env._home.lstrip("/")
     assert f"{home_dir}/.hermes/skills/demo/SKILL.md" in names
     env.cleanup()
-
 
 
 @pytest.mark.parametrize("exit_code, reported", [(0, False), (-1, True)])

@@ -13,7 +13,13 @@ from reference.upstash_box.settings import SettingsError, resolve
 def test_defaults():
     s = resolve({}, terminal={})
     assert (s.persistent, s.size, s.runtime, s.keep_alive, s.labels, s.name_prefix) == (
-        True, "small", None, False, ("hermes",), "hermes")
+        True,
+        "small",
+        None,
+        False,
+        ("hermes",),
+        "hermes",
+    )
 
 
 def test_unknown_size_falls_back_to_small_with_a_warning(caplog):

@@ -58,10 +58,15 @@ __all__ = [
 logger = logging.getLogger("tools.environments.base")
 
 # Exported names matching these are per-session identity and never persist.
-_SESSION_VAR_PREFIXES = ("HERMES_SESSION_", "HERMES_RPC_", "HERMES_CRON_AUTO_DELIVER_",
-                         "HERMES_BROWSER_CONTROL_")
-_SESSION_VAR_NAMES = ("AI_AGENT", "HERMES_AGENT", "HERMES_DELEGATED_CHILD_CONTEXT",
-                      "HERMES_CRON_SESSION", "HERMES_KERNEL_DIR", "HERMES_UI_SESSION_ID")
+_SESSION_VAR_PREFIXES = ("HERMES_SESSION_", "HERMES_RPC_", "HERMES_CRON_AUTO_DELIVER_", "HERMES_BROWSER_CONTROL_")
+_SESSION_VAR_NAMES = (
+    "AI_AGENT",
+    "HERMES_AGENT",
+    "HERMES_DELEGATED_CHILD_CONTEXT",
+    "HERMES_CRON_SESSION",
+    "HERMES_KERNEL_DIR",
+    "HERMES_UI_SESSION_ID",
+)
 _SHELL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _FETCH_TIMEOUT = 300
 # The worker's deadline is the command's timeout plus this: the wait loop's own 124
@@ -103,16 +108,23 @@ def _snapshot_dump(snapshot_path: str, *, bootstrap: bool, excluded: tuple[str, 
     snap = shlex.quote(snapshot_path)
     tmp = '"$__hermes_snap_tmp"'
     allocate = f"__hermes_snap_tmp=$(mktemp {shlex.quote(snapshot_path + '.tmp.XXXXXXXXXX')})"
-    unset = " ".join([*(f"${{!{prefix}*}}" for prefix in _SESSION_VAR_PREFIXES), *_SESSION_VAR_NAMES,
-                      *(shlex.quote(name) for name in excluded)])
-    body = "\n".join([
-        f"  {{ ( unset {unset} 2>/dev/null; export -p ) || true; }} > {tmp}",
-        "  __hermes_fns=$(declare -F | awk '{print $3}' | grep -vE '^_[^_]') || true",
-        f'  if [ -n "$__hermes_fns" ]; then declare -f $__hermes_fns >> {tmp}; fi',
-        f"  alias -p >> {tmp}",
-        f"  printf '%s\\n' 'shopt -s expand_aliases' 'set +e' 'set +u' >> {tmp}",
-        f"  mv -f {tmp} {snap}",
-    ])
+    unset = " ".join(
+        [
+            *(f"${{!{prefix}*}}" for prefix in _SESSION_VAR_PREFIXES),
+            *_SESSION_VAR_NAMES,
+            *(shlex.quote(name) for name in excluded),
+        ]
+    )
+    body = "\n".join(
+        [
+            f"  {{ ( unset {unset} 2>/dev/null; export -p ) || true; }} > {tmp}",
+            "  __hermes_fns=$(declare -F | awk '{print $3}' | grep -vE '^_[^_]') || true",
+            f'  if [ -n "$__hermes_fns" ]; then declare -f $__hermes_fns >> {tmp}; fi',
+            f"  alias -p >> {tmp}",
+            f"  printf '%s\\n' 'shopt -s expand_aliases' 'set +e' 'set +u' >> {tmp}",
+            f"  mv -f {tmp} {snap}",
+        ]
+    )
     if bootstrap:
         return f"{allocate} || exit 1\n{{\n{body}\n}} || rm -f {tmp}"
     return f"{allocate} && {{\n{body}\n}} 2>/dev/null || rm -f {tmp} 2>/dev/null || true"
@@ -142,8 +154,9 @@ class BaseEnvironment(ABC):
         self._snapshot_passthrough_names: set[str] = set()
 
     # -- what a backend writes ---------------------------------------------
-    def _run_bash(self, cmd_string: str, *, login: bool = False, timeout: int = 120,
-                  stdin_data: str | None = None) -> ProcessHandle:
+    def _run_bash(
+        self, cmd_string: str, *, login: bool = False, timeout: int = 120, stdin_data: str | None = None
+    ) -> ProcessHandle:
         raise NotImplementedError(f"{type(self).__name__} must implement _run_bash()")
 
     @abstractmethod
@@ -193,7 +206,8 @@ class BaseEnvironment(ABC):
 
                 names = (*get_all_passthrough(), *self._additional_profile_scoped_passthrough_names())
                 self._snapshot_passthrough_names.update(
-                    n for n in names if isinstance(n, str) and _SHELL_NAME.fullmatch(n))
+                    n for n in names if isinstance(n, str) and _SHELL_NAME.fullmatch(n)
+                )
         except Exception:
             logger.debug("profile-scoped snapshot exclusions not refreshed", exc_info=True)
         return tuple(sorted(self._snapshot_passthrough_names))
@@ -201,13 +215,16 @@ class BaseEnvironment(ABC):
     # -- session snapshot ---------------------------------------------------
     def init_session(self) -> None:
         marker = self._cwd_marker
-        bootstrap = "\n".join([
-            "umask 077",
-            _snapshot_dump(self._snapshot_path, bootstrap=True,
-                           excluded=self._snapshot_excluded_passthrough_names()),
-            f"builtin cd -- {self._quote_cwd_for_cd(self.cwd)} 2>/dev/null || true",
-            f"printf '\\n{marker}%s{marker}\\n' \"$(pwd -P)\"",
-        ])
+        bootstrap = "\n".join(
+            [
+                "umask 077",
+                _snapshot_dump(
+                    self._snapshot_path, bootstrap=True, excluded=self._snapshot_excluded_passthrough_names()
+                ),
+                f"builtin cd -- {self._quote_cwd_for_cd(self.cwd)} 2>/dev/null || true",
+                f"printf '\\n{marker}%s{marker}\\n' \"$(pwd -P)\"",
+            ]
+        )
         try:
             proc = self._run_bash(bootstrap, login=True, timeout=self._snapshot_timeout)
             result = self._wait_for_process(proc, timeout=self._snapshot_timeout)
@@ -240,8 +257,11 @@ class BaseEnvironment(ABC):
         # The command's own environment decides an excluded name, never an older snapshot:
         # remember it before sourcing, then put it back (or unset it) afterwards.
         keep = [f"__hermes_pt_{i}_set=${{{n}+x}} __hermes_pt_{i}_val=${{{n}-}}" for i, n in enumerate(excluded)]
-        put_back = [f'if [ "$__hermes_pt_{i}_set" = x ]; then export {n}="$__hermes_pt_{i}_val"; else unset {n}; fi; '
-                    f"unset __hermes_pt_{i}_set __hermes_pt_{i}_val" for i, n in enumerate(excluded)]
+        put_back = [
+            f'if [ "$__hermes_pt_{i}_set" = x ]; then export {n}="$__hermes_pt_{i}_val"; else unset {n}; fi; '
+            f"unset __hermes_pt_{i}_set __hermes_pt_{i}_val"
+            for i, n in enumerate(excluded)
+        ]
         lines = list(keep)
         if self._snapshot_ready:
             lines.append(f"source {shlex.quote(self._snapshot_path)} >/dev/null 2>&1 || true")
@@ -265,9 +285,15 @@ class BaseEnvironment(ABC):
         return f"{command} << '{delimiter}'\n{stdin_data}\n{delimiter}"
 
     # -- waiting --------------------------------------------------------------
-    def _wait_for_process(self, proc: ProcessHandle, timeout: int = 120, *,
-                          bounded_capture: bool = False, watch_interrupt_tid: int | None = None,
-                          output: _BoundedOutputCollector | None = None) -> dict[str, Any]:
+    def _wait_for_process(
+        self,
+        proc: ProcessHandle,
+        timeout: int = 120,
+        *,
+        bounded_capture: bool = False,
+        watch_interrupt_tid: int | None = None,
+        output: _BoundedOutputCollector | None = None,
+    ) -> dict[str, Any]:
         """Drain and wait; 130 on an interrupt of this thread or of ``watch_interrupt_tid``
         (the thread that called execute), 124 with the output so far on a timeout."""
         sink = output if output is not None else _new_collector(bounded_capture)
@@ -325,7 +351,7 @@ class BaseEnvironment(ABC):
         open_ = output.rfind(marker, max(0, close - 4096), close)
         if open_ == -1:
             return
-        path = output[open_ + len(marker):close].strip()
+        path = output[open_ + len(marker) : close].strip()
         if path:
             self.cwd = path
             result["cwd"] = path
@@ -337,9 +363,17 @@ class BaseEnvironment(ABC):
         result["output"] = output[:start] + output[end:]
 
     # -- the host's entry point ---------------------------------------------
-    def execute(self, command: str, cwd: str = "", *, timeout: int | None = None,
-                stdin_data: str | None = None, rewrite_compound_background: bool = True,
-                bounded_capture: bool = False, yield_handler: Any = None) -> dict[str, Any]:
+    def execute(
+        self,
+        command: str,
+        cwd: str = "",
+        *,
+        timeout: int | None = None,
+        stdin_data: str | None = None,
+        rewrite_compound_background: bool = True,
+        bounded_capture: bool = False,
+        yield_handler: Any = None,
+    ) -> dict[str, Any]:
         self._before_execute()
         command, sudo_stdin = _terminal_tool._transform_sudo_command(command)
         if rewrite_compound_background:
@@ -359,8 +393,13 @@ class BaseEnvironment(ABC):
         def spawn_and_wait() -> dict[str, Any]:
             proc = self._run_bash(script, login=login, timeout=effective_timeout, stdin_data=stdin)
             spawned.append(proc)
-            return self._wait_for_process(proc, timeout=effective_timeout, bounded_capture=bounded_capture,
-                                          watch_interrupt_tid=caller, output=sink)
+            return self._wait_for_process(
+                proc,
+                timeout=effective_timeout,
+                bounded_capture=bounded_capture,
+                watch_interrupt_tid=caller,
+                output=sink,
+            )
 
         def stop_spawned() -> None:
             if spawned:
@@ -371,9 +410,12 @@ class BaseEnvironment(ABC):
         except (TypeError, ValueError):
             bound = 120.0  # a timeout that is not a number must not remove the deadline
         try:
-            outcome = _deadline.run_bounded_sync(spawn_and_wait, bound + _WAIT_BOUND_GRACE_S,
-                                                 label=f"terminal.wait:{type(self).__name__}",
-                                                 on_timeout=stop_spawned)
+            outcome = _deadline.run_bounded_sync(
+                spawn_and_wait,
+                bound + _WAIT_BOUND_GRACE_S,
+                label=f"terminal.wait:{type(self).__name__}",
+                on_timeout=stop_spawned,
+            )
         except (KeyboardInterrupt, SystemExit):
             stop_spawned()
             raise
@@ -414,16 +456,19 @@ class BaseEnvironment(ABC):
         """
         fence = f"__HERMES_FETCH_{uuid.uuid4().hex[:12]}__"
         q = shlex.quote(remote_path)
-        command = (f"[ -f {q} ] && [ -r {q} ] || exit 3; echo {fence}; "
-                   f"head -c {int(max_bytes) + 1} < {q} | base64 || exit 4; echo {fence}")
+        command = (
+            f"[ -f {q} ] && [ -r {q} ] || exit 3; echo {fence}; "
+            f"head -c {int(max_bytes) + 1} < {q} | base64 || exit 4; echo {fence}"
+        )
         result = self.execute(command, timeout=_FETCH_TIMEOUT, rewrite_compound_background=False)
         output = result.get("output") or ""
         first, last = output.find(fence), output.rfind(fence)
         if int(result.get("returncode") or 0) != 0 or first == -1 or last <= first:
-            raise FileFetchError(f"cannot read {remote_path!r} in the sandbox: it is missing, not a regular file, "
-                                 "or unreadable")
+            raise FileFetchError(
+                f"cannot read {remote_path!r} in the sandbox: it is missing, not a regular file, or unreadable"
+            )
         try:
-            data = base64.b64decode("".join(output[first + len(fence):last].split()), validate=True)
+            data = base64.b64decode("".join(output[first + len(fence) : last].split()), validate=True)
         except (ValueError, binascii.Error) as exc:
             raise FileFetchError(f"the copy of {remote_path!r} arrived corrupted: {exc}") from exc
         if len(data) > max_bytes:
@@ -432,8 +477,9 @@ class BaseEnvironment(ABC):
 
     def fetch_realpath(self, remote_path: str) -> str | None:
         """The sandbox's ``readlink -f`` of ``remote_path``, or None when it cannot be resolved."""
-        result = self.execute(f"readlink -f -- {shlex.quote(remote_path)} 2>/dev/null",
-                              rewrite_compound_background=False)
+        result = self.execute(
+            f"readlink -f -- {shlex.quote(remote_path)} 2>/dev/null", rewrite_compound_background=False
+        )
         if int(result.get("returncode") or 0) != 0:
             return None
         lines = [line.strip() for line in (result.get("output") or "").splitlines()]
@@ -448,4 +494,3 @@ class BaseEnvironment(ABC):
             self.cleanup()
         except Exception:
             pass
-

@@ -138,7 +138,7 @@ class _BoundedOutputCollector:
                 return head + tail + suffix, False
             omitted = self.total - self.max_chars
             notice = f"\n\n... [OUTPUT TRUNCATED - {omitted:,} chars omitted out of {self.total:,} total] ...\n\n"
-            tail = tail[-self._tail_cap:] if self._tail_cap else ""
+            tail = tail[-self._tail_cap :] if self._tail_cap else ""
             return head + notice + tail + suffix, True
 
 

@@ -63,8 +63,13 @@ def clamp_timeout(timeout: float | None) -> float | None:
     return min(value, MAX_TIMEOUT_S)
 
 
-def run_bounded_sync(fn: Callable[[], Any], timeout: float | None, *, label: str = "operation",
-                     on_timeout: Callable[[], None] | None = None) -> BoundedResult:
+def run_bounded_sync(
+    fn: Callable[[], Any],
+    timeout: float | None,
+    *,
+    label: str = "operation",
+    on_timeout: Callable[[], None] | None = None,
+) -> BoundedResult:
     """Run ``fn`` on a daemon worker and wait at most ``timeout`` seconds for it.
 
     Unbounded calls run inline on the caller's thread.  An exception from

@@ -24,13 +24,32 @@ _allowed: ContextVar[set[str]] = ContextVar("hermes_env_passthrough")
 _config_cache: dict[str, tuple[tuple[int, int] | None, frozenset[str]]] = {}
 
 # Credentials of the model providers Hermes itself talks to: no skill or config may forward them.
-PROVIDER_CREDENTIALS = frozenset({
-    "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "ANTHROPIC_TOKEN", "OPENROUTER_API_KEY", "NOUS_API_KEY",
-    "GOOGLE_API_KEY", "GEMINI_API_KEY", "MISTRAL_API_KEY", "GROQ_API_KEY", "DEEPSEEK_API_KEY",
-    "XAI_API_KEY", "TOGETHER_API_KEY", "FIREWORKS_API_KEY", "AZURE_OPENAI_API_KEY",
-    "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "HF_TOKEN",
-    "MODAL_TOKEN_ID", "MODAL_TOKEN_SECRET", "DAYTONA_API_KEY", "VERCEL_TOKEN",
-})
+PROVIDER_CREDENTIALS = frozenset(
+    {
+        "OPENAI_API_KEY",
+        "ANTHROPIC_API_KEY",
+        "ANTHROPIC_TOKEN",
+        "OPENROUTER_API_KEY",
+        "NOUS_API_KEY",
+        "GOOGLE_API_KEY",
+        "GEMINI_API_KEY",
+        "MISTRAL_API_KEY",
+        "GROQ_API_KEY",
+        "DEEPSEEK_API_KEY",
+        "XAI_API_KEY",
+        "TOGETHER_API_KEY",
+        "FIREWORKS_API_KEY",
+        "AZURE_OPENAI_API_KEY",
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "HF_TOKEN",
+        "MODAL_TOKEN_ID",
+        "MODAL_TOKEN_SECRET",
+        "DAYTONA_API_KEY",
+        "VERCEL_TOKEN",
+    }
+)
 # Secrets Hermes injects under generated names (side-model keys, gateway relay auth).
 _INTERNAL_SECRET = re.compile(r"^(AUXILIARY_[A-Z0-9_]+_(API_KEY|BASE_URL)|GATEWAY_RELAY_[A-Z0-9_]*(SECRET|KEY|TOKEN))$")
 

@@ -231,7 +231,7 @@ class FileSyncManager:
                 continue
             remote_dir = posixpath.dirname(known_remote)
             if remote.startswith(remote_dir + "/"):
-                return str(Path(known_host).parent) + remote[len(remote_dir):]
+                return str(Path(known_host).parent) + remote[len(remote_dir) :]
         return None
 
 

@@ -73,9 +73,10 @@ def _scoped_value(name: str, fallback: str | None) -> str | None:
     return value if value is not None or multiplexed else fallback
 
 
-def resolve_passthrough_env(explicit_forward: Iterable[str] = (),
-                            hermes_env_loader: Callable[[], dict[str, str]] = load_hermes_env_vars,
-                            ) -> tuple[dict[str, str], set[str]]:
+def resolve_passthrough_env(
+    explicit_forward: Iterable[str] = (),
+    hermes_env_loader: Callable[[], dict[str, str]] = load_hermes_env_vars,
+) -> tuple[dict[str, str], set[str]]:
     """(values to set in the sandbox, names to unset there).
 
     Under multiplexing with no scope installed the value lookup raises

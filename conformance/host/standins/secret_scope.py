@@ -17,16 +17,47 @@ from contextvars import ContextVar, Token
 _scope: ContextVar[Mapping[str, str] | None] = ContextVar("hermes_secret_scope", default=None)
 _multiplex = False
 # Process- and deployment-level settings, never per-profile secrets.
-_GLOBAL_NAMES = frozenset({
-    "HERMES_HOME", "HERMES_PROFILE", "HERMES_GATEWAY_LOCK_DIR", "HERMES_MAX_ITERATIONS", "HERMES_MAX_TOKENS",
-    "HERMES_API_TIMEOUT", "HERMES_REDACT_SECRETS", "HERMES_NOUS_TIMEOUT_SECONDS", "_HERMES_GATEWAY",
-    "PATH", "HOME", "USER", "LANG", "LC_ALL", "TZ", "PWD", "SHELL", "TMPDIR", "VIRTUAL_ENV", "PYTHONPATH",
-    "SSL_CERT_FILE", "HERMES_KANBAN_DB", "HERMES_KANBAN_WORKSPACES_ROOT", "HERMES_KANBAN_BOARD",
-    "API_SERVER_ENABLED", "API_SERVER_HOST", "API_SERVER_PORT", "API_SERVER_CORS_ORIGINS",
-    "GATEWAY_RELAY_URL", "GATEWAY_RELAY_ENDPOINT", "GATEWAY_RELAY_ALLOW_DIRECT_PLATFORMS",
-    "GATEWAY_RELAY_PLATFORMS", "GATEWAY_RELAY_BOT_IDS", "GATEWAY_RELAY_ROUTE_KEYS",
-    "GATEWAY_RELAY_INSTANCE_ID", "GATEWAY_RELAY_WAKE_URL", "GATEWAY_RELAY_DISPLAY_NAME",
-})
+_GLOBAL_NAMES = frozenset(
+    {
+        "HERMES_HOME",
+        "HERMES_PROFILE",
+        "HERMES_GATEWAY_LOCK_DIR",
+        "HERMES_MAX_ITERATIONS",
+        "HERMES_MAX_TOKENS",
+        "HERMES_API_TIMEOUT",
+        "HERMES_REDACT_SECRETS",
+        "HERMES_NOUS_TIMEOUT_SECONDS",
+        "_HERMES_GATEWAY",
+        "PATH",
+        "HOME",
+        "USER",
+        "LANG",
+        "LC_ALL",
+        "TZ",
+        "PWD",
+        "SHELL",
+        "TMPDIR",
+        "VIRTUAL_ENV",
+        "PYTHONPATH",
+        "SSL_CERT_FILE",
+        "HERMES_KANBAN_DB",
+        "HERMES_KANBAN_WORKSPACES_ROOT",
+        "HERMES_KANBAN_BOARD",
+        "API_SERVER_ENABLED",
+        "API_SERVER_HOST",
+        "API_SERVER_PORT",
+        "API_SERVER_CORS_ORIGINS",
+        "GATEWAY_RELAY_URL",
+        "GATEWAY_RELAY_ENDPOINT",
+        "GATEWAY_RELAY_ALLOW_DIRECT_PLATFORMS",
+        "GATEWAY_RELAY_PLATFORMS",
+        "GATEWAY_RELAY_BOT_IDS",
+        "GATEWAY_RELAY_ROUTE_KEYS",
+        "GATEWAY_RELAY_INSTANCE_ID",
+        "GATEWAY_RELAY_WAKE_URL",
+        "GATEWAY_RELAY_DISPLAY_NAME",
+    }
+)
 _GLOBAL_PREFIXES = ("HERMES_KANBAN_", "HERMES_TELEGRAM_", "TERMINAL_")
 
 
@@ -73,5 +104,6 @@ def get_secret(name: str, default: str | None = None) -> str | None:
         raise UnscopedSecretError(
             f"get_secret({name!r}) was called with no profile secret scope installed while profiles are "
             "multiplexed; read it inside set_secret_scope(...) (reading os.environ could give another "
-            "profile's value)")
+            "profile's value)"
+        )
     return os.environ.get(name, default)

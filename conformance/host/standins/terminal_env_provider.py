@@ -46,8 +46,9 @@ class WorkspaceBinding:
         if posixpath.normpath(self.host_path) != self.host_path.rstrip("/") and self.host_path != "/":
             raise ValueError(f"WorkspaceBinding.host_path must be normalised, not {self.host_path!r}")
         if self.source not in WORKSPACE_BINDING_SOURCES:
-            raise ValueError(f"WorkspaceBinding.source must be one of {sorted(WORKSPACE_BINDING_SOURCES)}, "
-                             f"not {self.source!r}")
+            raise ValueError(
+                f"WorkspaceBinding.source must be one of {sorted(WORKSPACE_BINDING_SOURCES)}, not {self.source!r}"
+            )
 
 
 class TerminalEnvironmentProvider(ProviderBase):

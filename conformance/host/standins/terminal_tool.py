@@ -124,7 +124,7 @@ def _rewrite_compound_background(command: str) -> str:
                 edits.append((chain_end, start))
             chain_end = -1
     for chain_at, amp_at in reversed(edits):
-        rest = command[amp_at + 1:]
+        rest = command[amp_at + 1 :]
         line_rest = rest.split("\n", 1)[0]
         closer = "& };" if line_rest.strip() else "& }"
         command = command[:chain_at] + " {" + command[chain_at:amp_at] + closer + rest

@@ -19,8 +19,16 @@ import httpx
 from fakes.cloudflare import BridgeServer, Settings
 from fakes.world import World
 
-FAST = Settings.quick(heartbeat_s=0.2, kill_grace_s=0.3, drain_idle_s=0.3, drain_grace_s=0.8,
-                      hard_deadline_grace_s=0.6, failure_grace_s=1.0, idle_s=120.0, alarm_retry_s=0.5)
+FAST = Settings.quick(
+    heartbeat_s=0.2,
+    kill_grace_s=0.3,
+    drain_idle_s=0.3,
+    drain_grace_s=0.8,
+    hard_deadline_grace_s=0.6,
+    failure_grace_s=1.0,
+    idle_s=120.0,
+    alarm_retry_s=0.5,
+)
 
 
 @dataclass
@@ -58,8 +66,9 @@ class Client:
     def __init__(self, server: BridgeServer, token: str | None = None):
         self.server = server
         self.token = server.token if token is None else token
-        self.http = httpx.Client(base_url=server.base_url, timeout=30,
-                                 headers={"Authorization": f"Bearer {self.token}"})
+        self.http = httpx.Client(
+            base_url=server.base_url, timeout=30, headers={"Authorization": f"Bearer {self.token}"}
+        )
 
     def close(self) -> None:
         self.http.close()
@@ -76,8 +85,15 @@ class Client:
     def cancel(self, sid: str, rid: str) -> httpx.Response:
         return self.post(f"/v1/sandboxes/{sid}/cancel/{rid}")
 
-    def exec(self, sid: str, command: str, *, rid: str | None = None,
-             on_event: Callable[[dict[str, Any]], None] | None = None, **fields: Any) -> Run:
+    def exec(
+        self,
+        sid: str,
+        command: str,
+        *,
+        rid: str | None = None,
+        on_event: Callable[[dict[str, Any]], None] | None = None,
+        **fields: Any,
+    ) -> Run:
         body = {"request_id": rid or uuid.uuid4().hex, "command": command, **fields}
         with self.http.stream("POST", f"/v1/sandboxes/{sid}/exec", json=body) as resp:
             run = Run(resp.status_code, resp.headers)
@@ -155,11 +171,12 @@ def alive(pid: int) -> bool:
             data = handle.read()
     except OSError:
         return False
-    return data[data.rfind(b")") + 2:].split()[0] != b"Z"
+    return data[data.rfind(b")") + 2 :].split()[0] != b"Z"
 
 
-def exec_in_background(client: Client, sid: str, command: str, **fields: Any
-                       ) -> tuple[concurrent.futures.Future[Run], threading.Event, str]:
+def exec_in_background(
+    client: Client, sid: str, command: str, **fields: Any
+) -> tuple[concurrent.futures.Future[Run], threading.Event, str]:
     started = threading.Event()
     request_id = rid()
 

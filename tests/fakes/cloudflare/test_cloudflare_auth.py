@@ -1,4 +1,5 @@
-"""Bridge auth: bearer tokens compared as fixed-length digests, a missing or weak server secret, nothing touched before auth."""
+"""Bridge auth: bearer tokens compared as fixed-length digests, a missing or weak server secret,
+nothing touched before auth."""
 
 from __future__ import annotations
 
@@ -27,8 +28,19 @@ def test_health_reports_protocol_version_without_starting_compute(client: Client
     assert len(server.world.boxes()) == before
 
 
-@pytest.mark.parametrize("header", [None, "Bearer wrong-token", "bearer {token}", "Bearer  {token}",
-                                    "Basic {token}", "{token}", "Bearer {token}x", "Bearer {token}, Bearer x"])
+@pytest.mark.parametrize(
+    "header",
+    [
+        None,
+        "Bearer wrong-token",
+        "bearer {token}",
+        "Bearer  {token}",
+        "Basic {token}",
+        "{token}",
+        "Bearer {token}x",
+        "Bearer {token}, Bearer x",
+    ],
+)
 def test_wrong_credentials_are_unauthorized(server: BridgeServer, header: str | None) -> None:
     headers = {} if header is None else {"Authorization": header.format(token=server.token)}
     for method, path in (("GET", "/health"), ("POST", "/v1/sandboxes/x"), ("GET", "/nowhere")):
@@ -49,8 +61,9 @@ def test_an_authorization_header_over_4096_characters_is_refused(server: BridgeS
 
 def test_unauthorized_requests_touch_no_workspace(server: BridgeServer) -> None:
     sandbox = new_id()
-    resp = httpx.post(f"{server.base_url}/v1/sandboxes/{sandbox}", json={"persistent": True},
-                      headers={"Authorization": "Bearer nope"})
+    resp = httpx.post(
+        f"{server.base_url}/v1/sandboxes/{sandbox}", json={"persistent": True}, headers={"Authorization": "Bearer nope"}
+    )
     assert resp.status_code == 401
     assert server.bridge.find(sandbox) is None
 
@@ -72,7 +85,9 @@ def test_a_32_character_secret_is_enough(server: BridgeServer) -> None:
     good = server.bridge.token
     server.bridge.token = "k" * 32
     try:
-        assert httpx.get(server.base_url + "/health", headers={"Authorization": "Bearer " + "k" * 32}).status_code == 200
+        assert (
+            httpx.get(server.base_url + "/health", headers={"Authorization": "Bearer " + "k" * 32}).status_code == 200
+        )
     finally:
         server.bridge.token = good
 

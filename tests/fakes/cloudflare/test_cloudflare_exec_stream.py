@@ -1,4 +1,5 @@
-"""The NDJSON exec stream: its shape, heartbeats, merged UTF-8 output in frames of at most 4096 units, exit codes, cwd, login shells, stdin."""
+"""The NDJSON exec stream: its shape, heartbeats, merged UTF-8 output in frames of at most 4096 units,
+exit codes, cwd, login shells, stdin."""
 
 from __future__ import annotations
 
@@ -23,8 +24,11 @@ def test_exec_stream_shape(client: Client, sid: str) -> None:
     assert run.headers["x-content-type-options"] == "nosniff"
     assert run.raw.endswith(b"\n") and all(line for line in run.raw.split(b"\n")[:-1])
     body = [e for e in run.events if e["type"] != "heartbeat"]
-    assert body == [{"type": "started", "request_id": request_id}, {"type": "output", "data": "hello"},
-                    {"type": "exit", "exit_code": 0}]
+    assert body == [
+        {"type": "started", "request_id": request_id},
+        {"type": "output", "data": "hello"},
+        {"type": "exit", "exit_code": 0},
+    ]
 
 
 def test_heartbeats_for_the_whole_stream_and_none_after_the_end(client: Client, sid: str) -> None:
@@ -56,15 +60,17 @@ def test_stdout_and_stderr_are_merged_in_order(client: Client, sid: str) -> None
 
 def test_output_is_utf8_decoded_with_replacement(client: Client, sid: str) -> None:
     run = client.exec(sid, r"printf 'a\xffb\xe3\x81'; sleep 0.1; printf '\x82 \xf0\x9f\x98\x80 \xe3\x81'")
-    assert run.output == "a\ufffdb\u3042 \U0001F600 \ufffd"
+    assert run.output == "a\ufffdb\u3042 \U0001f600 \ufffd"
     assert client.exec(sid, "echo 日本語 🎉; exit 7").output == "日本語 🎉\n"
 
 
 def test_output_frames_are_at_most_4096_utf16_units_and_never_split_a_pair(client: Client, sid: str) -> None:
-    run = client.exec(sid, "printf 'a'; for i in $(seq 3000); do printf '\\xf0\\x9f\\x98\\x80'; done; "
-                           "head -c 9000 /dev/zero | tr '\\0' b")
+    run = client.exec(
+        sid,
+        "printf 'a'; for i in $(seq 3000); do printf '\\xf0\\x9f\\x98\\x80'; done; head -c 9000 /dev/zero | tr '\\0' b",
+    )
     pieces = [e["data"] for e in run.events if e["type"] == "output"]
-    assert "".join(pieces) == "a" + "\U0001F600" * 3000 + "b" * 9000
+    assert "".join(pieces) == "a" + "\U0001f600" * 3000 + "b" * 9000
     for piece in pieces:
         assert len(piece.encode("utf-16-le")) // 2 <= 4096
         piece.encode("utf-8")  # a split pair would leave a lone surrogate here

@@ -60,8 +60,11 @@ def sid(client: Client) -> str:
 # ---------------------------------------------------------------------------- negotiation
 def test_health_offers_the_extensions_and_their_limits(client: Client) -> None:
     assert client.http.get("/health").json() == {
-        "ok": True, "protocol": 1, "extensions": ["concurrent-exec", "large-output"],
-        "limits": {"concurrent_execs": 3, "max_output": 3_000_000}}
+        "ok": True,
+        "protocol": 1,
+        "extensions": ["concurrent-exec", "large-output"],
+        "limits": {"concurrent_execs": 3, "max_output": 3_000_000},
+    }
 
 
 def test_a_worker_without_extensions_is_plain_v1() -> None:
@@ -93,10 +96,18 @@ def test_one_extension_alone() -> None:
         srv.stop()
 
 
-@pytest.mark.parametrize(("field", "value"), [
-    ("concurrent", 1), ("concurrent", "yes"), ("max_output", 0), ("max_output", 3_000_001), ("max_output", 1.5),
-    ("max_output", True), ("max_output", "10"),
-])
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("concurrent", 1),
+        ("concurrent", "yes"),
+        ("max_output", 0),
+        ("max_output", 3_000_001),
+        ("max_output", 1.5),
+        ("max_output", True),
+        ("max_output", "10"),
+    ],
+)
 def test_extension_fields_are_validated(client: Client, sid: str, field: str, value: Any) -> None:
     assert client.exec(sid, "true", **{field: value}).error_code == "invalid_field"
 
@@ -109,8 +120,9 @@ def test_null_means_the_v1_default(client: Client, sid: str) -> None:
 # ---------------------------------------------------------------------------- concurrent-exec
 def test_concurrent_execs_run_together(client: Client, sid: str, server: BridgeServer) -> None:
     flag = f"/tmp/flag-{rid()}"
-    waiter = in_background(lambda: client.exec(sid, f"while [ ! -e {flag} ]; do sleep 0.02; done; echo got",
-                                               concurrent=True, timeout=10))
+    waiter = in_background(
+        lambda: client.exec(sid, f"while [ ! -e {flag} ]; do sleep 0.02; done; echo got", concurrent=True, timeout=10)
+    )
     wait_for(lambda: client.status(sid).json()["busy"], what="the first exec")
     poke = Client(server)
     assert poke.exec(sid, f"touch {flag}", concurrent=True).exit_code == 0
@@ -219,12 +231,17 @@ def test_a_slow_reader_slows_the_command() -> None:
         sandbox = new_id("slow")
         Client(srv).init(sandbox)
         marker = f"done-{rid()}"
-        body = {"request_id": rid(), "command": f"head -c 20000000 /dev/zero | tr '\\0' x; touch /tmp/{marker}",
-                "max_output": 30_000_000}
+        body = {
+            "request_id": rid(),
+            "command": f"head -c 20000000 /dev/zero | tr '\\0' x; touch /tmp/{marker}",
+            "max_output": 30_000_000,
+        }
         ws = srv.bridge.find(sandbox)
         assert ws is not None
-        with httpx.Client(base_url=srv.base_url, headers={"Authorization": f"Bearer {srv.token}"},
-                          timeout=30) as http, http.stream("POST", f"/v1/sandboxes/{sandbox}/exec", json=body) as resp:
+        with (
+            httpx.Client(base_url=srv.base_url, headers={"Authorization": f"Bearer {srv.token}"}, timeout=30) as http,
+            http.stream("POST", f"/v1/sandboxes/{sandbox}/exec", json=body) as resp,
+        ):
             chunks = resp.iter_raw()
             next(chunks)
             time.sleep(0.5)  # read nothing: the command may run ahead only by the credits and the buffers

@@ -50,8 +50,7 @@ def test_fault_latency_delays_then_answers(client: Client, server: BridgeServer)
     assert time.monotonic() - started >= 0.3
 
 
-def test_fault_with_no_route_matches_every_route_including_unknown_paths(client: Client,
-                                                                          server: BridgeServer) -> None:
+def test_fault_with_no_route_matches_every_route_including_unknown_paths(client: Client, server: BridgeServer) -> None:
     server.faults.arm(Fault(kind="status", status=502, times=3))
     assert client.http.get("/health").status_code == 502
     assert client.http.get("/no/such/path").status_code == 502
@@ -62,8 +61,12 @@ def test_fault_with_no_route_matches_every_route_including_unknown_paths(client:
 def test_fault_drop_cuts_the_exec_stream(client: Client, sid: str, server: BridgeServer) -> None:
     server.faults.arm(Fault(kind="drop", route=ROUTE_EXEC, after_bytes=20))
     got = b""
-    with pytest.raises(httpx.RemoteProtocolError), client.http.stream(
-            "POST", f"/v1/sandboxes/{sid}/exec", json={"request_id": rid(), "command": "echo $$; sleep 30"}) as resp:
+    with (
+        pytest.raises(httpx.RemoteProtocolError),
+        client.http.stream(
+            "POST", f"/v1/sandboxes/{sid}/exec", json={"request_id": rid(), "command": "echo $$; sleep 30"}
+        ) as resp,
+    ):
         assert resp.status_code == 200
         for chunk in resp.iter_raw():
             got += chunk
@@ -80,13 +83,19 @@ def test_fault_drop_on_a_json_route_loses_only_the_answer(client: Client, server
     assert client.status(sandbox).status_code == 200, "the init did not happen"
 
 
-def test_fault_half_close_stops_sending_but_keeps_the_connection(client: Client, sid: str,
-                                                                  server: BridgeServer) -> None:
+def test_fault_half_close_stops_sending_but_keeps_the_connection(
+    client: Client, sid: str, server: BridgeServer
+) -> None:
     server.faults.arm(Fault(kind="half-close", route=ROUTE_EXEC, after_bytes=0))
-    slow = httpx.Client(base_url=server.base_url, headers={"Authorization": f"Bearer {server.token}"},
-                        timeout=httpx.Timeout(10, read=0.8))
-    with pytest.raises(httpx.ReadTimeout), slow.stream(
-            "POST", f"/v1/sandboxes/{sid}/exec", json={"request_id": rid(), "command": "echo ran > h"}) as resp:
+    slow = httpx.Client(
+        base_url=server.base_url,
+        headers={"Authorization": f"Bearer {server.token}"},
+        timeout=httpx.Timeout(10, read=0.8),
+    )
+    with (
+        pytest.raises(httpx.ReadTimeout),
+        slow.stream("POST", f"/v1/sandboxes/{sid}/exec", json={"request_id": rid(), "command": "echo ran > h"}) as resp,
+    ):
         assert resp.status_code == 200
         resp.read()
     slow.close()
@@ -101,8 +110,7 @@ def test_fault_silence_never_answers_and_does_nothing(client: Client, server: Br
     assert error_of(client.status(sandbox)) == (404, "workspace_missing")
 
 
-def test_fault_garbage_inserts_a_malformed_line_then_carries_on(client: Client, sid: str,
-                                                                server: BridgeServer) -> None:
+def test_fault_garbage_inserts_a_malformed_line_then_carries_on(client: Client, sid: str, server: BridgeServer) -> None:
     server.faults.arm(Fault(kind="garbage", route=ROUTE_EXEC, payload="}{ not json"))
     resp = client.post(f"/v1/sandboxes/{sid}/exec", {"request_id": rid(), "command": "echo hi"})
     lines = resp.content.split(b"\n")
@@ -118,8 +126,12 @@ def test_fault_truncate_sends_half_a_line_and_closes(client: Client, sid: str, s
     server.faults.arm(Fault(kind="truncate", route=ROUTE_EXEC, after_bytes=1))
     got = b""
     request_id = rid()
-    with pytest.raises(httpx.RemoteProtocolError), client.http.stream(
-            "POST", f"/v1/sandboxes/{sid}/exec", json={"request_id": request_id, "command": "echo hi"}) as resp:
+    with (
+        pytest.raises(httpx.RemoteProtocolError),
+        client.http.stream(
+            "POST", f"/v1/sandboxes/{sid}/exec", json={"request_id": request_id, "command": "echo hi"}
+        ) as resp,
+    ):
         for chunk in resp.iter_raw():
             got += chunk
     first = json.dumps({"type": "started", "request_id": request_id}, separators=(",", ":")).encode()

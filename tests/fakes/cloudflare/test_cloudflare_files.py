@@ -30,8 +30,9 @@ def test_the_cwd_is_never_made_through_a_link_out_of_the_box(client: Client, tmp
 
 
 @pytest.mark.skipif(not ROOT, reason="giving files to another user needs root")
-def test_snapshots_and_restores_give_the_files_to_the_box_owner(client: Client, server: BridgeServer,
-                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_snapshots_and_restores_give_the_files_to_the_box_owner(
+    client: Client, server: BridgeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     owner = boxfs.box_owner(server.world)
     if owner == (os.geteuid(), os.getegid()):  # a world whose box root is this process: pretend another owner
         owner = (4242, 4343)
@@ -44,8 +45,7 @@ def test_snapshots_and_restores_give_the_files_to_the_box_owner(client: Client, 
     assert client.exec(sid, "cat d/f").output == "kept\n", "restored from the snapshot"
     box = server.world.get(sid)
     assert box is not None
-    for path in (box.workspace_dir / "d", box.workspace_dir / "d" / "f", box.home_dir / "h",
-                 box.home_dir / ".hermes"):
+    for path in (box.workspace_dir / "d", box.workspace_dir / "d" / "f", box.home_dir / "h", box.home_dir / ".hermes"):
         st = path.stat()
         assert (st.st_uid, st.st_gid) == owner, path
 

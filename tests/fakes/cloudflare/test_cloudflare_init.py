@@ -25,8 +25,12 @@ def test_init_is_idempotent_and_does_not_boot(client: Client, server: BridgeServ
     assert first.headers["cache-control"] == "no-store"
     assert server.world.get(sandbox) is None, "init started a container"
     status = client.status(sandbox).json()
-    assert status == {"config": {"persistent": True, "cwd": "/workspace", "image": "hermes", "instance": "standard-1"},
-                      "running": False, "busy": False, "snapshot_saved_at": None}
+    assert status == {
+        "config": {"persistent": True, "cwd": "/workspace", "image": "hermes", "instance": "standard-1"},
+        "running": False,
+        "busy": False,
+        "snapshot_saved_at": None,
+    }
 
 
 def test_reinit_after_boot_reports_running(client: Client, sid: str) -> None:
@@ -63,8 +67,17 @@ def test_named_images_seed_a_cold_start(tmp_path: Path) -> None:
         cli.close()
 
 
-@pytest.mark.parametrize("instance,ok", [("lite", True), ("standard-1", True), ("standard-2", False),
-                                         ("standard-4", False), ("basic", False), ("huge", False)])
+@pytest.mark.parametrize(
+    "instance,ok",
+    [
+        ("lite", True),
+        ("standard-1", True),
+        ("standard-2", False),
+        ("standard-4", False),
+        ("basic", False),
+        ("huge", False),
+    ],
+)
 def test_instance_allowlist(client: Client, instance: str, ok: bool) -> None:
     resp = client.init(new_id(), instance=instance)
     if ok:
@@ -86,7 +99,9 @@ def test_instance_allowlist_is_configurable() -> None:
 def test_status_before_init_is_workspace_missing(client: Client) -> None:
     assert error_of(client.status(new_id())) == (404, "workspace_missing")
     sandbox = new_id()
-    assert error_of(client.post(f"/v1/sandboxes/{sandbox}/exec", {"request_id": rid(), "command": "true"})) \
-        == (404, "workspace_missing")
+    assert error_of(client.post(f"/v1/sandboxes/{sandbox}/exec", {"request_id": rid(), "command": "true"})) == (
+        404,
+        "workspace_missing",
+    )
     assert error_of(client.post(f"/v1/sandboxes/{sandbox}/checkpoint")) == (404, "workspace_missing")
     assert error_of(client.post(f"/v1/sandboxes/{sandbox}/read", {"path": "/x"})) == (404, "workspace_missing")

@@ -21,12 +21,16 @@ def test_command_limit_is_64_kib_of_utf8(client: Client, sid: str) -> None:
     at = ": " + "x" * (MAX_COMMAND_BYTES - 2)
     assert client.exec(sid, at).exit_code == 0
     over = at + "x"
-    assert error_of(client.post(f"/v1/sandboxes/{sid}/exec", {"request_id": rid(), "command": over})) \
-        == (400, "invalid_field")
+    assert error_of(client.post(f"/v1/sandboxes/{sid}/exec", {"request_id": rid(), "command": over})) == (
+        400,
+        "invalid_field",
+    )
     multibyte = ": " + "é" * ((MAX_COMMAND_BYTES - 2) // 2)  # 65,536 bytes, 32,769 characters
     assert client.exec(sid, multibyte).exit_code == 0
-    assert error_of(client.post(f"/v1/sandboxes/{sid}/exec", {"request_id": rid(), "command": multibyte + "é"})) \
-        == (400, "invalid_field")
+    assert error_of(client.post(f"/v1/sandboxes/{sid}/exec", {"request_id": rid(), "command": multibyte + "é"})) == (
+        400,
+        "invalid_field",
+    )
 
 
 def test_empty_command_is_allowed(client: Client, sid: str) -> None:
@@ -35,7 +39,9 @@ def test_empty_command_is_allowed(client: Client, sid: str) -> None:
 
 def test_stdin_limit_is_768_kib_of_utf8(client: Client, sid: str) -> None:
     assert client.exec(sid, "wc -c", stdin="s" * MAX_STDIN_BYTES, timeout=10).output.strip() == str(MAX_STDIN_BYTES)
-    assert client.exec(sid, "wc -c", stdin="é" * (MAX_STDIN_BYTES // 2), timeout=10).output.strip() == str(MAX_STDIN_BYTES)
+    assert client.exec(sid, "wc -c", stdin="é" * (MAX_STDIN_BYTES // 2), timeout=10).output.strip() == str(
+        MAX_STDIN_BYTES
+    )
     for over in ("s" * (MAX_STDIN_BYTES + 1), "é" * (MAX_STDIN_BYTES // 2) + "s"):
         resp = client.post(f"/v1/sandboxes/{sid}/exec", {"request_id": rid(), "command": "wc -c", "stdin": over})
         assert error_of(resp) == (400, "invalid_field")
@@ -78,14 +84,14 @@ def _message(resp) -> str:  # type: ignore[no-untyped-def]
 def test_deeply_nested_json_is_invalid_json_that_says_so(client: Client, sid: str) -> None:
     for depth in (100_000, 65):
         deep = b'{"request_id":"' + rid().encode() + b'","command":"true","x":' + b"[" * depth + b"]" * depth + b"}"
-        resp = client.http.post(f"/v1/sandboxes/{sid}/exec", content=deep,
-                                headers={"Content-Type": "application/json"})
+        resp = client.http.post(f"/v1/sandboxes/{sid}/exec", content=deep, headers={"Content-Type": "application/json"})
         assert error_of(resp) == (400, "invalid_json") and "nest" in _message(resp), resp.text
 
 
 @pytest.mark.parametrize("field, value", [("command", "echo a\0b"), ("stdin", "a\0b")])
-def test_a_nul_byte_in_a_command_or_stdin_is_invalid_and_named(client: Client, sid: str, field: str,
-                                                              value: str) -> None:
+def test_a_nul_byte_in_a_command_or_stdin_is_invalid_and_named(
+    client: Client, sid: str, field: str, value: str
+) -> None:
     body = {"request_id": rid(), "command": "cat", field: value}
     resp = client.post(f"/v1/sandboxes/{sid}/exec", body)
     assert error_of(resp) == (400, "invalid_field") and "NUL" in _message(resp) and field in _message(resp)

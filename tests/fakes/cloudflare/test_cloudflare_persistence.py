@@ -1,4 +1,5 @@
-"""Persistence: idle snapshots and restores, release, checkpoint, lost containers, delete, failed snapshots, slow cold starts."""
+"""Persistence: idle snapshots and restores, release, checkpoint, lost containers, delete, failed snapshots,
+slow cold starts."""
 
 from __future__ import annotations
 
@@ -27,8 +28,11 @@ def test_idle_workspaces_are_snapshotted_and_restored() -> None:
         keep, gone = new_id("keep"), new_id("eph")
         cli.init(keep, persistent=True)
         cli.init(gone, persistent=False)
-        pid = host_pid(srv.bridge.world, keep, int(cli.exec(
-            keep, "echo kept > f; echo home > ~/h; sleep 30 >/dev/null 2>&1 & echo $!").output))
+        pid = host_pid(
+            srv.bridge.world,
+            keep,
+            int(cli.exec(keep, "echo kept > f; echo home > ~/h; sleep 30 >/dev/null 2>&1 & echo $!").output),
+        )
         assert pid is not None and alive(pid)
         cli.exec(gone, "echo x > f")
         wait_for(lambda: stopped(cli, keep), what="the idle snapshot")
@@ -60,9 +64,12 @@ def test_recent_activity_postpones_the_idle_snapshot() -> None:
         srv.stop()
 
 
-def test_release_of_a_persistent_workspace_snapshots_stops_and_restores(client: Client, sid: str,
-                                                                         world: CloudflareWorld) -> None:
-    pid = host_pid(world.bridge.world, sid, int(client.exec(sid, "echo data > f; sleep 30 >/dev/null 2>&1 & echo $!").output))
+def test_release_of_a_persistent_workspace_snapshots_stops_and_restores(
+    client: Client, sid: str, world: CloudflareWorld
+) -> None:
+    pid = host_pid(
+        world.bridge.world, sid, int(client.exec(sid, "echo data > f; sleep 30 >/dev/null 2>&1 & echo $!").output)
+    )
     assert pid is not None and alive(pid)
     assert client.post(f"/v1/sandboxes/{sid}/release").json() == {"ok": True}
     status = client.status(sid).json()
@@ -123,8 +130,7 @@ def test_a_lost_container_with_a_snapshot_is_restored(client: Client, sid: str, 
     assert client.exec(sid, "cat a; ls").output == "saved\na\n"
 
 
-def test_a_container_lost_mid_command_ends_the_stream_at_once(client: Client, sid: str,
-                                                              world: CloudflareWorld) -> None:
+def test_a_container_lost_mid_command_ends_the_stream_at_once(client: Client, sid: str, world: CloudflareWorld) -> None:
     future, _, _ = exec_in_background(client, sid, "echo go; sleep 30", timeout=60)
     started = time.monotonic()
     world.crash(sid)

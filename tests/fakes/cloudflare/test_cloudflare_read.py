@@ -16,11 +16,17 @@ def test_read_returns_raw_bytes(client: Client, sid: str) -> None:
     assert resp.headers["x-file-size"] == "4" and resp.headers["cache-control"] == "no-store"
     assert error_of(client.post(f"/v1/sandboxes/{sid}/read", {"path": f"{cwd}/nope"})) == (404, "file_not_found")
     assert error_of(client.post(f"/v1/sandboxes/{sid}/read", {"path": f"{cwd}/dir"})) == (400, "not_a_file")
-    assert error_of(client.post(f"/v1/sandboxes/{sid}/read", {"path": f"{cwd}/bin", "max_bytes": 3})) \
-        == (413, "file_too_large")
+    assert error_of(client.post(f"/v1/sandboxes/{sid}/read", {"path": f"{cwd}/bin", "max_bytes": 3})) == (
+        413,
+        "file_too_large",
+    )
     assert client.post(f"/v1/sandboxes/{sid}/read", {"path": f"{cwd}/bin", "max_bytes": 4}).content == b"a\xff\x00b"
-    for bad in ({"path": "workspace/bin"}, {"path": "/x", "max_bytes": -1}, {"path": "/x", "max_bytes": 1.5},
-                {"path": "/x", "max_bytes": 2 ** 30 + 1}):
+    for bad in (
+        {"path": "workspace/bin"},
+        {"path": "/x", "max_bytes": -1},
+        {"path": "/x", "max_bytes": 1.5},
+        {"path": "/x", "max_bytes": 2**30 + 1},
+    ):
         assert error_of(client.post(f"/v1/sandboxes/{sid}/read", bad)) == (400, "invalid_field")
     assert client.status(sid).json()["busy"] is False
 

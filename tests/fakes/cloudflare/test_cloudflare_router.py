@@ -22,16 +22,33 @@ from .bridge_client import (
 )
 
 
-@pytest.mark.parametrize("path", [
-    "/", "/v1", "/v1/sandboxes", "/v1/sandboxes/", "/v2/sandboxes/abc", "/v1/sandboxes/abc/unknown",
-    "/v1/sandboxes/abc/exec/more", "/v1/sandboxes/abc/cancel", "/v1/sandboxes/abc/cancel/xyz",
-    "/v1/sandboxes/abc/cancel/" + "A" * 32, "/v1/sandboxes/abc/cancel/" + "a" * 31,
-    # bad sandbox ids
-    "/v1/sandboxes/A!", "/v1/sandboxes/-abc", "/v1/sandboxes/Abc", "/v1/sandboxes/a_b",
-    "/v1/sandboxes/" + "a" * 64, "/v1/sandboxes/a%62c",
-    # any query string
-    "/v1/sandboxes/abc?x=1", "/v1/sandboxes/abc/exec?a", "/v1/sandboxes/abc/release?=",
-])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/",
+        "/v1",
+        "/v1/sandboxes",
+        "/v1/sandboxes/",
+        "/v2/sandboxes/abc",
+        "/v1/sandboxes/abc/unknown",
+        "/v1/sandboxes/abc/exec/more",
+        "/v1/sandboxes/abc/cancel",
+        "/v1/sandboxes/abc/cancel/xyz",
+        "/v1/sandboxes/abc/cancel/" + "A" * 32,
+        "/v1/sandboxes/abc/cancel/" + "a" * 31,
+        # bad sandbox ids
+        "/v1/sandboxes/A!",
+        "/v1/sandboxes/-abc",
+        "/v1/sandboxes/Abc",
+        "/v1/sandboxes/a_b",
+        "/v1/sandboxes/" + "a" * 64,
+        "/v1/sandboxes/a%62c",
+        # any query string
+        "/v1/sandboxes/abc?x=1",
+        "/v1/sandboxes/abc/exec?a",
+        "/v1/sandboxes/abc/release?=",
+    ],
+)
 def test_unknown_routes_ids_and_query_strings_are_404(client: Client, path: str) -> None:
     resp = client.http.request("POST", path, json={"persistent": True})
     assert error_of(resp) == (404, "not_found"), path
@@ -53,11 +70,19 @@ def test_longest_valid_id_is_routed(client: Client) -> None:
     assert client.init(longest).status_code == 200
 
 
-@pytest.mark.parametrize("method,path", [
-    ("GET", "/v1/sandboxes/abc/exec"), ("GET", "/v1/sandboxes/abc/release"), ("DELETE", "/v1/sandboxes/abc/exec"),
-    ("PUT", "/v1/sandboxes/abc"), ("PATCH", "/v1/sandboxes/abc"), ("HEAD", "/v1/sandboxes/abc/checkpoint"),
-    ("GET", "/v1/sandboxes/abc/cancel/" + "a" * 32), ("PUT", "/v1/sandboxes/abc/read"),
-])
+@pytest.mark.parametrize(
+    "method,path",
+    [
+        ("GET", "/v1/sandboxes/abc/exec"),
+        ("GET", "/v1/sandboxes/abc/release"),
+        ("DELETE", "/v1/sandboxes/abc/exec"),
+        ("PUT", "/v1/sandboxes/abc"),
+        ("PATCH", "/v1/sandboxes/abc"),
+        ("HEAD", "/v1/sandboxes/abc/checkpoint"),
+        ("GET", "/v1/sandboxes/abc/cancel/" + "a" * 32),
+        ("PUT", "/v1/sandboxes/abc/read"),
+    ],
+)
 def test_wrong_methods_are_405(client: Client, method: str, path: str) -> None:
     resp = client.http.request(method, path)
     assert resp.status_code == 405
@@ -78,21 +103,39 @@ def test_non_json_bodies_are_415(client: Client, content_type: str | None) -> No
 
 
 def test_json_content_type_with_parameters_is_accepted(client: Client) -> None:
-    resp = client.http.post(f"/v1/sandboxes/{new_id()}", content=b'{"persistent":true}',
-                            headers={"Content-Type": "application/json; charset=utf-8"})
+    resp = client.http.post(
+        f"/v1/sandboxes/{new_id()}",
+        content=b'{"persistent":true}',
+        headers={"Content-Type": "application/json; charset=utf-8"},
+    )
     assert resp.status_code == 200
 
 
-@pytest.mark.parametrize("body", [b"", b"not json", b"[]", b"1", b'"s"', b"null", b'{"persistent":NaN}',
-                                  b'{"persistent":true,"cwd":"\xff"}', b'{"persistent":true'])
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"",
+        b"not json",
+        b"[]",
+        b"1",
+        b'"s"',
+        b"null",
+        b'{"persistent":NaN}',
+        b'{"persistent":true,"cwd":"\xff"}',
+        b'{"persistent":true',
+    ],
+)
 def test_invalid_json_is_400(client: Client, body: bytes) -> None:
     resp = client.http.post(f"/v1/sandboxes/{new_id()}", content=body, headers={"Content-Type": "application/json"})
     assert error_of(resp) == (400, "invalid_json")
 
 
 def test_a_byte_order_mark_is_allowed(client: Client) -> None:
-    resp = client.http.post(f"/v1/sandboxes/{new_id()}", content=b'\xef\xbb\xbf{"persistent":false}',
-                            headers={"Content-Type": "application/json"})
+    resp = client.http.post(
+        f"/v1/sandboxes/{new_id()}",
+        content=b'\xef\xbb\xbf{"persistent":false}',
+        headers={"Content-Type": "application/json"},
+    )
     assert resp.status_code == 200
 
 
@@ -109,8 +152,10 @@ def _raw_request(server: BridgeServer, head: str, body: bytes = b"") -> bytes:
 
 
 def test_declared_body_over_1_mib_is_413_unread(server: BridgeServer) -> None:
-    head = (f"POST /v1/sandboxes/abc HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {server.token}\r\n"
-            f"Content-Type: application/json\r\nContent-Length: {MAX_BODY_BYTES + 1}\r\n\r\n")
+    head = (
+        f"POST /v1/sandboxes/abc HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {server.token}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {MAX_BODY_BYTES + 1}\r\n\r\n"
+    )
     answer = _raw_request(server, head)  # no body is ever sent
     assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
 
@@ -121,7 +166,7 @@ def test_actual_body_over_1_mib_without_length_is_413(client: Client) -> None:
 
     def chunks() -> Iterator[bytes]:
         for i in range(0, len(data), 65536):
-            yield data[i:i + 65536]
+            yield data[i : i + 65536]
 
     resp = client.http.post(f"/v1/sandboxes/{new_id()}", content=chunks(), headers={"Content-Type": "application/json"})
     assert error_of(resp) == (413, "payload_too_large")
@@ -133,11 +178,14 @@ def test_body_of_exactly_1_mib_is_accepted(client: Client) -> None:
     assert resp.status_code == 200, resp.text
 
 
-@pytest.mark.parametrize("path,body", [
-    ("", {"persistent": True, "size": "big"}),
-    ("/exec", {"request_id": "a" * 32, "command": "true", "env": {"TOKEN": "x"}}),
-    ("/read", {"path": "/etc/hostname", "offset": 1}),
-])
+@pytest.mark.parametrize(
+    "path,body",
+    [
+        ("", {"persistent": True, "size": "big"}),
+        ("/exec", {"request_id": "a" * 32, "command": "true", "env": {"TOKEN": "x"}}),
+        ("/read", {"path": "/etc/hostname", "offset": 1}),
+    ],
+)
 def test_unknown_fields_are_refused(client: Client, path: str, body: dict[str, Any]) -> None:
     resp = client.post(f"/v1/sandboxes/{new_id()}{path}", body)
     assert error_of(resp) == (400, "unknown_field")
@@ -148,22 +196,45 @@ def test_release_and_cancel_ignore_extra_fields(client: Client, sid: str) -> Non
     assert client.post(f"/v1/sandboxes/{sid}/release", {"why": 1}).json() == {"ok": True}
 
 
-@pytest.mark.parametrize("config", [
-    {"persistent": "true"}, {"persistent": None}, {}, {"persistent": 1},
-    {"persistent": True, "cwd": "relative"}, {"persistent": True, "cwd": ""}, {"persistent": True, "cwd": "/a\u0000b"},
-    {"persistent": True, "cwd": "/" + "a" * 4096}, {"persistent": True, "image": "bad name"},
-    {"persistent": True, "image": "a" * 129}, {"persistent": True, "image": ""}, {"persistent": True, "instance": 3},
-    {"persistent": True, "instance": "x" * 33},
-])
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"persistent": "true"},
+        {"persistent": None},
+        {},
+        {"persistent": 1},
+        {"persistent": True, "cwd": "relative"},
+        {"persistent": True, "cwd": ""},
+        {"persistent": True, "cwd": "/a\u0000b"},
+        {"persistent": True, "cwd": "/" + "a" * 4096},
+        {"persistent": True, "image": "bad name"},
+        {"persistent": True, "image": "a" * 129},
+        {"persistent": True, "image": ""},
+        {"persistent": True, "instance": 3},
+        {"persistent": True, "instance": "x" * 33},
+    ],
+)
 def test_init_field_validation(client: Client, config: dict[str, Any]) -> None:
     assert error_of(client.post(f"/v1/sandboxes/{new_id()}", config)) == (400, "invalid_field")
 
 
-@pytest.mark.parametrize("change", [
-    {"request_id": "A" * 32}, {"request_id": "a" * 31}, {"request_id": "a" * 33}, {"request_id": None},
-    {"request_id": "../../" + "a" * 26}, {"command": None}, {"command": 5}, {"command": "echo \u0000"},
-    {"login": "true"}, {"login": 1}, {"stdin": 5}, {"stdin": "a\u0000"},
-])
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"request_id": "A" * 32},
+        {"request_id": "a" * 31},
+        {"request_id": "a" * 33},
+        {"request_id": None},
+        {"request_id": "../../" + "a" * 26},
+        {"command": None},
+        {"command": 5},
+        {"command": "echo \u0000"},
+        {"login": "true"},
+        {"login": 1},
+        {"stdin": 5},
+        {"stdin": "a\u0000"},
+    ],
+)
 def test_exec_field_validation(client: Client, sid: str, change: dict[str, Any]) -> None:
     body = {"request_id": rid(), "command": "true", **change}
     assert error_of(client.post(f"/v1/sandboxes/{sid}/exec", body)) == (400, "invalid_field")

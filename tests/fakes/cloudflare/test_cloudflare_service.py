@@ -37,8 +37,11 @@ class Bridge:
     """Just enough of a protocol v1 client for the harness checks."""
 
     def __init__(self, fake: FakeService):
-        self.http = httpx.Client(base_url=fake.env["HERMES_CF_ENDPOINT"], timeout=30,
-                                 headers={"Authorization": f"Bearer {fake.env['HERMES_CF_TOKEN']}"})
+        self.http = httpx.Client(
+            base_url=fake.env["HERMES_CF_ENDPOINT"],
+            timeout=30,
+            headers={"Authorization": f"Bearer {fake.env['HERMES_CF_TOKEN']}"},
+        )
 
     def init(self, sid: str, persistent: bool = True) -> httpx.Response:
         return self.http.post(f"/v1/sandboxes/{sid}", json={"persistent": persistent})
@@ -64,7 +67,7 @@ def new_id() -> str:
 
 def plant(bridge: Bridge, sid: str) -> tuple[str, str]:
     value = "kit-" + uuid.uuid4().hex
-    assert bridge.run(sid, f"printf %s {value} > \"$HOME/.kit-{value}\"")["exit_code"] == 0
+    assert bridge.run(sid, f'printf %s {value} > "$HOME/.kit-{value}"')["exit_code"] == 0
     return f".kit-{value}", value
 
 
@@ -79,8 +82,12 @@ def test_start_exports_the_plugin_variables(fake: FakeService) -> None:
     assert fake.world.capabilities == frozenset({"world", "world-states", "transport-faults"} | isolation)
     resp = httpx.get(fake.env["HERMES_CF_ENDPOINT"] + "/health", headers={"Authorization": f"Bearer {token}"})
     # The kit's fake offers every protocol extension; the v1 fields are unchanged.
-    assert resp.json() == {"ok": True, "protocol": 1, "extensions": ["concurrent-exec", "large-output"],
-                           "limits": {"concurrent_execs": 16, "max_output": 1 << 30}}
+    assert resp.json() == {
+        "ok": True,
+        "protocol": 1,
+        "extensions": ["concurrent-exec", "large-output"],
+        "limits": {"concurrent_execs": 16, "max_output": 1 << 30},
+    }
 
 
 def test_bridge_server_has_the_fake_serve_shape() -> None:
@@ -176,9 +183,14 @@ def test_stop_kills_box_processes(tmp_path: Path) -> None:
 
 
 def test_python_m_fakes_cloudflare_serves_and_prints_exports(tmp_path: Path) -> None:
-    proc = subprocess.Popen([sys.executable, "-m", "fakes.cloudflare", "--port", "0", "--workdir", str(tmp_path)],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fakes.cloudflare", "--port", "0", "--workdir", str(tmp_path)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     try:
         lines: list[str] = []
         assert proc.stdout is not None
@@ -186,10 +198,11 @@ def test_python_m_fakes_cloudflare_serves_and_prints_exports(tmp_path: Path) -> 
             line = proc.stdout.readline()
             assert line, f"the fake exited: {proc.stderr.read() if proc.stderr else ''}"
             lines.append(line.strip())
-        exports = dict(line[len("export "):].split("=", 1) for line in lines if line.startswith("export "))
+        exports = dict(line[len("export ") :].split("=", 1) for line in lines if line.startswith("export "))
         assert set(exports) == {"HERMES_CF_ENDPOINT", "HERMES_CF_TOKEN"}
-        resp = httpx.get(exports["HERMES_CF_ENDPOINT"] + "/health",
-                         headers={"Authorization": f"Bearer {exports['HERMES_CF_TOKEN']}"})
+        resp = httpx.get(
+            exports["HERMES_CF_ENDPOINT"] + "/health", headers={"Authorization": f"Bearer {exports['HERMES_CF_TOKEN']}"}
+        )
         assert resp.json() == {"ok": True, "protocol": 1}
     finally:
         proc.send_signal(signal.SIGTERM)

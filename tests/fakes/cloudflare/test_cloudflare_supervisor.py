@@ -1,4 +1,5 @@
-"""The hermes-exec supervisor: timeouts, cancel, client disconnects, the hard deadline, background output, one foreground operation, replay protection."""
+"""The hermes-exec supervisor: timeouts, cancel, client disconnects, the hard deadline, background output,
+one foreground operation, replay protection."""
 
 from __future__ import annotations
 
@@ -53,8 +54,14 @@ def test_timeout_kills_a_group_that_ignores_sigterm(client: Client, sid: str) ->
 
 def test_worker_timings_are_the_defaults() -> None:
     s = Settings()
-    assert (s.kill_grace_s, s.drain_idle_s, s.drain_grace_s, s.hard_deadline_grace_s, s.heartbeat_s, s.idle_s) \
-        == (2.0, 0.3, 5.0, 15.0, 10.0, 600.0)
+    assert (s.kill_grace_s, s.drain_idle_s, s.drain_grace_s, s.hard_deadline_grace_s, s.heartbeat_s, s.idle_s) == (
+        2.0,
+        0.3,
+        5.0,
+        15.0,
+        10.0,
+        600.0,
+    )
 
 
 def test_cancel_during_exec_exits_143_and_is_idempotent(client: Client, sid: str) -> None:
@@ -64,8 +71,10 @@ def test_cancel_during_exec_exits_143_and_is_idempotent(client: Client, sid: str
     assert run.exit_code == 143
     assert not _group_in_box(client, sid, _pgid(run.output))
     assert client.cancel(sid, request_id).json() == {"ok": True}
-    assert error_of(client.post(f"/v1/sandboxes/{sid}/exec", {"request_id": request_id, "command": "true"})) \
-        == (409, "duplicate_request")
+    assert error_of(client.post(f"/v1/sandboxes/{sid}/exec", {"request_id": request_id, "command": "true"})) == (
+        409,
+        "duplicate_request",
+    )
 
 
 def test_cancel_escalates_to_sigkill(client: Client, sid: str) -> None:
@@ -117,11 +126,14 @@ def test_cancel_during_a_cold_start_ends_as_command_cancelled() -> None:
 
 def test_client_disconnect_cancels_the_command(client: Client, sid: str, server: BridgeServer) -> None:
     seen = threading.Event()
-    with client.http.stream("POST", f"/v1/sandboxes/{sid}/exec",
-                            json={"request_id": rid(), "command": "echo $$; sleep 30"}) as resp:
+    with client.http.stream(
+        "POST", f"/v1/sandboxes/{sid}/exec", json={"request_id": rid(), "command": "echo $$; sleep 30"}
+    ) as resp:
         for line in resp.iter_lines():
             if json.loads(line)["type"] == "output":
-                pgid = host_pid(server.world, sid, _pgid(json.loads(line)["data"]))  # its leader runs: as the host sees it
+                pgid = host_pid(
+                    server.world, sid, _pgid(json.loads(line)["data"])
+                )  # its leader runs: as the host sees it
                 seen.set()
                 break
     assert seen.is_set() and pgid is not None
@@ -129,8 +141,9 @@ def test_client_disconnect_cancels_the_command(client: Client, sid: str, server:
     wait_for(lambda: client.status(sid).json()["busy"] is False, what="the workspace to be free")
 
 
-def test_hard_deadline_stops_a_wedged_command_and_keeps_the_workspace(client: Client, sid: str,
-                                                                       server: BridgeServer) -> None:
+def test_hard_deadline_stops_a_wedged_command_and_keeps_the_workspace(
+    client: Client, sid: str, server: BridgeServer
+) -> None:
     client.exec(sid, "echo keep > kept")
     ws = server.bridge.workspace(sid)
     ws.stalled = True  # the supervisor neither enforces its timeout nor forwards signals
@@ -170,8 +183,10 @@ def test_one_foreground_operation_per_workspace(client: Client, sid: str) -> Non
         assert error_of(client.post(f"/v1/sandboxes/{sid}/release")) == (409, "workspace_busy")
         assert error_of(client.post(f"/v1/sandboxes/{sid}/checkpoint")) == (409, "workspace_busy")
         assert error_of(client.post(f"/v1/sandboxes/{sid}/read", {"path": "/etc/hostname"})) == (409, "workspace_busy")
-        assert error_of(client.http.request("DELETE", f"/v1/sandboxes/{sid}", json={"confirm": True})) \
-            == (409, "workspace_busy")
+        assert error_of(client.http.request("DELETE", f"/v1/sandboxes/{sid}", json={"confirm": True})) == (
+            409,
+            "workspace_busy",
+        )
         # another workspace is not affected
         other = new_id()
         client.init(other)
@@ -189,13 +204,16 @@ def test_the_workspace_is_free_as_soon_as_exit_is_seen(client: Client, sid: str)
 def test_request_ids_are_replay_protected_over_the_last_64(client: Client, sid: str) -> None:
     first = rid()
     assert client.exec(sid, "echo 1 >> count", rid=first).exit_code == 0
-    assert error_of(client.post(f"/v1/sandboxes/{sid}/exec", {"request_id": first, "command": "true"})) \
-        == (409, "duplicate_request")
+    assert error_of(client.post(f"/v1/sandboxes/{sid}/exec", {"request_id": first, "command": "true"})) == (
+        409,
+        "duplicate_request",
+    )
     for _ in range(63):
         client.exec(sid, "true")
-    assert error_of(client.post(f"/v1/sandboxes/{sid}/exec",
-                                {"request_id": first, "command": "echo 1 >> count"})) \
-        == (409, "duplicate_request")
+    assert error_of(client.post(f"/v1/sandboxes/{sid}/exec", {"request_id": first, "command": "echo 1 >> count"})) == (
+        409,
+        "duplicate_request",
+    )
     client.exec(sid, "true")  # the 64th newer id pushes the first one out
     assert client.exec(sid, "echo 1 >> count", rid=first).exit_code == 0
     assert client.exec(sid, "wc -l < count").output.strip() == "2"
@@ -205,6 +223,8 @@ def test_cancelled_ids_are_remembered_over_the_last_64(client: Client, sid: str)
     ids = [rid() for _ in range(65)]
     for request_id in ids:
         client.cancel(sid, request_id)
-    assert error_of(client.post(f"/v1/sandboxes/{sid}/exec", {"request_id": ids[1], "command": "true"})) \
-        == (409, "command_cancelled")
+    assert error_of(client.post(f"/v1/sandboxes/{sid}/exec", {"request_id": ids[1], "command": "true"})) == (
+        409,
+        "command_cancelled",
+    )
     assert client.exec(sid, "true", rid=ids[0]).exit_code == 0

@@ -17,8 +17,9 @@ def stream_lines(fake: Tenant, sandbox_id: str, command: list[str], timeout_seco
     """Every NDJSON line of one exec, heartbeats included, as the wire carries them."""
     body = {"command": command, "timeout_seconds": timeout_seconds}
     headers = {"Authorization": f"Bearer {fake.key}"}
-    with httpx.stream("POST", f"{fake.server.base_url}/v1/sandboxes/{sandbox_id}/exec", json=body,
-                      headers=headers, timeout=60) as response:
+    with httpx.stream(
+        "POST", f"{fake.server.base_url}/v1/sandboxes/{sandbox_id}/exec", json=body, headers=headers, timeout=60
+    ) as response:
         assert response.status_code == 200
         assert response.headers["content-type"] == "application/x-ndjson"
         raw = b"".join(response.iter_bytes())
@@ -112,11 +113,14 @@ def test_terminating_the_sandbox_ends_a_running_stream_with_an_error(fake: Tenan
 
 
 def test_a_client_that_leaves_does_not_stop_the_command(fake: Tenant, sandbox):  # type: ignore[no-untyped-def]
-    body = {"command": ["bash", "-c", "echo $$ > /workspace/pid; sleep 2; echo done > /workspace/done"],
-            "timeout_seconds": 30}
+    body = {
+        "command": ["bash", "-c", "echo $$ > /workspace/pid; sleep 2; echo done > /workspace/done"],
+        "timeout_seconds": 30,
+    }
     headers = {"Authorization": f"Bearer {fake.key}"}
-    with httpx.stream("POST", f"{fake.server.base_url}/v1/sandboxes/{sandbox.id}/exec", json=body,
-                      headers=headers, timeout=30) as response:
+    with httpx.stream(
+        "POST", f"{fake.server.base_url}/v1/sandboxes/{sandbox.id}/exec", json=body, headers=headers, timeout=30
+    ) as response:
         assert response.status_code == 200
     # No cancel in the API: the command runs on; only a second exec (or a stop) can end it.
     assert eventually(lambda: sandbox.exec("cat", "/workspace/done").stdout == "done\n", 6)

@@ -126,8 +126,13 @@ def _exec_raw(fake: Tenant, sandbox_id: str, command: list[str], timeout: float 
     got = bytearray()
     body = {"command": command, "timeout_seconds": 0}
     try:
-        with httpx.stream("POST", f"{fake.server.base_url}/v1/sandboxes/{sandbox_id}/exec", json=body,
-                          headers={"Authorization": f"Bearer {fake.key}"}, timeout=timeout) as response:
+        with httpx.stream(
+            "POST",
+            f"{fake.server.base_url}/v1/sandboxes/{sandbox_id}/exec",
+            json=body,
+            headers={"Authorization": f"Bearer {fake.key}"},
+            timeout=timeout,
+        ) as response:
             for chunk in response.iter_raw():
                 got.extend(chunk)
     except httpx.HTTPError as exc:

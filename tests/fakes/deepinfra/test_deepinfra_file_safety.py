@@ -18,8 +18,11 @@ from ..symlink_race import SymlinkSwapper, escaped
 THREADS, ROUNDS = 6, 120
 
 
-def test_concurrent_writes_never_land_outside_the_sandbox(fake: Tenant, sandbox,  # type: ignore[no-untyped-def]
-                                                          tmp_path: Path):
+def test_concurrent_writes_never_land_outside_the_sandbox(
+    fake: Tenant,
+    sandbox,  # type: ignore[no-untyped-def]
+    tmp_path: Path,
+):
     outside = tmp_path / "host-dir"
     outside.mkdir()
     box = fake.box(sandbox.id)
@@ -31,8 +34,9 @@ def test_concurrent_writes_never_land_outside_the_sandbox(fake: Tenant, sandbox,
         with httpx.Client(headers={"Authorization": f"Bearer {fake.key}"}, timeout=30) as client:
             for r in range(ROUNDS):
                 try:
-                    code: int | str = client.put(url, params={"path": f"/workspace/up/f{worker}-{r}"},
-                                                 content=b"payload\n").status_code
+                    code: int | str = client.put(
+                        url, params={"path": f"/workspace/up/f{worker}-{r}"}, content=b"payload\n"
+                    ).status_code
                 except httpx.HTTPError as exc:
                     code = type(exc).__name__
                 with lock:
@@ -53,8 +57,11 @@ def test_concurrent_writes_never_land_outside_the_sandbox(fake: Tenant, sandbox,
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="giving files to another user needs root")
-def test_what_fs_content_creates_belongs_to_the_sandbox_owner(fake: Tenant, sandbox,  # type: ignore[no-untyped-def]
-                                                                monkeypatch: pytest.MonkeyPatch):
+def test_what_fs_content_creates_belongs_to_the_sandbox_owner(
+    fake: Tenant,
+    sandbox,  # type: ignore[no-untyped-def]
+    monkeypatch: pytest.MonkeyPatch,
+):
     owner = box_owner(fake.server.world, monkeypatch)
     sandbox.fs.write("/workspace/new/dir/f.bin", b"x")
     ws = fake.box(sandbox.id).workspace_dir

@@ -26,8 +26,9 @@ def test_files_written_by_commands_are_readable(sandbox):  # type: ignore[no-unt
     assert sandbox.fs.read("/workspace/made.txt") == b"a\0b"
 
 
-@pytest.mark.parametrize("path", ["/etc/passwd", "/root/x", "/tmp/x", "/workspace/../etc/passwd", "relative/x",
-                                  "/workspacex/y"])
+@pytest.mark.parametrize(
+    "path", ["/etc/passwd", "/root/x", "/tmp/x", "/workspace/../etc/passwd", "relative/x", "/workspacex/y"]
+)
 def test_paths_outside_the_workspace_are_refused(fake: Tenant, sandbox, path: str):  # type: ignore[no-untyped-def]
     with pytest.raises(BadRequestError, match="ERR_PATH_OUTSIDE_WORKSPACE"):
         sandbox.fs.write(path, b"x")
@@ -38,8 +39,12 @@ def test_paths_outside_the_workspace_are_refused(fake: Tenant, sandbox, path: st
 
 
 def test_symlinks_cannot_lead_out_of_the_workspace(sandbox):  # type: ignore[no-untyped-def]
-    sandbox.exec("bash", "-c", "ln -s /etc /workspace/etc; ln -s /workspace/real /workspace/alias; "
-                               "mkdir /workspace/real; echo in > /workspace/real/f")
+    sandbox.exec(
+        "bash",
+        "-c",
+        "ln -s /etc /workspace/etc; ln -s /workspace/real /workspace/alias; "
+        "mkdir /workspace/real; echo in > /workspace/real/f",
+    )
     with pytest.raises(BadRequestError, match="ERR_PATH_OUTSIDE_WORKSPACE"):
         sandbox.fs.read("/workspace/etc/passwd")
     assert sandbox.fs.read("/workspace/alias/f") == b"in\n", "a link inside the workspace is followed"

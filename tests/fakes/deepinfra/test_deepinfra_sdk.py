@@ -173,13 +173,20 @@ def test_exec_and_fs_on_a_sandbox_that_is_not_running_are_409(fake: Tenant):
 
 def test_only_the_workspace_survives_a_stop(fake: Tenant):
     sb = fake.create()
-    setup = sb.exec("bash", "-c", "echo w > /workspace/kept; echo r > /root/lost; echo t > /tmp/lost; "
-                                  "nohup sleep 300 >/dev/null 2>&1 & echo $!")
+    setup = sb.exec(
+        "bash",
+        "-c",
+        "echo w > /workspace/kept; echo r > /root/lost; echo t > /tmp/lost; nohup sleep 300 >/dev/null 2>&1 & echo $!",
+    )
     pid = int(setup.stdout.strip())
     sb.stop()
     sb.start()
     # A killed orphan may linger as a zombie until its new parent reaps it: that counts as dead.
-    after = sb.exec("bash", "-c", "cat /workspace/kept; ls -A /root /tmp; "
-                                  f"s=$(sed 's/^.*) //' /proc/{pid}/stat 2>/dev/null | cut -c1); "
-                                  '[ -n "$s" ] && [ "$s" != Z ] && echo alive || echo dead')
+    after = sb.exec(
+        "bash",
+        "-c",
+        "cat /workspace/kept; ls -A /root /tmp; "
+        f"s=$(sed 's/^.*) //' /proc/{pid}/stat 2>/dev/null | cut -c1); "
+        '[ -n "$s" ] && [ "$s" != Z ] && echo alive || echo dead',
+    )
     assert after.stdout.split() == ["w", "/root:", "/tmp:", "dead"], after.stdout

@@ -19,8 +19,13 @@ def _free_port() -> int:
 
 
 def _serve(*extra: str) -> tuple[subprocess.Popen[str], dict[str, str], list[str]]:
-    proc = subprocess.Popen([sys.executable, "-m", "conformance.cli", "fake", "serve", "deepinfra", *extra],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "conformance.cli", "fake", "serve", "deepinfra", *extra],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stdout is not None
     lines: list[str] = []
     while not lines or not lines[-1].startswith("# the deepinfra fake is serving"):
@@ -39,12 +44,14 @@ def test_serve_prints_the_sdk_variables_and_the_unmodified_sdk_works_with_them()
         assert exports == {"DEEPINFRA_BASE_URL": f"http://127.0.0.1:{port}", "DEEPINFRA_API_KEY": "di_cli_key"}
         assert any(line.startswith("# paths: ") for line in lines)
         # The SDK's zero-config default client reads exactly these two variables.
-        script = ("from deepinfra import Sandbox\n"
-                  "sb = Sandbox.create(tags={'via': 'env'})\n"
-                  "r = sb.exec('bash', '-c', 'echo $HOME; pwd')\n"
-                  "sb.fs.write('/workspace/f', b'x')\n"
-                  "print(r.stdout.split(), sb.fs.read('/workspace/f'))\n"
-                  "sb.terminate()\n")
+        script = (
+            "from deepinfra import Sandbox\n"
+            "sb = Sandbox.create(tags={'via': 'env'})\n"
+            "r = sb.exec('bash', '-c', 'echo $HOME; pwd')\n"
+            "sb.fs.write('/workspace/f', b'x')\n"
+            "print(r.stdout.split(), sb.fs.read('/workspace/f'))\n"
+            "sb.terminate()\n"
+        )
         env = {k: v for k, v in os.environ.items() if not k.startswith("DEEPINFRA_")} | exports
         done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
         assert done.returncode == 0, done.stderr

@@ -76,8 +76,9 @@ def test_async_session(fake: Fake):
         async def on_err(data: bytes) -> None:  # an async callback is awaited
             err.extend(data)
 
-        handle = await box.exec.session(cmd="cat; echo e >&2; exit 6", env=["X=1"], on_stdout=out.extend,
-                                        on_stderr=on_err)
+        handle = await box.exec.session(
+            cmd="cat; echo e >&2; exit 6", env=["X=1"], on_stdout=out.extend, on_stderr=on_err
+        )
         assert handle.pid > 0
         await handle.write(bytes(range(256)))
         await handle.end_stdin()

@@ -50,8 +50,10 @@ def test_concurrent_uploads_never_land_outside_the_box(fake: Fake, tmp_path: Pat
         for t in workers:
             t.join(120)
     landed = escaped(outside)
-    print(f"uploads: {dict(statuses)}; files sent {THREADS * ROUNDS * FILES}; swaps {swapper.swaps}; "
-          f"outside the box: {len(landed)}")
+    print(
+        f"uploads: {dict(statuses)}; files sent {THREADS * ROUNDS * FILES}; swaps {swapper.swaps}; "
+        f"outside the box: {len(landed)}"
+    )
     assert swapper.swaps > 100, "the box never raced"
     assert statuses[500] == 0, f"a race is not a server error: {dict(statuses)}"
     assert not landed, f"{len(landed)} files escaped the box, e.g. {landed[:5]}"

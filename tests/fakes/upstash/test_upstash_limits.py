@@ -26,8 +26,9 @@ def _box(fake: Fake) -> str:
 
 
 def _post_raw(fake: Fake, path: str, body: bytes) -> httpx.Response:
-    return httpx.post(fake.url + path, headers={**fake.headers, "Content-Type": "application/json"}, content=body,
-                      timeout=30)
+    return httpx.post(
+        fake.url + path, headers={**fake.headers, "Content-Type": "application/json"}, content=body, timeout=30
+    )
 
 
 @pytest.mark.parametrize("depth", [100_000, 65])
@@ -57,11 +58,18 @@ def test_a_json_body_over_the_limit_is_413(fake: Fake):
     box = _box(fake)
     declared = _post_raw(fake, f"/v2/box/{box}/files/write", body)
     assert declared.status_code == 413 and "4096 bytes" in declared.json()["error"]
-    chunked = httpx.post(f"{fake.url}/v2/box/{box}/files/write", content=iter([body[:3000], body[3000:]]),
-                         headers={**fake.headers, "Content-Type": "application/json"})
+    chunked = httpx.post(
+        f"{fake.url}/v2/box/{box}/files/write",
+        content=iter([body[:3000], body[3000:]]),
+        headers={**fake.headers, "Content-Type": "application/json"},
+    )
     assert chunked.status_code == 413, "a body without Content-Length is counted as it arrives"
-    assert httpx.post(f"{fake.url}/v2/box/{box}/files/write", headers=fake.headers,
-                      json={"path": "f", "content": "small"}).status_code == 200
+    assert (
+        httpx.post(
+            f"{fake.url}/v2/box/{box}/files/write", headers=fake.headers, json={"path": "f", "content": "small"}
+        ).status_code
+        == 200
+    )
 
 
 def test_nul_bytes_in_commands_argv_and_paths_are_a_400_that_says_so(fake: Fake):
@@ -120,8 +128,9 @@ def _peak_kib(pid: int) -> int:
 
 def test_a_large_upload_streams_to_disk_instead_of_sitting_in_memory(tmp_path: Path):
     size = 128 * MIB
-    server = subprocess.Popen([sys.executable, "-c", _SERVER], cwd=ROOT, stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True)
+    server = subprocess.Popen(
+        [sys.executable, "-c", _SERVER], cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     try:
         info = json.loads(server.stdout.readline())  # type: ignore[union-attr]
         h = {"X-Box-Api-Key": info["key"]}
@@ -132,8 +141,13 @@ def test_a_large_upload_streams_to_disk_instead_of_sitting_in_memory(tmp_path: P
             for _ in range(size // MIB):
                 fh.write(block)
             fh.seek(0)
-            resp = httpx.post(f"{info['url']}/v2/box/{box}/files/upload", headers=h, timeout=300,
-                              data={"paths": ["/workspace/home/big.bin"]}, files=[("files", ("big.bin", fh))])
+            resp = httpx.post(
+                f"{info['url']}/v2/box/{box}/files/upload",
+                headers=h,
+                timeout=300,
+                data={"paths": ["/workspace/home/big.bin"]},
+                files=[("files", ("big.bin", fh))],
+            )
         assert resp.status_code == 200, resp.text
         grown = (_peak_kib(server.pid) - before) // 1024
         assert grown < 48, f"the server's peak RSS grew {grown} MiB for a {size // MIB} MiB upload"

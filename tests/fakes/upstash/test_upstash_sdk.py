@@ -30,7 +30,12 @@ def test_create_is_polled_through_the_creating_phase(fake: Fake):
     data = httpx.get(f"{fake.url}/v2/box/{box.id}", headers=fake.headers).json()
     assert data["status"] == "idle"
     assert (data["name"], data["labels"], data["size"], data["runtime"], data["keep_alive"]) == (
-        "slow", ["hermes"], "medium", "python", True)
+        "slow",
+        ["hermes"],
+        "medium",
+        "python",
+        True,
+    )
     assert isinstance(data["created_at"], int) and isinstance(data["updated_at"], int)
     assert data["created_at"] > 1_600_000_000_000, "timestamps must be integer milliseconds"
 
@@ -42,19 +47,23 @@ def test_a_creating_box_reports_creating_then_idle(fake: Fake):
     box_id = created["id"]
     refused = httpx.post(f"{fake.url}/v2/box/{box_id}/exec", headers=fake.headers, json={"command": ["true"]})
     assert refused.status_code == 409 and "being created" in refused.json()["error"]
-    assert eventually(lambda: httpx.get(f"{fake.url}/v2/box/{box_id}", headers=fake.headers).json()["status"]
-                      == "idle", 5)
+    assert eventually(
+        lambda: httpx.get(f"{fake.url}/v2/box/{box_id}", headers=fake.headers).json()["status"] == "idle", 5
+    )
 
 
-@pytest.mark.parametrize("config, fragment", [
-    ({"size": "huge"}, "invalid size"),
-    ({"runtime": "cobol"}, "invalid runtime"),
-    ({"labels": ["has space"]}, "invalid label"),
-    ({"labels": ["a" * 21]}, "invalid label"),
-    ({"labels": ["a", "b", "c", "d", "e", "f"]}, "too many labels"),
-    ({"name": "a/b"}, "name must be"),
-    ({"env": {"A": 1}}, "env_vars"),
-])
+@pytest.mark.parametrize(
+    "config, fragment",
+    [
+        ({"size": "huge"}, "invalid size"),
+        ({"runtime": "cobol"}, "invalid runtime"),
+        ({"labels": ["has space"]}, "invalid label"),
+        ({"labels": ["a" * 21]}, "invalid label"),
+        ({"labels": ["a", "b", "c", "d", "e", "f"]}, "too many labels"),
+        ({"name": "a/b"}, "name must be"),
+        ({"env": {"A": 1}}, "env_vars"),
+    ],
+)
 def test_create_rejects_invalid_bodies(fake: Fake, config, fragment):
     with pytest.raises(BoxError) as info:
         fake.create(**config)
@@ -158,8 +167,7 @@ def test_bulk_delete(fake: Fake):
     doomed = [fake.create() for _ in range(2)]
     Box.delete_boxes(box_ids=[b.id for b in doomed], **fake.kw)
     assert [d.id for d in Box.list(**fake.kw)] == [keep.id]
-    response = httpx.request("DELETE", f"{fake.url}/v2/box", headers=fake.headers,
-                             json={"ids": [keep.id, "box_nope"]})
+    response = httpx.request("DELETE", f"{fake.url}/v2/box", headers=fake.headers, json={"ids": [keep.id, "box_nope"]})
     assert response.json()["deleted"] == [keep.id] and response.json()["not_found"] == ["box_nope"]
     empty = httpx.request("DELETE", f"{fake.url}/v2/box", headers=fake.headers, json={"ids": []})
     assert empty.status_code == 400 and "ids" in empty.json()["error"]
@@ -278,8 +286,10 @@ def test_files_write_read_list_stat(fake: Fake):
     box.files.write(path="notes/a.txt", content="héllo\n")
     assert box.files.read("notes/a.txt") == "héllo\n"
     assert box.files.read("/workspace/home/notes/a.txt", offset=1, length=4) == "éll"
-    assert box.files.read("/workspace/home/notes/a.txt", encoding="base64") == base64.b64encode(
-        "héllo\n".encode()).decode()
+    assert (
+        box.files.read("/workspace/home/notes/a.txt", encoding="base64")
+        == base64.b64encode("héllo\n".encode()).decode()
+    )
     box.files.write(path="bin.dat", content=base64.b64encode(bytes(range(256))).decode(), encoding="base64")
     raw = box.files.read("bin.dat", encoding="base64", offset=250, length=10)
     assert base64.b64decode(raw) == bytes(range(250, 256))
@@ -348,8 +358,12 @@ def test_files_upload_and_download(fake: Fake, tmp_path, monkeypatch):
     box = fake.create()
     (tmp_path / "one.bin").write_bytes(bytes(range(256)) * 10)
     (tmp_path / "two.txt").write_text("two\r\n--not-a-boundary\r\n")
-    box.files.upload([{"path": str(tmp_path / "one.bin"), "destination": "up/one.bin"},
-                      {"path": str(tmp_path / "two.txt"), "destination": "/workspace/home/up/two.txt"}])
+    box.files.upload(
+        [
+            {"path": str(tmp_path / "one.bin"), "destination": "up/one.bin"},
+            {"path": str(tmp_path / "two.txt"), "destination": "/workspace/home/up/two.txt"},
+        ]
+    )
     host = fake.world.get(box.id).workspace_dir  # type: ignore[union-attr]
     assert (host / "up/one.bin").read_bytes() == bytes(range(256)) * 10
     assert (host / "up/two.txt").read_bytes() == b"two\r\n--not-a-boundary\r\n"

@@ -20,8 +20,13 @@ ROOT = Path(__file__).resolve().parents[3]
 
 
 def _serve(*extra: str) -> tuple[subprocess.Popen[str], dict[str, str], list[str]]:
-    proc = subprocess.Popen([sys.executable, "-m", "conformance.cli", "fake", "serve", "upstash", *extra],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "conformance.cli", "fake", "serve", "upstash", *extra],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stdout is not None
     lines: list[str] = []
     while not lines or not lines[-1].startswith("# the upstash fake is serving"):
@@ -136,9 +141,11 @@ def _stall_and_measure(proc: subprocess.Popen[str], box: Box, gate: threading.Ev
     still = _written(writer)
     peak = max(peak, _kib(proc.pid, "VmRSS"))
     growth_mib = (peak - baseline) / 1024
-    print(f"\nbackpressure: server RSS {baseline / 1024:.1f} MiB -> peak {peak / 1024:.1f} MiB "
-          f"(+{growth_mib:.1f} MiB); the command wrote {written / MIB:.1f} MiB of {total / MIB:.0f} MiB, "
-          f"then {(still - written) / MIB:.2f} MiB more in 0.5 s")
+    print(
+        f"\nbackpressure: server RSS {baseline / 1024:.1f} MiB -> peak {peak / 1024:.1f} MiB "
+        f"(+{growth_mib:.1f} MiB); the command wrote {written / MIB:.1f} MiB of {total / MIB:.0f} MiB, "
+        f"then {(still - written) / MIB:.2f} MiB more in 0.5 s"
+    )
     assert still == written, "the command kept writing while nobody read: output is being buffered somewhere"
     assert written < 64 * MIB, f"{written / MIB:.0f} MiB left the command before it blocked"
     assert growth_mib < 32, f"the server's memory grew by {growth_mib:.0f} MiB while the client did not read"

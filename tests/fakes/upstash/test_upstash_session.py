@@ -91,8 +91,9 @@ def test_int_signal_stops_a_foreground_job(fake: Fake):
 def test_terminate_waits_the_grace_then_kills(fake: Fake):
     box = fake.create()
     out = bytearray()
-    handle = box.exec.session(cmd="trap 'echo term' TERM; echo ready; while true; do sleep 0.05; done",
-                              on_stdout=out.extend)
+    handle = box.exec.session(
+        cmd="trap 'echo term' TERM; echo ready; while true; do sleep 0.05; done", on_stdout=out.extend
+    )
     assert eventually(lambda: b"ready" in out)
     started = time.monotonic()
     handle.terminate(grace_ms=400)
@@ -137,9 +138,14 @@ def test_cwd(fake: Fake):
 
 def test_env_overlay_drops_blocked_keys_and_does_not_leak(fake: Fake):
     box = fake.create(env={"BOX_LEVEL": "box"})
-    probe = "echo ${FOO-unset} ${BOX_LEVEL-unset} ${LD_PRELOAD-unset} ${LD_LIBRARY_PATH-unset} ${UPSTASH_BLOB_TOKEN:+blob}"
-    code, out, _ = run(box, cmd=probe, env=["FOO=bar=baz", "LD_PRELOAD=/tmp/evil.so", "LD_LIBRARY_PATH=/x",
-                                           "not an assignment", "BOX_LEVEL=overlaid"])
+    probe = (
+        "echo ${FOO-unset} ${BOX_LEVEL-unset} ${LD_PRELOAD-unset} ${LD_LIBRARY_PATH-unset} ${UPSTASH_BLOB_TOKEN:+blob}"
+    )
+    code, out, _ = run(
+        box,
+        cmd=probe,
+        env=["FOO=bar=baz", "LD_PRELOAD=/tmp/evil.so", "LD_LIBRARY_PATH=/x", "not an assignment", "BOX_LEVEL=overlaid"],
+    )
     assert (code, out) == (0, b"bar=baz overlaid unset unset blob\n")
     assert run(box, cmd=probe)[1] == b"unset box unset unset blob\n", "env leaked into the next session"
     _, out, _ = run(box, cmd="echo $HOME $USER; env | grep -c UPSTASH_BOX_API_KEY || true")
@@ -149,8 +155,9 @@ def test_env_overlay_drops_blocked_keys_and_does_not_leak(fake: Fake):
 def test_tty_sessions_get_a_sized_pty_with_merged_stderr(fake: Fake):
     box = fake.create()
     out = bytearray()
-    handle = box.exec.session(cmd="tty; stty size; echo err >&2; read go; stty size", tty=True, rows=30, cols=100,
-                              on_stdout=out.extend)
+    handle = box.exec.session(
+        cmd="tty; stty size; echo err >&2; read go; stty size", tty=True, rows=30, cols=100, on_stdout=out.extend
+    )
     assert eventually(lambda: b"err" in out)
     handle.resize(40, 120)
     handle.write("go\n")
@@ -171,8 +178,9 @@ def test_concurrent_sessions_do_not_mix(fake: Fake):
     results: dict[int, tuple[int, bytes, bytes]] = {}
 
     def one(i: int) -> None:
-        results[i] = run(box, cmd=f"for n in 1 2 3; do echo s{i}-$n; echo e{i} >&2; sleep 0.05; done; exit {i}",
-                         env=[f"WHO={i}"])
+        results[i] = run(
+            box, cmd=f"for n in 1 2 3; do echo s{i}-$n; echo e{i} >&2; sleep 0.05; done; exit {i}", env=[f"WHO={i}"]
+        )
 
     threads = [threading.Thread(target=one, args=(i,)) for i in range(5)]
     for t in threads:
@@ -238,8 +246,9 @@ def test_slow_reader_gets_everything(fake: Fake):
         gate.wait(5)
         got.extend(data)
 
-    handle = box.exec.session(cmd="head -c 8000000 /dev/urandom | od -An -tx1 | head -c 9000000; echo end",
-                              on_stdout=slow)
+    handle = box.exec.session(
+        cmd="head -c 8000000 /dev/urandom | od -An -tx1 | head -c 9000000; echo end", on_stdout=slow
+    )
     time.sleep(0.5)  # nothing is read meanwhile: the command must wait, not the server buffer
     gate.set()
     assert handle.wait(30) == 0

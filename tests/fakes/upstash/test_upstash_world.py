@@ -46,7 +46,7 @@ def test_world_locates_and_disturbs_boxes(service):
     box = Box.create(**_kw(service))
     other = Box.create(**_kw(service))
     assert world.sandboxes() == {box.id: "idle", other.id: "idle"}
-    handle = box.exec.session(cmd="printf nonce-123 > \"$HOME\"/.kit-nonce")
+    handle = box.exec.session(cmd='printf nonce-123 > "$HOME"/.kit-nonce')
     assert handle.wait(5) == 0
     assert world.locate(".kit-nonce", "nonce-123") == box.id
     assert world.locate(".kit-nonce", "other") is None
