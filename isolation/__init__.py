@@ -20,9 +20,16 @@ What the boundary protects against, for test purposes:
   to mount, make devices or open files by handle;
 - seeing another box's files, hostname or System V IPC objects.
 
+Optional per box (off by default): read-only host files added inside the
+read-only system directories (``BoxSpec.files``, e.g. /etc/hermes-box.env
+while /etc stays read-only, through a read-only overlay of the directory),
+and a network namespace of the box's own (``BoxSpec.network``).
+
 What it does not protect against:
-- the network: boxes share the host's network namespace, so a box can reach
-  any service listening on this machine, loopback included;
+- the network: by default boxes share the host's network namespace, so a
+  box can reach any service listening on this machine, loopback included
+  (a box started with ``BoxSpec(network=False)`` has a network namespace of
+  its own with only a loopback interface, and reaches nothing outside);
 - resource exhaustion: no CPU, memory, disk or process-count limits;
 - kernel vulnerabilities, and hardware side channels: namespaces are not a
   virtual machine and a hostile kernel exploit defeats them;
@@ -33,7 +40,7 @@ What it does not protect against:
   paths and say so (``NamespaceDriver.available``).
 """
 
-from isolation.driver import SYSTEM_DIRS, Bind, BoxSpec, Driver, IsolationError, Running
+from isolation.driver import SYSTEM_DIRS, Bind, BoxFile, BoxSpec, Driver, IsolationError, Running
 from isolation.namespaces import ID_RANGE, ROOT_ID_BASE, NamespaceBox, NamespaceDriver
 from isolation.popen import BoxPopen
 
@@ -42,6 +49,7 @@ __all__ = [
     "ROOT_ID_BASE",
     "SYSTEM_DIRS",
     "Bind",
+    "BoxFile",
     "BoxPopen",
     "BoxSpec",
     "Driver",

@@ -23,6 +23,12 @@ own directories:
    their inside paths, pivots into the root, detaches the old one, sets the
    hostname and reports ready.
 
+Files added to a system directory (optional, e.g. /etc/hermes-box.env) are
+shown through a read-only overlay of that directory: made by the setup
+process as root (the overlay is then bound in like the box's directories),
+by the init itself unprivileged.  A box without network (optional) gets a
+network namespace of the init's own, with the loopback interface up.
+
 From then on the init forks commands on request (each in its own session,
 with the descriptors the host sent), reports their exits, reaps every orphan
 of the box, and stops or continues all of the box's processes at once.  The
@@ -42,6 +48,7 @@ import fcntl
 import json
 import os
 import platform
+import re
 import resource
 import select
 import signal
@@ -52,7 +59,7 @@ import termios
 import traceback
 
 CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
-CLONE_NEWUSER, CLONE_NEWPID = 0x10000000, 0x20000000
+CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 0x1, 0x2, 0x4, 0x8
 MS_REMOUNT, MS_BIND, MS_REC = 0x20, 0x1000, 0x4000
 MS_PRIVATE, MS_SLAVE, MS_SHARED = 0x40000, 0x80000, 0x100000
@@ -78,6 +85,8 @@ DROPPED_CAPS = (2, 9, 12, 16, 17, 19, 20, 21, 22, 25, 26, 27, 30, 32, 33, 34, 35
 DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 TIOCSPTLCK = 0x40045431  # unlock a new pseudo-terminal's slave
+SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
+IFREQ = struct.Struct("16sH22x")  # struct ifreq: name, flags (the union padded to its 24 bytes)
 HEADER = struct.Struct("!I")
 MAX_FRAME = 64 << 20
 
@@ -231,10 +240,10 @@ class Stage:
         self.under = os.open(STAGE, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)  # the host's /tmp, before covering
         mount("kit-stage", STAGE, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=64k")
 
-    def open(self, path: str) -> int:
-        """An O_PATH descriptor of a host directory, even one below the covered /tmp."""
+    def open(self, path: str, directory: bool = True) -> int:
+        """An O_PATH descriptor of a host directory (or file), even one below the covered /tmp."""
         path = os.path.normpath(path)
-        flags = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
+        flags = os.O_PATH | os.O_CLOEXEC | (os.O_DIRECTORY if directory else 0)
         if path == STAGE or path.startswith(STAGE + "/"):
             return os.open(path[len(STAGE) :].lstrip("/") or ".", flags, dir_fd=self.under)
         return os.open(path, flags)
@@ -246,6 +255,15 @@ class Stage:
             mount(f"/proc/self/fd/{fd}", where, None, MS_BIND)
         finally:
             os.close(fd)
+
+
+def _staged(prep: dict, folder: str) -> str:
+    """Where the setup process staged the system directory holding ``folder`` (and the rest of its path)."""
+    for entry in prep["system"]:
+        top = entry["target"]
+        if not entry.get("link") and (folder == top or folder.startswith(top + "/")):
+            return entry["source"] + folder[len(top) :]
+    raise OSError(errno.ENOENT, f"{folder} is in no system directory of the box")
 
 
 def _prepare_stage(prep: dict) -> Stage:
@@ -299,7 +317,7 @@ def _build_base(prep: dict) -> str:
     return root
 
 
-def _finish_root(root: str, prep: dict, binds: list[dict]) -> None:
+def _finish_root(root: str, prep: dict, binds: list[dict], files: list[dict]) -> None:
     """Init, once the box is known: its directories at their inside paths, then pivot into the root."""
     stage: Stage | None = prep.get("_stage")
     for b in sorted(binds, key=lambda b: b["target"].count("/")):
@@ -308,9 +326,28 @@ def _finish_root(root: str, prep: dict, binds: list[dict]) -> None:
         if stage is not None:
             stage.bind(b["source"], target)
         else:
-            mount(b["source"], target, None, MS_BIND)
+            mount(b["source"], target, None, MS_BIND | (MS_REC if b.get("recursive") else 0))
         if not b.get("writable", True):
             make_readonly(target)
+    if stage is not None and files:  # unprivileged: the init overlays the directories itself
+        for k, (folder, group) in enumerate(_files_by_dir(files)):
+            where = root + folder
+            layer = f"{STAGE}/layer{k}"
+            _mkdirs(layer)
+            own = [folder + rel for rel in _submounts(where)]
+            try:
+                _overlay_files(where, where, layer, [(name, stage.open(src, directory=False)) for name, src in group])
+            except OSError as exc:
+                if exc.errno not in (errno.EINVAL, errno.EPERM):
+                    raise
+                why = (
+                    f"{folder} holds mounts of its own ({', '.join(own)}), which an unprivileged overlay may not cover"
+                    if own
+                    else "overlayfs in a user namespace needs Linux 5.11 or later"
+                )
+                raise OSError(
+                    exc.errno, f"cannot add files to {folder} without root: {why}; run as root or add no files ({exc})"
+                ) from exc
     if stage is not None:
         os.close(stage.under)  # no way back to the host's /tmp may stay open in the box
         prep.pop("_stage")
@@ -338,6 +375,78 @@ def _build_dev(dev: str) -> None:
         ("stderr", "/proc/self/fd/2"),
     ):
         os.symlink(target, f"{dev}/{name}")
+
+
+def _files_by_dir(files: list[dict]) -> list[tuple[str, list[tuple[str, str]]]]:
+    """The files grouped by the directory they appear in: (directory, [(name, source)])."""
+    by_dir: dict[str, list[tuple[str, str]]] = {}
+    for f in files:
+        folder, name = os.path.split(f["target"])
+        by_dir.setdefault(folder, []).append((name, f["source"]))
+    return sorted(by_dir.items())
+
+
+def _unescape_mountinfo(field: str) -> str:
+    """A mount point as /proc/self/mountinfo writes it, with its octal escapes (\\040) undone."""
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+
+
+def _submounts(folder: str) -> list[str]:
+    """The outermost mounts strictly below ``folder`` (paths relative to it, each starting with /)."""
+    below = []
+    with open("/proc/self/mountinfo") as fh:
+        for line in fh:
+            point = _unescape_mountinfo(line.split()[4])
+            if point.startswith(folder + "/"):
+                below.append(point[len(folder) :])
+    below.sort(key=lambda p: p.count("/"))
+    outermost: list[str] = []
+    for rel in below:
+        if rel not in outermost and not any(rel.startswith(o + "/") for o in outermost):
+            outermost.append(rel)
+    return outermost
+
+
+def _overlay_files(lower: str, where: str, layer: str, files: list[tuple[str, int]]) -> None:
+    """Show directory ``lower`` at ``where`` read-only with ``files`` added (``where`` may be ``lower``).
+
+    An overlay with only lower layers (so read-only): on top ``layer``, an empty
+    directory on a tmpfs that gets one empty file per added name (their mount
+    points), below it ``lower``.  An overlay shows only the directory's own
+    filesystem, so the mounts below ``lower`` (a container's /etc/resolv.conf)
+    are bound again on top, then each file (an O_PATH descriptor, closed here)
+    over its point, and the whole made read-only.
+    """
+    try:
+        for name, _ in files:
+            with open(f"{layer}/{name}", "w"):
+                pass
+        subs = []
+        try:
+            for rel in _submounts(lower):
+                subs.append((rel, os.open(lower + rel, os.O_PATH | os.O_CLOEXEC)))
+            mount("kit-overlay", where, "overlay", MS_RDONLY | MS_NOSUID | MS_NODEV, f"lowerdir={layer}:{lower}")
+            for rel, fd in subs:
+                mount(f"/proc/self/fd/{fd}", where + rel, None, MS_BIND | MS_REC)
+        finally:
+            for _, fd in subs:
+                os.close(fd)
+        for name, fd in files:
+            mount(f"/proc/self/fd/{fd}", f"{where}/{name}", None, MS_BIND)
+        make_readonly(where)
+    finally:
+        for _, fd in files:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+def _own_network() -> None:
+    """A network namespace of the init's own (its commands inherit it) with the loopback interface up."""
+    unshare(CLONE_NEWNET)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        request = IFREQ.pack(b"lo", 0)
+        flags = IFREQ.unpack(fcntl.ioctl(s.fileno(), SIOCGIFFLAGS, request))[1]
+        fcntl.ioctl(s.fileno(), SIOCSIFFLAGS, IFREQ.pack(b"lo", flags | IFF_UP))
 
 
 # -- the init ------------------------------------------------------------------------------------
@@ -597,8 +706,10 @@ def _init_main(channel: Channel, prep: dict, setup: socket.socket) -> None:
         setup.close()
         if box is None:
             os._exit(1)  # the box was never asked for (a spare at the host's exit)
-        _finish_root(root, prep, box["binds"])
+        _finish_root(root, prep, box["binds"], box.get("files") or [])
         socket.sethostname(box["hostname"])
+        if not box.get("network", True):
+            _own_network()
         prctl(PR_SET_DUMPABLE, 0)  # box commands may not read the init's memory or descriptors
         me = os.pidfd_open(1)
         channel.send({"op": "ready", "pidns": os.stat("/proc/self/ns/pid").st_ino}, [me])
@@ -707,7 +818,15 @@ def main(argv: list[str]) -> int:
                 where = f"{STAGE}/box/b{i}"
                 stage.bind(b["source"], where)
                 binds.append({**b, "source": where})
-            box["binds"] = binds
+            step = "files"
+            for k, (folder, group) in enumerate(_files_by_dir(box.get("files") or [])):
+                where, layer = f"{STAGE}/box/o{k}", f"{STAGE}/box/l{k}"
+                _mkdirs(where)
+                _mkdirs(layer)
+                sources = [(name, stage.open(src, directory=False)) for name, src in group]
+                _overlay_files(_staged(prep, folder), where, layer, sources)
+                binds.append({"source": where, "target": folder, "writable": False, "recursive": True})
+            box["binds"], box["files"] = binds, []
         channel.sock.close()  # the init reads the host's requests from now on
         Channel(ours).send(box)
         ours.close()

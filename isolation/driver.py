@@ -28,12 +28,36 @@ class Bind:
 
 
 @dataclass(frozen=True)
+class BoxFile:
+    """A host file shown read-only at ``target`` (absolute) inside the box.
+
+    Meant for a directory the box sees read-only, such as /etc: the target's
+    directory must be a system directory (or below one).  The host directory is
+    never changed: the box sees an overlay of it with the file added, the whole
+    still read-only.  The file is bound, not copied: a change made in place on
+    the host (same inode) shows inside; a file replaced by rename shows on the
+    box's next start.
+    """
+
+    source: Path
+    target: str
+
+
+@dataclass(frozen=True)
 class BoxSpec:
-    """One box: its hostname and the host directories it may see (and write, unless read-only)."""
+    """One box: its hostname and the host directories it may see (and write, unless read-only).
+
+    ``files``: read-only host files added inside system directories (see
+    ``BoxFile``).  ``network``: False gives the box a network namespace of its
+    own with only the loopback interface, up (no route off the box); True (the
+    default) shares the host's network.  Both are off by default.
+    """
 
     hostname: str
     binds: tuple[Bind, ...]
     labels: Mapping[str, str] = field(default_factory=dict)
+    files: tuple[BoxFile, ...] = ()
+    network: bool = True
 
 
 class Running(Protocol):

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from isolation import box_init
-from isolation.driver import SYSTEM_DIRS, Bind, BoxSpec, IsolationError, StdStream
+from isolation.driver import SYSTEM_DIRS, Bind, BoxFile, BoxSpec, IsolationError, StdStream
 from isolation.popen import BoxPopen, ExitSlot
 
 logger = logging.getLogger("isolation")
@@ -108,6 +108,7 @@ class NamespaceBox:
     # -- start ---------------------------------------------------------------------------------
     def start(self, launched: tuple[subprocess.Popen[bytes], socket.socket] | None = None) -> None:
         """Set the box up in a setup process already prepared (a spare), or in a new one."""
+        check_files(self.spec.files, self.system_dirs)
         self._setup, ours = launched or launch_setup(prepare_message(self.mode, self.system_dirs))
         self._channel = box_init.Channel(ours)
         ours.settimeout(START_TIMEOUT_S)
@@ -127,6 +128,8 @@ class NamespaceBox:
                 "op": "box",
                 "hostname": spec.hostname[:64] or "box",
                 "binds": [{"source": str(b.source), "target": b.target, "writable": b.writable} for b in spec.binds],
+                "files": [{"source": str(f.source), "target": f.target} for f in spec.files],
+                "network": spec.network,
             }
         )
         while True:
@@ -234,6 +237,27 @@ class NamespaceBox:
             self._init_pidfd = -1
         if self._channel is not None:
             self._channel.sock.close()
+
+
+_OVERLAY_UNSAFE = (",", ":", "\\")  # separators of overlayfs's mount options
+
+
+def check_files(files: Sequence[BoxFile], system_dirs: Sequence[str]) -> None:
+    """Each added file names an existing host file and an absolute target in a system directory."""
+    shown = [d for d in system_dirs if os.path.isdir(d) and not os.path.islink(d)]
+    for f in files:
+        folder, name = os.path.split(f.target)
+        if not f.target.startswith("/") or os.path.normpath(f.target) != f.target or not name:
+            raise IsolationError(f"file {f.target!r}: the target must be a normalised absolute path")
+        if not any(folder == d or folder.startswith(d + "/") for d in shown):
+            raise IsolationError(
+                f"file {f.target}: its directory must be a system directory of the box ({', '.join(shown)}) "
+                "or below one; bind a writable directory for anything else"
+            )
+        if any(c in f.target for c in _OVERLAY_UNSAFE):
+            raise IsolationError(f"file {f.target}: ',', ':' and '\\' cannot appear in an added file's path")
+        if not os.path.isfile(f.source):
+            raise IsolationError(f"file {f.target}: its source {f.source} is not a file on this machine")
 
 
 def prepare_message(mode: Mode, system_dirs: Sequence[str]) -> dict:
@@ -441,10 +465,12 @@ class NamespaceDriver:
         ``spawn`` is the confined way to run a command.
         """
         user = ["--user"] if box.mode.userns else []
+        net = [] if box.spec.network else ["--net"]
         return [
             "nsenter",
             f"--target={box.init_pid}",
             *user,
+            *net,
             "--mount",
             "--pid",
             "--ipc",
