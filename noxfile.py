@@ -122,11 +122,34 @@ def _ensure_chromium(session: nox.Session) -> None:
         session.log(f"installing chromium failed ({exc}): tests/test_report_html.py will skip")
 
 
+def _ensure_box_tools(session: nox.Session) -> None:
+    """Debian's tmux and gnupg, for Box Lite's tests (hermes-box enter in tmux; encrypted save/load).
+
+    Installed when missing and possible (root and apt-get); otherwise the session says why and goes
+    on, and the tests that need them skip naming the missing tool.
+    """
+    import shutil
+
+    missing = [pkg for tool, pkg in (("tmux", "tmux"), ("gpg", "gnupg")) if not shutil.which(tool)]
+    if not missing:
+        return
+    if os.geteuid() != 0 or not shutil.which("apt-get"):
+        session.log(f"{' and '.join(missing)} missing and cannot be installed here (needs root and apt-get)")
+        return
+    env = {"DEBIAN_FRONTEND": "noninteractive"}
+    try:
+        session.run_install("apt-get", "update", external=True, env=env)
+        session.run_install("apt-get", "install", "-y", "--no-install-recommends", *missing, external=True, env=env)
+    except nox.command.CommandFailed as exc:
+        session.log(f"installing {' and '.join(missing)} failed ({exc}): Box Lite tests needing them will skip")
+
+
 @nox.session
 def tests(session: nox.Session) -> None:
     """The kit's own tests: contract, host, plugin, tempdir_box and every mutant."""
     session.install("-e", ".[dev]")
     _ensure_chromium(session)
+    _ensure_box_tools(session)
     pytest = ("python", "-m", "pytest", "tests", "-p", "no:cacheprovider")
     session.run(*pytest, "-n", WORKERS, "-m", "not suite", *session.posargs)
     # Suite runs bring their own workers and time-bounded checks: one at a time,
