@@ -138,6 +138,8 @@ class Gpg:
                 "gpg could not decrypt the archive's session key with the passphrase given",
                 "give the passphrase the archive was saved with (BOX_PASSPHRASE or the prompt)",
             )
+        if any(sign in messages for sign in ("read error", "problem reading source", "unexpected EOF")):
+            return CorruptArchive("the archive is truncated", "gpg reached its end in the middle of the data", fix)
         if "NODATA" in status:
             return CorruptArchive("the file is not an encrypted archive", "gpg found no OpenPGP data in it", fix)
         if "NO_SECKEY" in status or "ENC_TO" in status:
@@ -146,8 +148,6 @@ class Gpg:
                 "archives are symmetric (gpg --symmetric) messages",
                 "decrypt it with its key and encrypt it again with gpg --symmetric --cipher-algo AES256",
             )
-        if any(sign in messages for sign in ("read error", "problem reading source", "unexpected EOF")):
-            return CorruptArchive("the archive is truncated", "gpg reached its end in the middle of the data", fix)
         if "BADMDC" in status:
             return CorruptArchive(
                 "the archive is damaged or was altered", "its OpenPGP integrity check (MDC) failed", fix
