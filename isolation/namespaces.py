@@ -337,8 +337,12 @@ class NamespaceDriver:
 
     name = "namespaces"
 
-    def __init__(self, *, spares: int = 1, system_dirs: tuple[str, ...] = SYSTEM_DIRS) -> None:
+    def __init__(self, *, spares: int = 1, system_dirs: tuple[str, ...] = SYSTEM_DIRS, probe: bool = True) -> None:
+        """``probe=False`` (for a process that starts one box and must start fast): no throwaway box
+        first; the first start tries the most isolated mode this machine may offer and probes only if
+        that fails.  Before that start, ``box_uid``/``box_gid`` are that mode's ids."""
         self.system_dirs = system_dirs
+        self._probe_first = probe
         self._mode: Mode | None = None
         self._reason = ""
         self._probed = False
@@ -365,14 +369,33 @@ class NamespaceDriver:
 
     @property
     def box_uid(self) -> int:
-        return self.mode.uid
+        return self._assumed_mode().uid
 
     @property
     def box_gid(self) -> int:
-        return self.mode.gid
+        return self._assumed_mode().gid
+
+    def _assumed_mode(self) -> Mode:
+        if not self._probe_first and not self._probed and sys.platform.startswith("linux"):
+            return _candidate_modes()[0]
+        return self.mode
 
     # -- boxes --------------------------------------------------------------------------------
     def start(self, spec: BoxSpec) -> NamespaceBox:
+        if not self._probe_first and not self._probed and sys.platform.startswith("linux"):
+            mode = _candidate_modes()[0]
+            box = NamespaceBox(spec, mode, self.system_dirs)
+            try:
+                box.start()
+            except IsolationError as exc:
+                logger.info("isolation: %s; probing the other modes", exc)
+            else:
+                with self._lock:
+                    if not self._probed:
+                        self._mode, self._reason, self._probed = mode, mode.describe(), True
+                if self._mode == mode:
+                    return box
+                box.kill(10)  # another thread's probe chose differently: follow it
         spare = self._take_spare()
         box = NamespaceBox(spec, self.mode, self.system_dirs)
         try:

@@ -1,0 +1,768 @@
+"""BoxManager: create, start, stop and remove boxes, and run commands in them.
+
+A box is its persistent directory ``data_dir/boxes/NAME`` (``data/`` is its
+/data and, under ``data/home``, its /home/agent; ``tmp/`` its /tmp, emptied at
+each start; ``managed/`` the host copies of managed assets; ``box.json`` what
+the box is), its registry entry, and, while it runs, one daemon
+(``reference.box_lite.daemon``) holding its namespaces, reached through
+``runtime_dir/NAME/control.sock``.
+
+State: ``running`` while its daemon lives (it holds an flock on
+``daemon.pid``); ``stopped`` when no daemon runs and box.json records a clean
+stop; ``broken`` otherwise: the daemon died without a stop, the directory or
+box.json is missing or unreadable, or the registry and the directory disagree.
+``start`` recovers a broken box whose directory is intact (what remains of the
+dead daemon's box is ended first); ``stop`` of a broken box ends what remains
+and records the stop.
+
+``create`` takes the box's lock, makes the directory (refusing one that
+exists: a same-named directory is never touched), records in box.json a nonce
+proving this call made it, runs ``populate`` on the empty /data, provisions
+the managed assets, registers the box and starts it.  If anything fails, or
+HUP, INT or TERM arrives (on the main thread), it undoes only what it made:
+its daemon, its registry entry (if it still carries the nonce) and its
+directory (if box.json still carries the nonce), then raises (BoxInterrupted
+for a signal: exit 128+N).
+
+Commands run as the box's root (uid 0 inside, a host id owning no host file)
+with ``USER=agent``, ``HOME=/home/agent``, a standard PATH and, by default,
+``~/workspace`` as working directory; ``popen`` returns a ``control.BoxCommand``
+(a ``subprocess.Popen``).  Signals sent to it reach the command's whole tree.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from reference.box_lite import control, provision
+from reference.box_lite.errors import (
+    BoxBroken,
+    BoxError,
+    BoxExists,
+    BoxInterrupted,
+    BoxNotFound,
+    BoxNotRunning,
+    BoxStartFailed,
+    ControlError,
+)
+from reference.box_lite.locks import BoxLock, remove_lock_file
+from reference.box_lite.paths import BoxHome, check_name
+from reference.box_lite.registry import Registry, publish_atomic, utc_now
+from reference.box_lite.settings import Settings
+
+HOME_INSIDE = "/home/agent"
+WORKSPACE_INSIDE = HOME_INSIDE + "/workspace"
+BOX_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+DAEMON_START_TIMEOUT_S = 60.0
+DAEMON_EXIT_TIMEOUT_S = 15.0
+LOG_LIMIT = 1 << 20  # daemon.log is started afresh beyond this
+STATES = ("running", "stopped", "broken")
+Populate = Callable[[Path], None]
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class BoxInfo:
+    """One box as ``boxes()`` and ``create`` report it."""
+
+    name: str
+    state: str | None  # "running" | "stopped" | "broken" (None: no such box)
+    created_at: str | None
+    network: bool
+    data_dir: Path
+    last_backup: Path | None
+
+
+def box_env(name: str, extra: dict[str, str] | None = None, *, tty: bool = False) -> dict[str, str]:
+    """The environment of a command in box ``name``: the box user's, with ``extra`` on top."""
+    env = {
+        "USER": "agent",
+        "LOGNAME": "agent",
+        "HOME": HOME_INSIDE,
+        "PATH": BOX_PATH,
+        "LANG": "C.UTF-8",
+        "HOSTNAME": name,
+        "HERMES_BOX": name,
+        "TMPDIR": "/tmp",
+    }
+    if tty:
+        env["TERM"] = os.environ.get("TERM") or "xterm-256color"
+    env.update(extra or {})
+    return env
+
+
+class _Made:
+    """What one ``create`` call made, so that its cleanup touches nothing else."""
+
+    def __init__(self) -> None:
+        self.nonce = secrets.token_hex(16)
+        self.dir = False
+        self.registered = False
+        self.launched = False
+        self.ready_fd = -1  # the launched daemon's ready pipe, until it has reported
+
+    def close(self) -> None:
+        if self.ready_fd != -1:
+            os.close(self.ready_fd)
+            self.ready_fd = -1
+
+
+class _Signals:
+    """HUP, INT and TERM raise BoxInterrupted in the main thread for the block (a no-op elsewhere);
+    once ``cleaning`` is set, further ones are only noted, so the cleanup runs to its end."""
+
+    WATCHED = (signal.SIGHUP, signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self) -> None:
+        self.cleaning = False
+        self.received: list[int] = []
+        self._previous: dict[int, Any] = {}
+
+    def _handler(self, signum: int, _frame: object) -> None:
+        self.received.append(signum)
+        if not self.cleaning:
+            raise BoxInterrupted(signum)
+
+    def __enter__(self) -> _Signals:
+        if threading.current_thread() is threading.main_thread():
+            for signum in self.WATCHED:
+                self._previous[signum] = signal.signal(signum, self._handler)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
+
+    def deliver_late(self) -> None:
+        """A signal that came after the work was done (and so interrupted nothing): delivered now, with
+        the handlers the caller had (a CLI exits 128+N as usual, the box stays as made)."""
+        if self.received and self._previous:
+            signal.raise_signal(self.received[0])
+
+
+class BoxManager:
+    """Boxes under one ``BoxHome`` (see the module docstring)."""
+
+    def __init__(self, home: BoxHome, settings: Settings | None = None):
+        self.home = home
+        self.settings = settings if settings is not None else Settings.load(home.settings_file)
+        self.registry = Registry(home)
+        self._driver: Any = None
+
+    # -- ids --------------------------------------------------------------------------------------
+    def _ids(self) -> tuple[int, int]:
+        """The host ids that root inside a box maps to (what files in /data must belong to)."""
+        if self._driver is None:
+            from isolation import NamespaceDriver
+
+            self._driver = NamespaceDriver(spares=0, probe=False)
+        return self._driver.box_uid, self._driver.box_gid
+
+    # -- what exists --------------------------------------------------------------------------------
+    def data_dir(self, name: str) -> Path:
+        """The host directory that is the box's /data."""
+        return self.home.box_data(name)
+
+    def box_json(self, name: str) -> dict[str, Any] | None:
+        """The box's box.json, None when missing or unreadable."""
+        try:
+            data = json.loads(self.home.box_json(name).read_text("utf-8"))
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) else None
+
+    def daemon_pid(self, name: str) -> int | None:
+        """The pid of the box's live daemon, None when none runs."""
+        path = self.home.daemon_pid_file(name)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return None
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except OSError as exc:
+                if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                    return None
+                try:
+                    return int(os.pread(fd, 32, 0).split()[0])
+                except (ValueError, IndexError):
+                    return None
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            return None
+        finally:
+            os.close(fd)
+
+    def state(self, name: str) -> str | None:
+        """ "running" | "stopped" | "broken", or None when there is no such box (see the module)."""
+        check_name(name)
+        entry = self.registry.get(name)
+        exists = self.home.box_dir(name).is_dir()
+        if entry is None and not exists:
+            return None
+        info = self.box_json(name) if exists else None
+        consistent = (
+            entry is not None
+            and info is not None
+            and info.get("name") == name
+            and self.data_dir(name).is_dir()
+            and _nonce(entry) in (None, _nonce(info))
+        )
+        if self.daemon_pid(name) is not None:
+            return "running" if consistent else "broken"
+        if consistent and info is not None and info.get("stopped_cleanly") is True:
+            return "stopped"
+        return "broken"
+
+    def names(self) -> list[str]:
+        """Registered boxes and box directories (a directory with a box.json), sorted."""
+        names = set(self.registry.names())
+        if self.home.boxes_dir.is_dir():
+            for entry in self.home.boxes_dir.iterdir():
+                if (entry / "box.json").is_file():
+                    with contextlib.suppress(BoxError):
+                        names.add(check_name(entry.name))
+        return sorted(names)
+
+    def info(self, name: str) -> BoxInfo:
+        entry = self.registry.get(name) or {}
+        info = self.box_json(name) or {}
+        return BoxInfo(
+            name=name,
+            state=self.state(name),
+            created_at=info.get("created_at") or entry.get("created_at"),
+            network=bool(info.get("network", entry.get("network", True))),
+            data_dir=self.data_dir(name),
+            last_backup=self.last_backup(name),
+        )
+
+    def boxes(self) -> list[BoxInfo]:
+        """Every box (registered or on disk) with its state and most recent backup."""
+        return [self.info(name) for name in self.names()]
+
+    def last_backup(self, name: str) -> Path | None:
+        """The newest ``backups/NAME-<UTC time>.tar.gz.gpg`` (names sort by time), None if none."""
+        prefix, suffix = f"{name}-", ".tar.gz.gpg"
+        try:
+            found = [
+                p
+                for p in self.home.backups_dir.iterdir()
+                if p.name.startswith(prefix) and p.name.endswith(suffix) and p.name[len(prefix)].isdigit()
+            ]
+        except (OSError, IndexError):
+            return None
+        return max(found, key=lambda p: p.name) if found else None
+
+    # -- locks ----------------------------------------------------------------------------------
+    def lock(self, name: str, action: str) -> BoxLock:
+        """The box's lock for a mutation (a context manager; BoxLocked names the holder's PID)."""
+        return BoxLock(self.home, check_name(name), action)
+
+    # -- create ---------------------------------------------------------------------------------------
+    def create(
+        self,
+        name: str,
+        *,
+        network: bool | None = None,
+        populate: Populate | None = None,
+        progress: Progress | None = None,
+    ) -> BoxInfo:
+        """Make, provision, register and start box ``name`` (see the module docstring).
+
+        ``populate(data_dir)`` fills the new, empty /data before provisioning
+        (``load`` restores an archive there); its files are then given to the
+        box's root.  ``progress(step)`` is called after each step: "directory",
+        "populated", "provisioned", "registered", "launched", "started".
+        """
+        check_name(name)
+        net = self.settings.network if network is None else bool(network)
+        step = progress or (lambda _: None)
+        self.home.ensure()
+        made = _Made()
+        with _Signals() as signals, self.lock(name, "create"):
+            try:
+                self._create(name, net, populate, step, made)
+                signals.cleaning = True
+            except BaseException:
+                signals.cleaning = True
+                self._undo(name, made)
+                raise
+            finally:
+                made.close()
+        signals.deliver_late()
+        return self.info(name)
+
+    def _create(self, name: str, network: bool, populate: Populate | None, step: Progress, made: _Made) -> None:
+        box_dir = self.home.box_dir(name)
+        if self.registry.get(name) is not None:
+            raise BoxExists(
+                f"box {name} already exists",
+                "it is registered",
+                f"choose another name, or remove it: hermes-box rm {name}",
+            )
+        try:
+            box_dir.mkdir(mode=0o700)
+        except FileExistsError:
+            raise BoxExists(
+                f"{box_dir} already exists",
+                "a directory of that name is there and this command did not make it; it is left as it is",
+                f"choose another name, or move {box_dir} away if it is no longer needed",
+            ) from None
+        made.dir = True
+        record = {
+            "format": 1,
+            "name": name,
+            "created_at": utc_now(),
+            "created_by": {"pid": os.getpid(), "nonce": made.nonce},
+            "network": network,
+            "stopped_cleanly": True,
+        }
+        publish_atomic(box_dir / "box.json", _json(record))
+        uid, gid = self._ids()
+        data = box_dir / "data"
+        for path in (data, box_dir / "tmp", box_dir / "managed"):
+            path.mkdir(mode=0o755)
+        step("directory")
+        if populate is not None:
+            populate(data)
+            step("populated")
+        data.chmod(0o755)
+        provision.own_tree(data, uid, gid)
+        provision.provision(box_dir, name, self.settings.render(), uid, gid)
+        step("provisioned")
+        with self.registry.update() as boxes:
+            if name in boxes:
+                raise BoxExists(f"box {name} already exists", "another command registered it meanwhile", "")
+            boxes[name] = {"created_at": record["created_at"], "network": network, "nonce": made.nonce}
+        made.registered = True
+        step("registered")
+        self._launch(name, made, step)
+        step("started")
+
+    def _undo(self, name: str, made: _Made) -> None:
+        """Remove what ``create`` made (and only that), newest first."""
+        problems: list[str] = []
+        if made.launched:
+            try:
+                self._abort_launch(name, made)
+            except BoxError as exc:
+                problems.append(str(exc))
+            self._forget_runtime(name)
+        if made.registered:
+            with self.registry.update() as boxes:
+                entry = boxes.get(name)
+                if entry is not None and _nonce(entry) == made.nonce:
+                    del boxes[name]
+        if made.dir:
+            box_dir = self.home.box_dir(name)
+            info = self.box_json(name)
+            ours = (info is None and not (box_dir / "box.json").exists()) or _nonce(info) == made.nonce
+            if ours and not problems:
+                _rmtree(box_dir)
+            elif not ours:
+                problems.append(f"{box_dir} no longer carries this command's mark; it was left in place")
+        if problems:
+            print(f"hermes-box: cleanup of box {name} was incomplete: {'; '.join(problems)}", file=sys.stderr)
+
+    # -- start / stop -----------------------------------------------------------------------------------
+    def start(self, name: str) -> None:
+        """Start box ``name`` (nothing to do if it runs); recovers a broken box whose directory is intact.
+
+        Interrupted by HUP, INT or TERM (main thread), it leaves the box stopped and raises BoxInterrupted.
+        """
+        made = _Made()
+        with _Signals() as signals, self.lock(name, "start"):
+            try:
+                self._require(name)
+                if self.daemon_pid(name) is not None:
+                    return
+                self._launch(name, made, lambda _: None)
+                signals.cleaning = True
+            except BaseException:
+                signals.cleaning = True
+                if made.launched:
+                    with contextlib.suppress(BoxError):
+                        self._abort_launch(name, made)
+                    self._forget_runtime(name)
+                raise
+            finally:
+                made.close()
+        signals.deliver_late()
+
+    def stop(self, name: str, *, grace: float | None = None) -> None:
+        """Stop every process of box ``name`` (SIGTERM, ``grace`` s, then SIGKILL), keeping its state."""
+        with self.lock(name, "stop"):
+            if self.state(name) is None:
+                raise _not_found(name)
+            self._halt(name, grace)
+            self._forget_runtime(name)
+            if self.box_json(name) is not None:
+                self._mark_stopped(name)
+
+    def _require(self, name: str) -> dict[str, Any]:
+        """box.json of a box that can be started (registered, directory and /data present)."""
+        entry = self.registry.get(name)
+        info = self.box_json(name)
+        if entry is None and info is None and not self.home.box_dir(name).exists():
+            raise _not_found(name)
+        if info is None or info.get("name") != name or not self.data_dir(name).is_dir():
+            raise BoxBroken(
+                f"box {name} cannot start",
+                f"its directory {self.home.box_dir(name)} or box.json is missing or damaged",
+                f"remove it (hermes-box rm {name} --force) and restore a backup with hermes-box load",
+            )
+        if entry is None:
+            raise BoxBroken(
+                f"box {name} cannot start", "it is not in the registry", f"register it again: hermes-box repair {name}"
+            )
+        return info
+
+    def _launch(self, name: str, made: _Made, step: Progress) -> None:
+        """Start the box's daemon and wait until it serves (or says why it cannot).
+
+        ``made.ready_fd`` stays open until the daemon has reported, so that a
+        caller interrupted meanwhile can wait for it before ending it
+        (``_abort_launch``): a daemon is never left to start a box unseen.
+        """
+        self._end_remnants(name)
+        run_dir = self.home.run_dir(name)
+        run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        log_path = self.home.daemon_log(name)
+        with contextlib.suppress(FileNotFoundError):
+            if log_path.stat().st_size > LOG_LIMIT:
+                log_path.unlink()
+        made.ready_fd, ready_w = os.pipe2(os.O_CLOEXEC)
+        try:
+            log_fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            try:
+                argv = [
+                    sys.executable,
+                    "-m",
+                    "reference.box_lite.daemon",
+                    "--box-dir",
+                    str(self.home.box_dir(name)),
+                    "--run-dir",
+                    str(run_dir),
+                    "--ready-fd",
+                    str(ready_w),
+                    name,
+                ]
+                made.launched = True
+                launcher = subprocess.Popen(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log_fd,
+                    stderr=log_fd,
+                    pass_fds=[ready_w],
+                    start_new_session=True,
+                    close_fds=True,
+                    env=_daemon_env(),
+                    cwd="/",
+                )
+            finally:
+                os.close(log_fd)
+        finally:
+            os.close(ready_w)
+        step("launched")
+        launcher.wait()  # the daemon detaches at once: its launcher exits
+        answer = _read_until_eof(made.ready_fd, DAEMON_START_TIMEOUT_S)
+        made.close()
+        if answer != "ok":
+            why = answer or f"its daemon exited without a word (see {log_path})"
+            raise BoxStartFailed(f"box {name} did not start", why, f"see {log_path}; then hermes-box doctor {name}")
+
+    def _abort_launch(self, name: str, made: _Made) -> None:
+        """End a daemon this call launched: first wait until it has reported (started, or given up)."""
+        if made.ready_fd != -1:
+            _read_until_eof(made.ready_fd, DAEMON_START_TIMEOUT_S)
+            made.close()
+        self._halt(name, 0.0)
+
+    def _halt(self, name: str, grace: float | None = None) -> None:
+        """End the box's daemon and every process of the box; verified, or a BoxError saying what is left."""
+        grace = self.settings.stop_timeout if grace is None else grace
+        pid_file = self.home.daemon_pid_file(name)
+        if self.daemon_pid(name) is not None:
+            try:
+                control.stop(self.home.control_socket(name), name=name, grace=grace)
+                answered = True
+            except BoxError:
+                answered = False  # not answering: ended by signal below
+            if not _wait_free(pid_file, DAEMON_EXIT_TIMEOUT_S if answered else 0.2):
+                pid = self.daemon_pid(name)
+                if pid is not None and _is_daemon(pid):
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGTERM)  # the daemon's own clean stop
+                    if not _wait_free(pid_file, DAEMON_EXIT_TIMEOUT_S):
+                        with contextlib.suppress(ProcessLookupError):
+                            os.kill(pid, signal.SIGKILL)  # its box ends with it (the engine's guarantee)
+                        _wait_free(pid_file, DAEMON_EXIT_TIMEOUT_S)
+        self._end_remnants(name)
+        if self.daemon_pid(name) is not None:
+            raise BoxError(
+                f"box {name}'s daemon does not exit",
+                f"PID {self.daemon_pid(name)} ignores stop, SIGTERM and SIGKILL",
+                "check the machine (a hung kernel task?) and retry",
+            )
+
+    def _end_remnants(self, name: str) -> None:
+        """The box init a dead daemon left (if it still runs: it ends at once with its daemon): ended."""
+        path = self.home.run_dir(name) / "init.pid"
+        try:
+            pid, pidns = (int(x) for x in path.read_text().split()[:2])
+        except (OSError, ValueError):
+            return
+        if self.daemon_pid(name) is not None:
+            return  # a live daemon owns it
+        try:
+            fd = os.pidfd_open(pid)
+        except OSError:
+            fd = -1
+        if fd != -1:
+            try:
+                if os.stat(f"/proc/{pid}/ns/pid").st_ino == pidns:  # still that box's init, not a recycled pid
+                    signal.pidfd_send_signal(fd, signal.SIGKILL)
+                    import select
+
+                    select.select([fd], [], [], DAEMON_EXIT_TIMEOUT_S)
+            except OSError:
+                pass
+            finally:
+                os.close(fd)
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+
+    def _forget_runtime(self, name: str) -> None:
+        """The runtime files of a stopped daemon (the lock and the log stay)."""
+        if self.daemon_pid(name) is not None:
+            return
+        for leaf in ("control.sock", "init.pid", "daemon.pid"):
+            with contextlib.suppress(FileNotFoundError):
+                (self.home.run_dir(name) / leaf).unlink()
+
+    def _mark_stopped(self, name: str) -> None:
+        info = self.box_json(name)
+        if info is None:
+            return
+        info["stopped_cleanly"] = True
+        info["state_at"] = utc_now()
+        publish_atomic(self.home.box_json(name), _json(info))
+
+    # -- remove -------------------------------------------------------------------------------------------
+    def remove(self, name: str) -> None:
+        """Stop box ``name`` and delete it: its /data, registry entry and runtime files.
+
+        A directory that is not a box (no box.json naming it) is refused, not deleted.
+        """
+        with self.lock(name, "remove") as lock:
+            entry = self.registry.get(name)
+            box_dir = self.home.box_dir(name)
+            info = self.box_json(name)
+            if entry is None and not box_dir.exists():
+                raise _not_found(name)
+            if box_dir.exists() and (info is None or info.get("name") != name):
+                raise BoxBroken(
+                    f"{box_dir} is not box {name}'s directory",
+                    "it has no box.json naming the box, so it was not made by hermes-box; it is left as it is",
+                    f"move it away by hand if it is not needed, then: hermes-box rm {name} --force",
+                )
+            self._halt(name, 0.0)
+            self._forget_runtime(name)
+            if box_dir.exists():
+                _rmtree(box_dir)
+            self.registry.remove(name)
+            log_path = self.home.daemon_log(name)
+            with contextlib.suppress(FileNotFoundError):
+                log_path.unlink()
+            remove_lock_file(lock)
+        with contextlib.suppress(OSError):
+            self.home.run_dir(name).rmdir()
+
+    # -- commands ----------------------------------------------------------------------------------------
+    def popen(
+        self,
+        name: str,
+        argv: list[str] | tuple[str, ...],
+        *,
+        env: dict[str, str] | None = None,
+        cwd: str | None = None,
+        stdin: int | IO[Any] | None = None,
+        stdout: int | IO[Any] | None = None,
+        stderr: int | IO[Any] | None = None,
+        tty: bool = False,
+        **popen_kwargs: Any,
+    ) -> control.BoxCommand:
+        """Start ``argv`` in the running box (BoxNotRunning if it is not): a Popen-like BoxCommand.
+
+        ``env`` is added to the box user's environment (``box_env``); ``cwd``
+        defaults to ~/workspace.  stdin/stdout/stderr as for Popen (None: the
+        box's /dev/null).  With ``tty`` the command gets a terminal of the box's
+        own (``BoxCommand.pty`` is its master; see ``control.interact``).
+        """
+        check_name(name)
+        return control.BoxCommand(
+            list(argv),
+            control=self.home.control_socket(name),
+            box=name,
+            tty=tty,
+            env=box_env(name, env, tty=tty),
+            cwd=cwd or WORKSPACE_INSIDE,
+            stdin=stdin,
+            stdout=stdout,
+            stderr=stderr,
+            **popen_kwargs,
+        )
+
+    def exec(self, name: str, argv: list[str] | tuple[str, ...], **kw: Any) -> int:
+        """Run ``argv`` in the box to its end; its exit code (negative: the signal that ended it)."""
+        with self.popen(name, argv, **kw) as command:
+            return command.wait()
+
+    def processes(self, name: str) -> list[dict[str, Any]]:
+        """The running box's processes: host ``pid``, ``box_pid``, ``state`` and ``argv``."""
+        answer = control.request(self.home.control_socket(name), {"op": "processes"}, name=name)
+        return list(answer.get("processes") or [])
+
+    def signal(self, name: str, command_id: int, signum: int) -> int:
+        """Signal the tree of a command (by its ``BoxCommand.ident``); how many processes got it."""
+        message = {"op": "signal", "id": command_id, "sig": int(signum)}
+        answer = control.request(self.home.control_socket(name), message, name=name)
+        return int(answer.get("count") or 0)
+
+    @contextlib.contextmanager
+    def quiesce(self, name: str) -> Iterator[None]:
+        """Stop (SIGSTOP) every process of the running box for the block, continue them after.
+
+        A stopped box needs nothing: the block just runs.
+        """
+        sock = self.home.control_socket(name)
+        if self.daemon_pid(name) is None:
+            yield
+            return
+        control.request(sock, {"op": "freeze"}, name=name)
+        try:
+            yield
+        finally:
+            with contextlib.suppress(BoxNotRunning, ControlError):
+                control.request(sock, {"op": "thaw"}, name=name)
+
+    # -- repair ------------------------------------------------------------------------------------------
+    def refresh_assets(self, name: str) -> None:
+        """Rewrite the managed assets (and register a box whose registry entry is lost), keeping /data."""
+        with self.lock(name, "repair"):
+            info = self.box_json(name)
+            if info is None or info.get("name") != name or not self.data_dir(name).is_dir():
+                if self.registry.get(name) is None and not self.home.box_dir(name).exists():
+                    raise _not_found(name)
+                raise BoxBroken(
+                    f"box {name} cannot be repaired",
+                    f"its directory {self.home.box_dir(name)} or box.json is missing or damaged, so /data is lost",
+                    f"remove it (hermes-box rm {name} --force) and restore a backup with hermes-box load",
+                )
+            uid, gid = self._ids()
+            provision.provision(self.home.box_dir(name), name, self.settings.render(), uid, gid)
+            with self.registry.update() as boxes:
+                entry = boxes.get(name)
+                if entry is None or _nonce(entry) not in (None, _nonce(info)):
+                    boxes[name] = {
+                        "created_at": info.get("created_at") or utc_now(),
+                        "network": bool(info.get("network", True)),
+                        "nonce": _nonce(info),
+                    }
+
+
+# -- helpers ----------------------------------------------------------------------------------------------
+def _json(data: dict[str, Any]) -> bytes:
+    return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode("utf-8")
+
+
+def _nonce(record: dict[str, Any] | None) -> str | None:
+    """The creating call's nonce in a registry entry or a box.json (None if it has none)."""
+    if not isinstance(record, dict):
+        return None
+    by = record.get("created_by")
+    nonce = by.get("nonce") if isinstance(by, dict) else record.get("nonce")
+    return nonce if isinstance(nonce, str) else None
+
+
+def _not_found(name: str) -> BoxNotFound:
+    return BoxNotFound(f"no box named {name}", "it is neither registered nor on disk", "list boxes with: hermes-box ls")
+
+
+def _daemon_env() -> dict[str, str]:
+    """The daemon's environment: enough to import this package, nothing of the caller's secrets."""
+    keep = ("PATH", "LANG", "LC_ALL", "PYTHONPATH", "TZ")
+    return {k: v for k, v in os.environ.items() if k in keep}
+
+
+def _read_until_eof(fd: int, timeout: float) -> str:
+    import select
+
+    deadline = time.monotonic() + timeout
+    chunks = []
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return f"it did not report within {timeout:.0f} s"
+        ready, _, _ = select.select([fd], [], [], left)
+        if ready:
+            chunk = os.read(fd, 4096)
+            if not chunk:
+                return b"".join(chunks).decode(errors="replace").strip()
+            chunks.append(chunk)
+
+
+def _wait_free(pid_file: Path, timeout: float) -> bool:
+    """Wait until no process holds ``pid_file``'s flock (the daemon has exited); whether it is free."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            fd = os.open(pid_file, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return True
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            return True
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.02)
+
+
+def _is_daemon(pid: int) -> bool:
+    try:
+        return b"reference.box_lite.daemon" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
+def _rmtree(path: Path) -> None:
+    """Delete a box's tree, making read-only directories writable on the way (a box may leave some)."""
+
+    def retry(func: Callable[..., Any], target: str, _exc: BaseException) -> None:
+        with contextlib.suppress(OSError):
+            os.chmod(os.path.dirname(target), 0o700)
+        func(target)
+
+    if sys.version_info >= (3, 12):
+        shutil.rmtree(path, onexc=retry)
+    else:
+        shutil.rmtree(path, onerror=retry)

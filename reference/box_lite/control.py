@@ -1,0 +1,339 @@
+"""The client side of a box daemon's control socket (see ``daemon``).
+
+``request(socket, message)`` sends one request and returns the answer
+(ping, processes, freeze, thaw, signal, stop).  ``BoxCommand`` runs a command
+in the box and behaves as a ``subprocess.Popen``: ``pid`` (its host pid),
+``box_pid``, ``poll()``, ``wait(timeout)``, ``communicate()``, ``stdin`` /
+``stdout`` / ``stderr`` when ``subprocess.PIPE`` is asked, ``send_signal()``,
+``terminate()`` and ``kill()``.  A signal reaches the command's whole tree in
+the box (its session and every descendant), not just its first process.
+The exit status arrives on the command's own connection to the daemon; if the
+daemon dies that connection closes, the engine has ended every process of the
+box, and ``wait`` returns ``-SIGKILL`` at once instead of hanging.
+
+With ``tty=True`` the command runs on a terminal of the box's own; the client
+gets its master (``BoxCommand.pty``) and ``interact()`` relays it to the
+caller's terminal (``hermes-box enter``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from isolation.box_init import Channel
+from reference.box_lite.errors import BoxNotRunning, ControlError
+
+CONNECT_TIMEOUT_S = 5.0
+REPLY_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 30.0
+
+
+def connect(path: Path, name: str = "", timeout: float = CONNECT_TIMEOUT_S) -> socket.socket:
+    """A connection to the daemon listening on ``path``; BoxNotRunning when none listens there."""
+    label = name or path.parent.name
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    sock.settimeout(timeout)
+    try:
+        sock.connect(str(path))
+    except (FileNotFoundError, ConnectionRefusedError) as exc:
+        sock.close()
+        raise BoxNotRunning(
+            f"box {label} is not running", "its daemon does not answer", f"start it: hermes-box start {label}"
+        ) from exc
+    except OSError as exc:
+        sock.close()
+        raise ControlError(f"cannot reach box {label}'s daemon", str(exc), "see hermes-box doctor " + label) from exc
+    return sock
+
+
+def request(path: Path, message: dict, *, name: str = "", timeout: float = REPLY_TIMEOUT_S) -> dict:
+    """Send one request and return the daemon's answer; ControlError if it refuses or goes away."""
+    label = name or path.parent.name
+    with connect(path, label) as sock:
+        sock.settimeout(timeout)
+        channel = Channel(sock)
+        try:
+            channel.send(message)
+            answer = channel.receive()
+        except TimeoutError as exc:
+            raise ControlError(
+                f"box {label}'s daemon did not answer {message.get('op')!r} within {timeout:.0f} s",
+                "it is busy or stuck",
+                f"see its log, or stop the box: hermes-box stop {label}",
+            ) from exc
+        except OSError as exc:
+            raise ControlError(f"box {label}'s daemon went away", str(exc), f"hermes-box doctor {label}") from exc
+        for fd in channel.take_fds(64):
+            os.close(fd)
+    if answer is None:
+        raise ControlError(
+            f"box {label}'s daemon closed the connection on {message.get('op')!r}",
+            "it stopped or died",
+            f"hermes-box doctor {label}",
+        )
+    if answer.get("op") == "error":
+        raise ControlError(f"box {label} refused {message.get('op')!r}", str(answer.get("message")), "")
+    return answer
+
+
+def ping(path: Path, *, timeout: float = 2.0) -> dict | None:
+    """The daemon's pong (pid, name, init_pid), or None if no daemon answers on ``path``."""
+    try:
+        return request(path, {"op": "ping"}, timeout=timeout)
+    except (BoxNotRunning, ControlError):
+        return None
+
+
+def stop(path: Path, *, name: str = "", grace: float = 0.0, timeout: float = STOP_TIMEOUT_S) -> bool:
+    """Ask the daemon to stop its box (SIGTERM to its processes, ``grace`` s for them to exit, then the
+    end of the box); True once it answered that every box process has ended."""
+    answer = request(path, {"op": "stop", "grace": grace}, name=name, timeout=timeout + grace)
+    return bool(answer.get("clean"))
+
+
+class BoxCommand(subprocess.Popen):
+    """A command running in a box, started by its daemon; a ``subprocess.Popen`` (see the module)."""
+
+    def __init__(self, args: Any, *, control: Path, box: str = "", tty: bool = False, **kwargs: Any):
+        self._control = control
+        self._box = box or control.parent.name
+        self._tty = tty
+        self._conn: socket.socket | None = None
+        self._channel: Channel | None = None
+        self._read_lock = threading.Lock()
+        self._send_lock = threading.Lock()
+        self.box_pid: int | None = None
+        self.ident: int | None = None
+        self.pty: int | None = None  # the terminal's master, with tty=True
+        if tty:
+            kwargs.update(stdin=None, stdout=None, stderr=None)
+        super().__init__(args, **kwargs)
+
+    # Popen calls this with its positional arguments; only the descriptors and env/cwd matter here.
+    def _execute_child(
+        self,
+        args: Any,
+        executable: Any,
+        preexec_fn: Any,
+        close_fds: Any,
+        pass_fds: Any,
+        cwd: Any,
+        env: Any,
+        startupinfo: Any,
+        creationflags: Any,
+        shell: Any,
+        p2cread: int,
+        p2cwrite: int,
+        c2pread: int,
+        c2pwrite: int,
+        errread: int,
+        errwrite: int,
+        *rest: Any,
+    ) -> None:
+        argv = [os.fsdecode(a) for a in ([args] if isinstance(args, (str, bytes, os.PathLike)) else args)]
+        if shell:
+            argv = ["/bin/sh", "-c", *argv]
+        if executable is not None:
+            argv[0] = os.fsdecode(executable)
+        environ = {os.fsdecode(k): os.fsdecode(v) for k, v in (env or {}).items()}
+        where = os.fsdecode(cwd) if cwd is not None else "/"
+        devnull = -1
+        try:
+            fds: list[int] = []
+            if not self._tty:
+                for fd in (p2cread, c2pwrite, errwrite):
+                    if fd == -1:
+                        if devnull == -1:
+                            devnull = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
+                        fd = devnull
+                    fds.append(fd)
+            self._start(argv, environ, where, fds)
+        finally:
+            if devnull != -1:
+                os.close(devnull)
+            self._close_pipe_fds(p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite)  # type: ignore[attr-defined]  # Popen's own helper, private so not in typeshed
+        self._child_created = True
+
+    def _start(self, argv: list[str], env: dict[str, str], cwd: str, fds: list[int]) -> None:
+        conn = connect(self._control, self._box)
+        try:
+            channel = Channel(conn)
+            conn.settimeout(REPLY_TIMEOUT_S)
+            message = {"op": "spawn", "argv": argv, "env": env, "cwd": cwd, "tty": self._tty, "nfds": len(fds)}
+            try:
+                channel.send(message, fds)
+                answer = channel.receive()
+            except OSError as exc:
+                raise ControlError(f"box {self._box}: the command was not started", str(exc), "") from exc
+            if answer is None or answer.get("op") != "spawned":
+                why = str(answer.get("message")) if answer else "the daemon closed the connection (box stopping?)"
+                raise ControlError(f"box {self._box}: the command was not started", why, "")
+            if self._tty:
+                (self.pty,) = channel.take_fds(1)
+            conn.settimeout(None)
+        except BaseException:
+            conn.close()
+            raise
+        self._conn, self._channel = conn, channel
+        self.pid = int(answer["pid"])
+        self.box_pid = answer.get("box_pid")
+        self.ident = int(answer["id"])
+
+    # -- exit status ----------------------------------------------------------------------------
+    def _await_exit(self, timeout: float | None) -> bool:
+        """True once the exit status is known; reads the command's connection up to ``timeout``."""
+        if self.returncode is not None:
+            return True
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if not self._read_lock.acquire(timeout=-1 if timeout is None else max(timeout, 0)):
+            return self.returncode is not None
+        try:
+            while self.returncode is None:
+                conn, channel = self._conn, self._channel
+                if conn is None or channel is None:
+                    return self.returncode is not None
+                message = channel.pending()
+                if message is None:
+                    left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                    ready, _, _ = select.select([conn], [], [], left)
+                    if not ready:
+                        return False
+                    try:
+                        alive = channel.fill()
+                    except OSError:
+                        alive = False
+                    if not alive:  # the daemon died: the engine ended every process of the box
+                        self._finish(-signal.SIGKILL)
+                    continue
+                if message.get("op") == "exit":
+                    self._finish(int(message["code"]))
+            return True
+        finally:
+            self._read_lock.release()
+
+    def _finish(self, code: int) -> None:
+        self.returncode = code
+        with self._send_lock:
+            conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+    def _internal_poll(self, _deadstate: Any = None, *_: Any, **__: Any) -> int | None:
+        if self.returncode is None and self._conn is not None:
+            self._await_exit(0)
+        return self.returncode
+
+    def _wait(self, timeout: float | None) -> int:
+        if not self._await_exit(timeout):
+            assert timeout is not None  # only a bounded wait runs out
+            raise subprocess.TimeoutExpired(self.args, timeout)
+        assert self.returncode is not None
+        return self.returncode
+
+    # -- signals --------------------------------------------------------------------------------
+    def send_signal(self, sig: int) -> None:
+        """Signal the command's whole tree in the box (nothing once it has exited)."""
+        self.poll()
+        if self.returncode is not None:
+            return
+        with self._send_lock:
+            if self._conn is None:
+                return
+            with contextlib.suppress(OSError):
+                Channel(self._conn).send({"op": "signal", "sig": int(sig)})
+
+    def close(self) -> None:
+        """Let go of the command (it goes on running if it has not exited) and of its terminal."""
+        with self._send_lock:
+            conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+        if self.pty is not None:
+            with contextlib.suppress(OSError):
+                os.close(self.pty)
+            self.pty = None
+
+    def __del__(self) -> None:
+        conn = getattr(self, "_conn", None)
+        if conn is not None:
+            conn.close()
+        pty = getattr(self, "pty", None)
+        if pty is not None:
+            with contextlib.suppress(OSError):
+                os.close(pty)
+        if getattr(self, "returncode", 0) is None:
+            self.returncode = -signal.SIGKILL  # no exit status will come: keep Popen's finaliser quiet
+        with contextlib.suppress(Exception):
+            super().__del__()
+
+
+def interact(command: BoxCommand, stdin: int = 0, stdout: int = 1) -> int:
+    """Relay the caller's terminal to a tty command until it ends; returns its exit code.
+
+    The caller's terminal is in raw mode meanwhile (restored after), and its
+    window size follows the caller's (SIGWINCH) when run on the main thread.
+    """
+    import termios
+    import tty as ttymod
+
+    master = command.pty
+    if master is None:
+        raise ValueError("interact() needs a command started with tty=True")
+    is_tty = os.isatty(stdin)
+    saved = termios.tcgetattr(stdin) if is_tty else None
+
+    def resize(*_: Any) -> None:
+        import fcntl
+
+        with contextlib.suppress(OSError):
+            size = fcntl.ioctl(stdin, termios.TIOCGWINSZ, b"\0" * 8)
+            fcntl.ioctl(master, termios.TIOCSWINSZ, size)
+
+    previous = None
+    if is_tty:
+        resize()
+        with contextlib.suppress(ValueError):  # not the main thread: no resizing
+            previous = signal.signal(signal.SIGWINCH, resize)
+        ttymod.setraw(stdin)
+    try:
+        inputs = [master, stdin]
+        while True:
+            try:
+                ready, _, _ = select.select(inputs, [], [])
+            except InterruptedError:
+                continue
+            if master in ready:
+                try:
+                    data = os.read(master, 65536)
+                except OSError:
+                    data = b""  # EIO: every process on the terminal has gone
+                if not data:
+                    break
+                _write_all(stdout, data)
+            if stdin in ready:
+                data = os.read(stdin, 65536)
+                if not data:
+                    inputs.remove(stdin)
+                    continue
+                _write_all(master, data)
+    finally:
+        if saved is not None:
+            termios.tcsetattr(stdin, termios.TCSADRAIN, saved)
+        if previous is not None:
+            signal.signal(signal.SIGWINCH, previous)
+    return command.wait()
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]

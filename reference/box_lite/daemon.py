@@ -1,0 +1,553 @@
+"""The daemon that holds one running box: ``python -m reference.box_lite.daemon ... NAME``.
+
+A box's init lives only as long as its control socket to the host stays open,
+so a running box needs a process that holds that socket: this daemon, one per
+running box, started detached by the box manager (``BoxManager.start``).  It
+starts the box with the isolation engine, publishes ``daemon.pid`` (holding an
+exclusive flock on it for its whole life: a held flock means a live daemon,
+whatever pid numbers the kernel recycles) and ``init.pid`` (the box init's
+host pid and PID namespace), listens on ``control.sock`` (mode 0600) and
+serves framed JSON with descriptors (``isolation.box_init.Channel``):
+
+- ``spawn`` {argv, env, cwd, tty} with the client's fds 0-2 (or, with tty, a
+  terminal of the box's own whose master goes back to the client): answers
+  ``spawned`` {id, pid, box_pid}; the connection then belongs to the command:
+  the daemon sends ``exit`` {code} when it ends, and reads ``signal`` {sig}
+  requests on it, which reach the command's whole tree (its session, and any
+  descendant that left it);
+- ``signal`` {id, sig}: the same for a command spawned on another connection;
+- ``freeze`` / ``thaw``: stop and continue every process of the box (save);
+- ``processes``: the box's processes; ``ping``: the daemon's pid and box;
+- ``stop``: ends every box process, records the clean stop in box.json,
+  answers ``stopped`` and exits.  SIGTERM, SIGINT and SIGHUP do the same.
+
+If the box's init ends by itself the daemon exits without recording a clean
+stop (the box is then "broken").  If the daemon dies, the engine ends the box:
+its init sees the control socket close and exits, and the kernel ends every
+process of its PID namespace.
+
+Arguments: ``--box-dir D`` (the box's persistent directory: data/, tmp/,
+managed/, box.json), ``--run-dir R`` (its runtime files), ``--ready-fd N``
+(optional: a pipe the daemon writes ``ok`` or the reason it failed to, then
+closes) and the box name.  It imports little (the engine and the standard
+library), so a box starts in a fraction of a second.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import os
+import select
+import signal
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from isolation import Bind, BoxFile, BoxSpec, IsolationError, NamespaceBox, NamespaceDriver
+from isolation.box_init import Channel
+
+HOME_INSIDE = "/home/agent"
+ENV_FILE_INSIDE = "/etc/hermes-box.env"
+ENV_FILE_NAME = "hermes-box.env"  # in the box's managed/ directory
+STOP_TIMEOUT_S = 10.0
+SIGNAL_GRACE_S = 2.0  # how long a stop by signal lets the box's processes end after SIGTERM
+CLAIM_ATTEMPTS = 50
+SIGNAL_ROUNDS = 5  # freeze passes that catch a tree's processes forked while it is being signalled
+
+
+class DaemonError(Exception):
+    """The box could not be started (said on the ready pipe and in daemon.log)."""
+
+
+def log(message: str) -> None:
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    with contextlib.suppress(OSError, ValueError):
+        sys.stderr.write(f"{stamp} [{os.getpid()}] {message}\n")
+        sys.stderr.flush()
+
+
+def write_atomic(path: Path, data: bytes, mode: int = 0o600) -> None:
+    """Publish ``data`` at ``path`` whole (temp file in the same directory, fsync, rename)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+def read_box_json(box_dir: Path) -> dict[str, Any]:
+    try:
+        data = json.loads((box_dir / "box.json").read_text("utf-8"))
+    except (OSError, ValueError) as exc:
+        raise DaemonError(f"cannot read {box_dir / 'box.json'}: {exc}") from exc
+    if not isinstance(data, dict):
+        raise DaemonError(f"{box_dir / 'box.json'} is not a JSON object")
+    return data
+
+
+def mark_stopped(box_dir: Path, clean: bool) -> None:
+    """Record in box.json whether the box was stopped cleanly (False while it runs)."""
+    data = read_box_json(box_dir)
+    data["stopped_cleanly"] = clean
+    data["state_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    write_atomic(box_dir / "box.json", (json.dumps(data, indent=2, sort_keys=True) + "\n").encode())
+
+
+def box_spec(name: str, box_dir: Path, network: bool) -> BoxSpec:
+    data = box_dir / "data"
+    managed_env = box_dir / "managed" / ENV_FILE_NAME
+    files = (BoxFile(managed_env, ENV_FILE_INSIDE),) if managed_env.is_file() else ()
+    return BoxSpec(
+        hostname=name,
+        binds=(
+            Bind(data, "/data"),
+            Bind(data / "home", HOME_INSIDE),
+            Bind(box_dir / "tmp", "/tmp"),
+            Bind(box_dir / "tmp", "/var/tmp"),
+        ),
+        files=files,
+        network=network,
+    )
+
+
+def empty_dir(path: Path) -> None:
+    """Remove everything in ``path`` (the box's /tmp at each start), keeping the directory."""
+    import shutil
+
+    for entry in os.scandir(path):
+        if entry.is_dir(follow_symlinks=False):
+            shutil.rmtree(entry.path, ignore_errors=True)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(entry.path)
+
+
+# -- /proc helpers ---------------------------------------------------------------------------------
+def _stat_fields(pid: int) -> list[bytes] | None:
+    """Fields of /proc/PID/stat after the command name: [state, ppid, pgrp, session, ...]."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def _describe_process(pid: int) -> dict[str, Any] | None:
+    fields = _stat_fields(pid)
+    if fields is None:
+        return None
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            argv = [a.decode(errors="replace") for a in fh.read().split(b"\0") if a]
+        with open(f"/proc/{pid}/status") as fh:
+            nspid = next((ln.split()[-1] for ln in fh if ln.startswith("NSpid:")), "")
+    except OSError:
+        return None
+    return {"pid": pid, "box_pid": int(nspid) if nspid else None, "state": fields[0].decode(), "argv": argv}
+
+
+# -- commands --------------------------------------------------------------------------------------
+class Command:
+    """A command the daemon started: its Popen handle and the connection it reports to."""
+
+    def __init__(self, ident: int, popen: Any, conn: socket.socket):
+        self.ident = ident
+        self.popen = popen
+        self.pid: int = popen.pid
+        self.conn = conn
+        self.send_lock = threading.Lock()
+        self.code: int | None = None
+        self._holders = 2  # the connection's reader and the command's reaper: the last one closes it
+
+    def send(self, message: dict, fds: list[int] | tuple[int, ...] = ()) -> None:
+        with self.send_lock, contextlib.suppress(OSError):
+            Channel(self.conn).send(message, fds)
+
+    def release(self) -> None:
+        with self.send_lock:
+            self._holders -= 1
+            last = self._holders == 0
+        if last:
+            self.conn.close()
+
+
+class Daemon:
+    def __init__(self, name: str, box_dir: Path, run_dir: Path):
+        self.name = name
+        self.box_dir = box_dir
+        self.run_dir = run_dir
+        self.driver = NamespaceDriver(spares=0, probe=False)
+        self.box: NamespaceBox | None = None
+        self.commands: dict[int, Command] = {}
+        self.lock = threading.Lock()
+        self.next_id = 1
+        self.stopping = threading.Event()
+        self.stop_waiters: list[socket.socket] = []
+        self.grace = SIGNAL_GRACE_S
+        self.wake_r, self.wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self.pid_fd = -1
+        self.listener: socket.socket | None = None
+
+    # -- start ------------------------------------------------------------------------------------
+    def claim(self) -> None:
+        """Hold daemon.pid's flock (one daemon per box) and publish this pid in it."""
+        self.run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(self.run_dir / "daemon.pid", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        for attempt in range(CLAIM_ATTEMPTS):  # a state probe holds a shared lock for a moment
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as exc:
+                if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN) or attempt == CLAIM_ATTEMPTS - 1:
+                    os.close(fd)
+                    if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+                        raise DaemonError(f"box {self.name} already has a running daemon") from exc
+                    raise
+                time.sleep(0.01)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self.pid_fd = fd
+
+    def start_box(self) -> None:
+        info = read_box_json(self.box_dir)
+        if info.get("name") not in (None, self.name):
+            raise DaemonError(f"{self.box_dir / 'box.json'} is box {info.get('name')!r}, not {self.name!r}")
+        network = bool(info.get("network", True))
+        data, tmp = self.box_dir / "data", self.box_dir / "tmp"
+        for path in (data, data / "home", tmp):
+            path.mkdir(mode=0o755, parents=True, exist_ok=True)
+        empty_dir(tmp)
+        uid, gid = self.driver.box_uid, self.driver.box_gid
+        if os.geteuid() == 0:
+            for path in (data, data / "home", tmp):
+                os.chown(path, uid, gid)
+        os.chmod(tmp, 0o1777)
+        try:
+            self.box = self.driver.start(box_spec(self.name, self.box_dir, network))
+        except IsolationError as exc:
+            raise DaemonError(str(exc)) from exc
+        pidns = self.box.pidns[1] if self.box.pidns else 0
+        write_atomic(self.run_dir / "init.pid", f"{self.box.init_pid} {pidns}\n".encode())
+        mark_stopped(self.box_dir, clean=False)
+        log(f"box {self.name} started: init {self.box.init_pid}, {self.driver.available()[1]}")
+
+    def listen(self) -> None:
+        path = self.run_dir / "control.sock"
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()  # a dead daemon's (this one holds daemon.pid's flock: no other runs)
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old = os.umask(0o177)
+        try:
+            listener.bind(str(path))
+        finally:
+            os.umask(old)
+        os.chmod(path, 0o600)
+        listener.listen(64)
+        self.listener = listener
+
+    # -- serving ------------------------------------------------------------------------------------
+    def serve(self) -> None:
+        assert self.box is not None and self.listener is not None
+        init_fd = os.pidfd_open(self.box.init_pid)
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(signum, lambda *_: None)
+        signal.set_wakeup_fd(self.wake_w, warn_on_full_buffer=False)
+        try:
+            while not self.stopping.is_set():
+                try:
+                    ready, _, _ = select.select([self.listener, init_fd, self.wake_r], [], [])
+                except InterruptedError:
+                    continue
+                if self.wake_r in ready:
+                    with contextlib.suppress(BlockingIOError):
+                        signals = os.read(self.wake_r, 64)
+                        if any(s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP) for s in signals):
+                            log(f"signal {list(signals)}: stopping")
+                            self.stopping.set()
+                if init_fd in ready:
+                    log(f"box {self.name}: its init ended by itself; the box is down")
+                    self.finish(clean=False)
+                    return
+                if self.listener in ready and not self.stopping.is_set():
+                    with contextlib.suppress(OSError):
+                        conn, _ = self.listener.accept()
+                        threading.Thread(target=self.connection, args=(conn,), daemon=True).start()
+            self.finish(clean=True)
+        finally:
+            os.close(init_fd)
+
+    def connection(self, conn: socket.socket) -> None:
+        channel = Channel(conn)
+        command: Command | None = None
+        try:
+            while True:
+                message = channel.receive()
+                if message is None:
+                    return
+                fds = channel.take_fds(int(message.get("nfds") or 0))
+                op = message.get("op")
+                if op == "spawn" and command is None:
+                    command = self.spawn(conn, message, fds)
+                elif op == "signal":
+                    target = command if command is not None and "id" not in message else self.find(message.get("id"))
+                    count = self.signal_tree(target, int(message["sig"])) if target is not None else 0
+                    if command is None:  # on a command's own connection a signal gets no answer
+                        channel.send({"op": "signalled", "count": count, "known": target is not None})
+                elif command is not None:
+                    command.send({"op": "error", "message": f"{op!r} on a command's connection"})
+                else:
+                    for fd in fds:
+                        os.close(fd)
+                    if op == "stop":
+                        with self.lock:
+                            self.stop_waiters.append(conn)
+                            self.grace = min(float(message.get("grace") or 0.0), 120.0)
+                        self.stopping.set()
+                        os.write(self.wake_w, b"\0")
+                        conn = None  # type: ignore[assignment]  # answered by finish()
+                        return
+                    channel.send(self.answer(message))
+        except (OSError, ValueError) as exc:
+            log(f"a control connection failed: {exc}")
+        finally:
+            if command is not None:
+                command.release()
+            elif conn is not None:
+                conn.close()
+
+    def answer(self, message: dict) -> dict:
+        op = message.get("op")
+        try:
+            assert self.box is not None
+            if op == "ping":
+                return {"op": "pong", "pid": os.getpid(), "name": self.name, "init_pid": self.box.init_pid}
+            if op == "freeze":
+                self.driver.freeze(self.box)
+                return {"op": "done"}
+            if op == "thaw":
+                self.driver.thaw(self.box)
+                return {"op": "done"}
+            if op == "processes":
+                found = [_describe_process(pid) for pid in sorted(self.driver.processes(self.box))]
+                return {"op": "processes", "processes": [p for p in found if p is not None]}
+        except (IsolationError, OSError) as exc:
+            return {"op": "error", "message": str(exc)}
+        return {"op": "error", "message": f"unknown request {op!r}"}
+
+    def spawn(self, conn: socket.socket, message: dict, fds: list[int]) -> Command | None:
+        assert self.box is not None
+        pty: tuple[int, int] | None = None
+        try:
+            if message.get("tty"):
+                pty = self.driver.open_pty(self.box)
+                streams = [pty[1]] * 3
+            else:
+                if len(fds) != 3:
+                    raise ValueError(f"spawn needs 3 descriptors (stdin, stdout, stderr), got {len(fds)}")
+                streams = fds
+            popen = self.driver.spawn(
+                self.box,
+                [str(a) for a in message["argv"]],
+                env={str(k): str(v) for k, v in (message.get("env") or {}).items()},
+                cwd=str(message.get("cwd") or "/"),
+                stdin=streams[0],
+                stdout=streams[1],
+                stderr=streams[2],
+                tty=bool(message.get("tty")),
+            )
+        except (IsolationError, OSError, ValueError, KeyError, TypeError) as exc:
+            with contextlib.suppress(OSError):
+                Channel(conn).send({"op": "error", "message": str(exc)})
+            if pty is not None:
+                os.close(pty[0])
+            return None
+        finally:
+            for fd in fds:
+                os.close(fd)
+            if pty is not None:
+                os.close(pty[1])
+        with self.lock:
+            ident, self.next_id = self.next_id, self.next_id + 1
+            command = Command(ident, popen, conn)
+            self.commands[ident] = command
+        reply = {"op": "spawned", "id": ident, "pid": popen.pid, "box_pid": popen.box_pid}
+        if pty is not None:
+            command.send({**reply, "nfds": 1}, [pty[0]])
+            os.close(pty[0])
+        else:
+            command.send(reply)
+        threading.Thread(target=self.reap, args=(command,), daemon=True).start()
+        return command
+
+    def reap(self, command: Command) -> None:
+        command.code = command.popen.wait()
+        command.send({"op": "exit", "code": command.code})
+        with self.lock:
+            self.commands.pop(command.ident, None)
+        with contextlib.suppress(OSError):
+            command.conn.shutdown(socket.SHUT_WR)  # the client closes; late signal requests are ignored
+        command.release()
+
+    def find(self, ident: object) -> Command | None:
+        with self.lock:
+            return self.commands.get(ident) if isinstance(ident, int) else None
+
+    def tree(self, leader: int) -> set[int]:
+        """Host pids of the command's tree: its session's members and every descendant of them."""
+        assert self.box is not None
+        parent: dict[int, int] = {}
+        found: set[int] = set()
+        for pid in self.driver.processes(self.box):
+            fields = _stat_fields(pid)
+            if fields is None or len(fields) < 4:
+                continue
+            parent[pid] = int(fields[1])
+            if pid == leader or int(fields[3]) == leader:
+                found.add(pid)
+        grew = True
+        while grew:
+            grew = False
+            for pid, ppid in parent.items():
+                if pid not in found and ppid in found:
+                    found.add(pid)
+                    grew = True
+        return found
+
+    def signal_tree(self, command: Command, signum: int) -> int:
+        """Send ``signum`` to the command's whole tree; for SIGKILL the tree is frozen first, so that
+        nothing it forks in the meantime escapes.  Returns how many processes got it."""
+        if self.box is None or not self.box.alive:
+            return 0
+        if signum != signal.SIGKILL:
+            members = self.tree(command.pid)
+            for pid in members:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signum)
+            return len(members)
+        frozen: set[int] = set()
+        for _ in range(SIGNAL_ROUNDS):
+            new = self.tree(command.pid) - frozen
+            if not new:
+                break
+            for pid in new:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGSTOP)
+            frozen |= new
+        for pid in frozen:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        return len(frozen)
+
+    # -- stop ---------------------------------------------------------------------------------------
+    def terminate(self, box: NamespaceBox, grace: float) -> None:
+        """SIGTERM every process of the box but its init; wait up to ``grace`` s for them to exit."""
+        try:
+            for signum in (signal.SIGTERM, signal.SIGCONT):  # a frozen box's processes must run to exit
+                box.request({"op": "signal_all", "signal": int(signum), "reply": True})
+        except (IsolationError, OSError) as exc:
+            log(f"box {self.name}: SIGTERM to its processes failed: {exc}")
+            return
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and box.alive:
+            if not [pid for pid in self.driver.processes(box) if pid != box.init_pid]:
+                return
+            time.sleep(0.05)
+
+    def finish(self, clean: bool) -> None:
+        """End the box (SIGTERM to its processes, ``grace`` seconds for them to exit, then the end of
+        its init), record how, answer whoever asked for the stop; the process exits next."""
+        if self.listener is not None:
+            self.listener.close()
+        with contextlib.suppress(FileNotFoundError):
+            (self.run_dir / "control.sock").unlink()
+        left: list[int] = []
+        if self.box is not None:
+            if clean and self.grace > 0:
+                self.terminate(self.box, self.grace)
+            left = self.driver.stop(self.box, STOP_TIMEOUT_S)
+        if left:
+            log(f"box {self.name}: processes {left} outlived its init")
+        with contextlib.suppress(FileNotFoundError):
+            (self.run_dir / "init.pid").unlink()
+        try:
+            mark_stopped(self.box_dir, clean=clean and not left)
+        except (DaemonError, OSError) as exc:
+            log(f"box {self.name}: could not record the stop: {exc}")
+        log(f"box {self.name} stopped ({'cleanly' if clean and not left else 'not cleanly'})")
+        with self.lock:
+            waiters, self.stop_waiters = self.stop_waiters, []
+        for conn in waiters:
+            with contextlib.suppress(OSError):
+                Channel(conn).send({"op": "stopped", "clean": clean and not left})
+            conn.close()
+
+
+def _arguments(argv: list[str]) -> tuple[str, Path, Path, int]:
+    options: dict[str, str] = {}
+    rest: list[str] = []
+    it = iter(argv)
+    for arg in it:
+        if arg in ("--box-dir", "--run-dir", "--ready-fd"):
+            options[arg] = next(it, "")
+        else:
+            rest.append(arg)
+    if len(rest) != 1 or not options.get("--box-dir") or not options.get("--run-dir"):
+        raise SystemExit("usage: python -m reference.box_lite.daemon --box-dir D --run-dir R [--ready-fd N] NAME")
+    ready = int(options.get("--ready-fd") or -1)
+    return rest[0], Path(options["--box-dir"]), Path(options["--run-dir"]), ready
+
+
+def _tell(ready: int, text: str) -> None:
+    if ready == -1:
+        return
+    with contextlib.suppress(OSError):
+        os.write(ready, text.encode(errors="replace")[:4000])
+        os.close(ready)
+
+
+def _interrupted(signum: int, _frame: object) -> None:
+    raise DaemonError(f"interrupted by signal {signum} while starting")
+
+
+def main(argv: list[str]) -> int:
+    name, box_dir, run_dir, ready = _arguments(argv)
+    if ready != -1:
+        os.set_inheritable(ready, False)
+    # Detach: the launcher reaps this process at once; the daemon goes on in a child it never waits for.
+    if os.fork() != 0:
+        os._exit(0)
+    os.chdir("/")
+    for signum in (signal.SIGTERM, signal.SIGHUP):  # until the box serves: give up cleanly, as for Ctrl-C
+        signal.signal(signum, _interrupted)
+    daemon = Daemon(name, box_dir, run_dir)
+    try:
+        daemon.claim()
+        daemon.start_box()
+        daemon.listen()
+    except BaseException as exc:
+        why = str(exc) if isinstance(exc, (DaemonError, OSError)) else f"{type(exc).__name__}: {exc}"
+        log(f"box {name} did not start: {why}")
+        if daemon.box is not None:
+            daemon.driver.stop(daemon.box, STOP_TIMEOUT_S)
+            with contextlib.suppress(FileNotFoundError):
+                (run_dir / "init.pid").unlink()
+        _tell(ready, why)
+        return 1
+    _tell(ready, "ok")
+    daemon.serve()
+    return 0
+
+
+if __name__ == "__main__":
+    code = main(sys.argv[1:])
+    sys.stderr.flush()
+    os._exit(code)
