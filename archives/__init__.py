@@ -12,6 +12,7 @@ Operations (``archives.encrypted``):
   (e.g. one coming out of a remote sandbox);
 - ``verify(archive, passphrase)``: decrypt and validate all of it, writing nothing;
 - ``extract(archive, dest, passphrase)``: validate, then restore into a new (or empty) directory;
+- ``remove_tree(path)``: remove an extracted tree whatever modes its directories have;
 - ``open_payload(archive, passphrase)``: validate, then give the tree as a tar.gz stream whose
   members are relative to the tree's root (to send into a sandbox).
 Each takes ``limits`` (``Limits``: total bytes and member count, by default 32 GiB and two
@@ -66,7 +67,7 @@ from archives.errors import (
 from archives.manifest import FORMAT, KINDS, Manifest, gpg_version
 from archives.members import DEFAULT_LIMITS, Limits
 from archives.passphrase import ENV_VAR, Passphrase
-from archives.tarball import Progress
+from archives.tarball import Progress, remove_tree
 
 __all__ = [
     "DEFAULT_LIMITS",
@@ -101,6 +102,7 @@ __all__ = [
     "extract",
     "gpg_version",
     "open_payload",
+    "remove_tree",
     "verify",
     "write_stream",
     "write_tree",

@@ -441,16 +441,19 @@ def extract(
     limits: Limits = DEFAULT_LIMITS,
     progress: Progress | None = None,
     with_manifest: bool = False,
+    validated: ArchiveInfo | None = None,
 ) -> ArchiveInfo:
     """Validate ``archive`` whole, then write its payload into ``dest``, failing at the first problem.
 
     ``dest`` must not exist (it is created, mode 0700) or be an empty directory.  The payload's
     root becomes ``dest`` itself; with ``with_manifest``, ``dest`` gets ``manifest.json`` and the
     payload under ``dest/data`` instead, as in the archive.  On any failure or interruption,
-    everything written is removed (``dest`` too when this call created it).
+    everything written is removed (``dest`` too when this call created it).  ``validated``, the
+    result of an earlier ``verify`` of the same file, stands for the validating pass (the writing
+    pass still checks every member and that the manifest is the same).
     """
     dest = Path(dest)
-    first = verify(archive, passphrase, kind=kind, limits=limits, progress=_staged(progress, "validate"))
+    first = validated or verify(archive, passphrase, kind=kind, limits=limits, progress=_staged(progress, "validate"))
     created = _prepare_dest(dest)
     try:
         root = dest / PAYLOAD if with_manifest else dest
