@@ -586,6 +586,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_init_plugin(sub)
 
+    from conformance.workspace import add_parser as add_workspace
+
+    add_workspace(sub)
+
     c = sub.add_parser(
         "certify", help="run the suite and write report.json, report.md, report.html, junit.xml, badge.json"
     )

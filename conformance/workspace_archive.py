@@ -1,0 +1,118 @@
+"""The workspace command's only contact with the archive format (archives/): write, read, passphrase.
+
+Every ``archives.ArchiveError`` that reaches the kit becomes an ``ArchiveRefused`` (a KitError
+with the archive's own what, why and fix), so the command line prints it as one ``error:`` line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tarfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import IO, Any
+
+import archives
+from conformance import workspace_tree as wt
+from conformance.errors import InputFileError, KitError
+
+KIND = "workspace"
+
+
+class ArchiveRefused(KitError, ValueError):
+    """An archive could not be written or read: wrong passphrase, damaged, unsafe, too large, ..."""
+
+    fix = "use an intact archive from `hermes-backend-kit workspace save` with its passphrase"
+
+
+@contextlib.contextmanager
+def refusals() -> Iterator[None]:
+    """Turn the archive package's refusals into the kit's error (what, why and fix kept)."""
+    try:
+        yield
+    except archives.ArchiveError as exc:
+        raise ArchiveRefused(exc.what, exc.fix, exc.why) from None
+
+
+def obtain_passphrase(*, confirm: bool) -> archives.Passphrase:
+    """BOX_PASSPHRASE, else a prompt on the terminal without echo (twice for a new archive)."""
+    with refusals():
+        return archives.Passphrase.obtain(confirm=confirm)
+
+
+def check_new_output(out: Path) -> None:
+    """Refuse an --out that exists or whose directory does not, before any sandbox is touched."""
+    if os.path.lexists(out):
+        raise ArchiveRefused(
+            f"{out} already exists", "choose another --out or move the file away: an archive is never overwritten"
+        )
+    if not out.parent.is_dir():
+        raise ArchiveRefused(f"cannot write {out}: the directory {out.parent} does not exist", "create it first")
+
+
+def check_input(archive: Path) -> None:
+    """Refuse a missing archive, or one that is not a readable file, before any sandbox is touched."""
+    if not archive.exists():
+        raise InputFileError(f"{archive}: no such archive", "give the path of a file written by `workspace save`")
+    if not archive.is_file():
+        raise InputFileError(f"{archive} is not a file", "give the path of a file written by `workspace save`")
+    if not os.access(archive, os.R_OK):
+        raise InputFileError(f"{archive} cannot be read", "check its permissions")
+
+
+def write_workspace(out: Path, stream: IO[bytes], *, name: str, passphrase: archives.Passphrase) -> int:
+    """Archive a tar stream (members relative to the workspace root) into the new file ``out``;
+    the payload's bytes of file data."""
+    with refusals():
+        info = archives.write_stream(stream, out, kind=KIND, name=name, passphrase=passphrase)
+    return info.payload_bytes
+
+
+@contextlib.contextmanager
+def validated_members(
+    archive: Path, passphrase: archives.Passphrase, progress: Callable[[int, int | None], None] | None = None
+) -> Iterator[Iterator[tuple[tarfile.TarInfo, IO[bytes] | None]]]:
+    """Validate all of ``archive`` (decrypting it through), then give its members one by one:
+    (header named relative to the workspace root, data of a regular file).
+
+    The validation pass ends before this yields: a wrong passphrase, a damaged or an unsafe
+    archive raises ArchiveRefused here, with nothing read by the caller yet.
+    """
+
+    def report(stage: str, done: int, total: int | None) -> None:
+        if progress is not None and stage == "validate":
+            progress(done, total)
+
+    with refusals(), archives.open_payload(archive, passphrase, kind=KIND, progress=report, level=1) as payload:
+
+        def members() -> Iterator[tuple[tarfile.TarInfo, IO[bytes] | None]]:
+            with refusals(), tarfile.open(fileobj=payload, mode="r|gz") as tar:  # type: ignore[arg-type]
+                for member in tar:
+                    tar.members.clear()  # a stream of many members must not be remembered
+                    yield member, tar.extractfile(member) if member.isreg() else None
+
+        yield members()
+
+
+def read_tree(archive: Path, passphrase: archives.Passphrase) -> wt.Tree:
+    """The tree an archive holds (decrypted and validated; file contents hashed as they stream)."""
+    builder = wt.TreeBuilder()
+    with validated_members(archive, passphrase) as items:
+        for info, data in items:
+            add_to_tree(builder, info, data)
+    return builder.tree
+
+
+def add_to_tree(builder: wt.TreeBuilder, info: tarfile.TarInfo, data: Any) -> None:
+    rel = wt.relative_name(info.name)
+    if not rel:
+        return
+    if info.isdir():
+        builder.directory(rel, info.mode)
+    elif info.issym():
+        builder.symlink(rel, info.linkname)
+    elif info.islnk():
+        builder.hardlink(rel, wt.relative_name(info.linkname))
+    else:
+        builder.file(rel, info.mode, iter(lambda: data.read(1024 * 1024), b""))
