@@ -111,7 +111,8 @@ class _Made:
 
     def __init__(self) -> None:
         self.nonce = secrets.token_hex(16)
-        self.dir = False
+        self.dir: tuple[int, int] | None = None  # (device, inode) of the directory it made
+        self.marked = False  # box.json with the nonce written
         self.registered = False
         self.launched = False
         self.ready_fd = -1  # the launched daemon's ready pipe, until it has reported
@@ -323,7 +324,8 @@ class BoxManager:
                 "a directory of that name is there and this command did not make it; it is left as it is",
                 f"choose another name, or move {box_dir} away if it is no longer needed",
             ) from None
-        made.dir = True
+        st = box_dir.stat()
+        made.dir = (st.st_dev, st.st_ino)
         record = {
             "format": 1,
             "name": name,
@@ -333,6 +335,7 @@ class BoxManager:
             "stopped_cleanly": True,
         }
         publish_atomic(box_dir / "box.json", _json(record))
+        made.marked = True
         uid, gid = self._ids()
         data = box_dir / "data"
         for path in (data, box_dir / "tmp", box_dir / "managed"):
@@ -363,16 +366,23 @@ class BoxManager:
             except BoxError as exc:
                 problems.append(str(exc))
             self._forget_runtime(name)
-        if made.registered:
+        if made.registered or made.dir is not None:  # a signal may have come just after the registry was written
             with self.registry.update() as boxes:
                 entry = boxes.get(name)
                 if entry is not None and _nonce(entry) == made.nonce:
                     del boxes[name]
-        if made.dir:
+        if made.dir is not None:
             box_dir = self.home.box_dir(name)
-            info = self.box_json(name)
-            ours = (info is None and not (box_dir / "box.json").exists()) or _nonce(info) == made.nonce
-            if ours and not problems:
+            try:
+                st = box_dir.lstat()
+                same = (st.st_dev, st.st_ino) == made.dir
+            except FileNotFoundError:
+                same = None
+            marked = _nonce(self.box_json(name)) == made.nonce
+            ours = bool(same) and (marked or not made.marked)
+            if same is None:
+                pass  # already gone
+            elif ours and not problems:
                 _rmtree(box_dir)
             elif not ours:
                 problems.append(f"{box_dir} no longer carries this command's mark; it was left in place")

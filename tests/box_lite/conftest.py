@@ -15,6 +15,7 @@ import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -68,6 +69,18 @@ def _is_box_init(pid: int) -> bool:
         return False
 
 
+def mentioning(path: Path) -> dict[str, int]:
+    """Live processes whose command line names ``path`` (a daemon's --box-dir is under its home)."""
+    needle = os.fsencode(str(path))
+    found: dict[str, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != os.getpid():
+            line = _cmdline(int(entry))
+            if needle in line and _alive(int(entry)):
+                found[line.replace(b"\0", b" ").decode(errors="replace")[:200]] = int(entry)
+    return found
+
+
 def stop_all(home: Path) -> dict[str, int]:
     """Stop every daemon under ``home`` cleanly; returns what survived the stop (then killed)."""
     for what, pid in box_processes(home).items():
@@ -77,7 +90,7 @@ def stop_all(home: Path) -> dict[str, int]:
     deadline = time.monotonic() + STOP_WAIT_S
     while box_processes(home) and time.monotonic() < deadline:
         time.sleep(0.05)
-    survivors = box_processes(home)
+    survivors = {**box_processes(home), **mentioning(home)}
     for pid in survivors.values():
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
@@ -93,3 +106,12 @@ def box_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     yield home
     survivors = stop_all(home)
     assert not survivors, f"box processes survived a stop of every daemon: {survivors}"
+
+
+@pytest.fixture
+def manager(box_home: Path) -> Any:
+    """A BoxManager of ``box_home`` (default settings unless the test writes box.env first)."""
+    from reference.box_lite.boxes import BoxManager
+    from reference.box_lite.paths import BoxHome
+
+    return BoxManager(BoxHome.at(box_home))
