@@ -1,0 +1,540 @@
+"""``hermes-box``: create, enter, run, stop, save, load and remove Box Lite boxes.
+
+Every command resolves one home (``--home`` > ``HERMES_BOX_HOME`` > XDG) and
+reads ``box.env`` there.  Failures print ``error: what — fix`` on stderr (the
+reason on a second line) and exit 2 for bad input, 1 for an operation that
+failed or a doctor that found a failing check, 130 on Ctrl-C, 143 on SIGTERM
+and 129 on SIGHUP (after the interrupted operation has cleaned up what it
+made).  ``--debug`` adds tracebacks and the box manager's log.  Passphrases are
+read by the archive code (``BOX_PASSPHRASE`` or a prompt without echo) and never
+printed.  Progress bars appear only when stderr is a terminal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import os
+import shlex
+import signal
+import sys
+import traceback
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from types import FrameType
+from typing import IO, TYPE_CHECKING, Any
+
+from reference.box_lite.errors import BadInput, BoxError, BoxInterrupted, BoxNotFound
+from reference.box_lite.paths import BoxHome, check_name
+from reference.box_lite.settings import Settings, default_file_text
+
+if TYPE_CHECKING:
+    from reference.box_lite.boxes import BoxManager
+
+PROG = "hermes-box"
+WORKSPACE = "/home/agent/workspace"
+
+
+class Context:
+    """What every command needs: the home, its settings and (made on first use) the box manager."""
+
+    def __init__(self, home: BoxHome, debug: bool) -> None:
+        self.home = home
+        self.debug = debug
+        self._settings: Settings | None = None
+        self._manager: BoxManager | None = None
+
+    @property
+    def settings(self) -> Settings:
+        if self._settings is None:
+            self._settings = Settings.load(self.home.settings_file)
+        return self._settings
+
+    @property
+    def manager(self) -> BoxManager:
+        if self._manager is None:
+            from reference.box_lite.boxes import BoxManager
+
+            self._manager = BoxManager(self.home, self.settings)
+        return self._manager
+
+    def known(self, name: str) -> str:
+        """``name`` if a box of that name exists (state known), else BoxNotFound."""
+        check_name(name)
+        if self.manager.state(name) is None:
+            raise BoxNotFound(
+                f"there is no box named {name}",
+                f"no such box in {self.home.describe()}",
+                f"list boxes with `{PROG} ls`, or create it with `{PROG} new {name}`",
+            )
+        return name
+
+    def running(self, name: str) -> str:
+        """Start ``name`` if it is stopped; a broken box is an error naming the repair."""
+        state = self.manager.state(self.known(name))
+        if state == "stopped":
+            note(f"starting {name}")
+            self.manager.start(name)
+        return name
+
+
+def publish_manifest(home: BoxHome) -> None:
+    """Publish the runtime manifest (tool versions, for diagnosis) after a box is made or started."""
+    from reference.box_lite.registry import RuntimeManifest
+
+    try:
+        RuntimeManifest(home).publish()
+    except OSError as exc:
+        logging.getLogger(__name__).warning("could not publish the runtime manifest: %s", exc)
+
+
+def note(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+# --- commands ------------------------------------------------------------------------------------
+
+
+def cmd_new(ctx: Context, args: argparse.Namespace) -> int:
+    name = check_name(args.name)
+    if not ctx.home.settings_file.exists():
+        ctx.home.config_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        ctx.home.settings_file.write_text(default_file_text())
+    network = None if args.network is None else args.network
+    info = ctx.manager.create(name, network=network)
+    publish_manifest(ctx.home)
+    net = "on" if getattr(info, "network", True) else "off (loopback only)"
+    note(f"created box {name} (network {net}); its /data is {ctx.manager.data_dir(name)}")
+    if args.no_doctor:
+        return 0
+    return _doctor(ctx, name, as_json=False)
+
+
+def cmd_ls(ctx: Context, args: argparse.Namespace) -> int:
+    from reference.box_lite.doctor import backup_age_text, latest_backup
+
+    rows: list[dict[str, Any]] = []
+    for info in ctx.manager.boxes():
+        name = str(info.name)
+        backup = latest_backup(ctx.home, name)
+        rows.append(
+            {
+                "name": name,
+                "state": str(info.state),
+                "network": bool(getattr(info, "network", True)),
+                "created_at": getattr(info, "created_at", None),
+                "last_backup": str(backup.path) if backup else None,
+                "last_backup_at": backup.when_text if backup else None,
+                "last_backup_age_s": round(backup.age_seconds) if backup else None,
+            }
+        )
+    if args.json:
+        print(json.dumps({"home": str(ctx.home.root or ctx.home.config_dir), "boxes": rows}, indent=2))
+        return 0
+    if not rows:
+        note(f"no boxes in {ctx.home.describe()}; create one with `{PROG} new NAME`")
+        return 0
+    table = [("NAME", "STATE", "LAST BACKUP", "AGE")]
+    for row in rows:
+        if row["last_backup"]:
+            table.append(
+                (row["name"], row["state"], Path(row["last_backup"]).name, backup_age_text(row["last_backup_age_s"]))
+            )
+        else:
+            table.append((row["name"], row["state"], "never", "-"))
+    widths = [max(len(r[i]) for r in table) for i in range(4)]
+    for r in table:
+        print("  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip())
+    return 0
+
+
+def cmd_start(ctx: Context, args: argparse.Namespace) -> int:
+    name = ctx.known(args.name)
+    if ctx.manager.state(name) == "running":
+        note(f"{name} is already running")
+        return 0
+    ctx.manager.start(name)
+    publish_manifest(ctx.home)
+    note(f"started {name}")
+    return 0
+
+
+def cmd_stop(ctx: Context, args: argparse.Namespace) -> int:
+    from reference.box_lite.doctor import write_stop_marker
+
+    name = ctx.known(args.name)
+    state = ctx.manager.state(name)
+    if state == "stopped":
+        note(f"{name} is already stopped")
+        return 0
+    if state == "running":
+        write_stop_marker(ctx.manager, ctx.home, name)
+    ctx.manager.stop(name)
+    note(f"stopped {name}; its /data is kept")
+    return 0
+
+
+def cmd_exec(ctx: Context, args: argparse.Namespace) -> int:
+    argv = list(args.argv)
+    if argv and argv[0] == "--":
+        argv = argv[1:]
+    if not argv:
+        raise BadInput("exec needs a command", "nothing follows the box name", f"run `{PROG} exec NAME -- CMD ARGS...`")
+    env = _env_pairs(args.env)
+    if args.tty and not os.isatty(0):
+        raise BadInput("exec --tty needs a terminal", "its standard input is not a terminal", "leave out --tty")
+    name = ctx.running(args.name)
+    if args.tty:
+        from reference.box_lite.control import interact
+
+        command = ctx.manager.popen(name, argv, env=env or None, cwd=args.cwd, tty=True)
+        return _exit_status(interact(command))
+    command = ctx.manager.popen(name, argv, env=env or None, cwd=args.cwd, stdin=_fd(0), stdout=_fd(1), stderr=_fd(2))
+    with _forward_signals(command.send_signal):
+        code = command.wait()
+    return _exit_status(code)
+
+
+def cmd_enter(ctx: Context, args: argparse.Namespace) -> int:
+    from reference.box_lite.control import interact
+
+    if not os.isatty(0):
+        raise BadInput(
+            "enter needs a terminal",
+            "its standard input is not a terminal",
+            f"run it from a terminal; scripts use `{PROG} exec NAME -- CMD`",
+        )
+    name = ctx.running(args.name)
+    shell = ctx.settings.shell
+    login = f"exec {shlex.quote(shell)} -l"
+    if args.no_tmux or not ctx.settings.tmux:
+        why = "--no-tmux" if args.no_tmux else "TMUX=off in box.env"
+        script = f"echo 'hermes-box: a plain login shell ({why}); no persistent session'; {login}"
+    else:
+        tmux = shlex.join(["tmux", "new-session", "-A", "-s", name, "-c", WORKSPACE])
+        script = (
+            f"if command -v tmux >/dev/null 2>&1; then exec {tmux}; fi; "
+            "echo 'hermes-box: tmux is not installed in the box: a plain login shell, no persistent session'; "
+            f"{login}"
+        )
+    command = ctx.manager.popen(name, ["sh", "-c", script], env={"SHELL": shell}, cwd=WORKSPACE, tty=True)
+    return _exit_status(interact(command))
+
+
+def cmd_doctor(ctx: Context, args: argparse.Namespace) -> int:
+    return _doctor(ctx, ctx.known(args.name), as_json=args.json)
+
+
+def cmd_repair(ctx: Context, args: argparse.Namespace) -> int:
+    name = ctx.known(args.name)
+    ctx.manager.refresh_assets(name)
+    publish_manifest(ctx.home)
+    note(f"refreshed managed assets and wiring of {name}; /data kept")
+    return _doctor(ctx, name, as_json=False)
+
+
+def cmd_rm(ctx: Context, args: argparse.Namespace) -> int:
+    from reference.box_lite.doctor import backup_age_text, latest_backup
+
+    name = ctx.known(args.name)
+    backup = latest_backup(ctx.home, name)
+    if backup is not None:
+        note(f"most recent backup of {name}: {backup.path} ({backup_age_text(backup.age_seconds)} old)")
+    else:
+        note(f"no backup of {name} found in {ctx.home.backups_dir}: its /data will be lost")
+    if not args.force:
+        typed = _ask(f"type the box name ({name}) to remove it: ")
+        if typed != name:
+            raise BadInput(
+                "the typed name does not match; nothing was removed",
+                f"removing asks for the exact name {name!r}",
+                f"type {name} at the prompt, or pass --force in scripts",
+            )
+    ctx.manager.remove(name)
+    note(f"removed box {name}")
+    return 0
+
+
+def cmd_save(ctx: Context, args: argparse.Namespace) -> int:
+    from reference.box_lite import backup
+
+    name = ctx.known(args.name)
+    with _progress(f"saving {name}") as progress:
+        path = backup.save(ctx.manager, name, out=Path(args.out) if args.out else None, progress=progress)
+    print(path)
+    note(f"saved {name} to {path} (encrypted and verified)")
+    return 0
+
+
+def cmd_load(ctx: Context, args: argparse.Namespace) -> int:
+    from reference.box_lite import backup
+
+    name = check_name(args.name)
+    archive = _existing_file(args.archive)
+    with _progress(f"loading {archive.name} into {name}") as progress:
+        backup.load(ctx.manager, archive, name, progress=progress)
+    publish_manifest(ctx.home)
+    note(f"loaded {archive} into new box {name}")
+    return _doctor(ctx, name, as_json=False)
+
+
+def cmd_extract(ctx: Context, args: argparse.Namespace) -> int:
+    from reference.box_lite import backup
+
+    archive = _existing_file(args.archive)
+    with _progress(f"extracting {archive.name}") as progress:
+        target = backup.extract(ctx.home, archive, progress=progress, settings=ctx.settings)
+    print(target)
+    note(
+        f"extracted to {target}: treat it as secret material (it can hold credentials, sessions and private work); "
+        "remove it when done"
+    )
+    return 0
+
+
+# --- helpers -------------------------------------------------------------------------------------
+
+
+def _doctor(ctx: Context, name: str, *, as_json: bool) -> int:
+    from reference.box_lite.doctor import print_report, run_doctor
+
+    report = run_doctor(ctx.manager, ctx.home, ctx.settings, name)
+    if as_json:
+        print(json.dumps(report.as_dict(), indent=2))
+    else:
+        print_report(report, sys.stdout)
+    return 0 if report.ok else 1
+
+
+def _fd(fd: int) -> int | None:
+    """``fd`` if this process has it open (a closed stdin gives the box command /dev/null)."""
+    try:
+        os.fstat(fd)
+    except OSError:
+        return None
+    return fd
+
+
+def _existing_file(text: str) -> Path:
+    path = Path(text).expanduser()
+    if not path.is_file():
+        raise BadInput(f"no archive at {path}", "the path is not a file", "give the path of a .tar.gz.gpg archive")
+    return path
+
+
+def _env_pairs(pairs: Sequence[str] | None) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for pair in pairs or ():
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise BadInput(f"--env {pair.split('=')[0]!r} is not KEY=VALUE", "", "write --env KEY=VALUE")
+        env[key] = value
+    return env
+
+
+def _ask(prompt: str) -> str:
+    """One line from stdin (the prompt on stderr); '' at end of input."""
+    sys.stderr.write(prompt)
+    sys.stderr.flush()
+    line = sys.stdin.readline()
+    return line.rstrip("\r\n").strip()
+
+
+def _exit_status(code: int | None) -> int:
+    if code is None:
+        return 1
+    return 128 - code if code < 0 else code
+
+
+@contextlib.contextmanager
+def _forward_signals(send: Callable[[int], None]) -> Iterator[None]:
+    """While a box command runs, INT/TERM/HUP/QUIT go to it (its exit status then tells what happened)."""
+    sigs = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+
+    def forward(signum: int, frame: FrameType | None) -> None:
+        with contextlib.suppress(Exception):
+            send(signum)
+
+    old = {s: signal.signal(s, forward) for s in sigs}
+    try:
+        yield
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+
+
+@contextlib.contextmanager
+def _progress(label: str) -> Iterator[Callable[[int, int | None], None] | None]:
+    """A progress callback ``(done_bytes, total_bytes | None)`` drawing a rich bar on a terminal; None otherwise."""
+    if not sys.stderr.isatty():
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn, TransferSpeedColumn
+
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task(label, total=None)
+
+        def update(done: int, total: int | None = None) -> None:
+            bar.update(task, completed=done, total=total)
+
+        yield update
+
+
+# --- argument parsing and the entry point --------------------------------------------------------
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:  # argparse's own usage errors: exit 2 with our prefix
+        self.print_usage(sys.stderr)
+        self.exit(2, f"error: {message} — see `{self.prog} --help`\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog=PROG, description="Local isolated boxes whose tools are replaceable and whose state is precious."
+    )
+    parser.add_argument(
+        "--home", metavar="DIR", help="keep everything under DIR (default: $HERMES_BOX_HOME, else XDG dirs)"
+    )
+    parser.add_argument("--debug", action="store_true", help="tracebacks and the box manager's log on stderr")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+
+    def add(name: str, func: Callable[[Context, argparse.Namespace], int], help: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help, description=help)
+        p.set_defaults(func=func)
+        return p
+
+    p = add("new", cmd_new, "create and provision a box, start it and run its doctor")
+    p.add_argument("name")
+    group = p.add_mutually_exclusive_group()
+    group.add_argument("--no-network", dest="network", action="store_false", default=None, help="only loopback inside")
+    group.add_argument("--network", dest="network", action="store_true", help="share the host's network (default)")
+    p.add_argument("--no-doctor", action="store_true", help="skip the doctor after creating")
+
+    p = add("ls", cmd_ls, "list boxes: state and most recent backup")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+    p = add("enter", cmd_enter, "start the box if needed and attach its tmux session under ~/workspace")
+    p.add_argument("name")
+    p.add_argument("--no-tmux", action="store_true", help="a plain login shell instead of the tmux session")
+
+    p = add("exec", cmd_exec, "run one command in the box and exit with its exit code")
+    p.add_argument("name")
+    p.add_argument("--cwd", default=WORKSPACE, help=f"directory inside the box (default {WORKSPACE})")
+    p.add_argument("--env", action="append", metavar="KEY=VALUE", help="extra environment variable (repeatable)")
+    p.add_argument("-t", "--tty", action="store_true", help="give the command a terminal (stdin must be one)")
+    p.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD ...")
+
+    p = add("stop", cmd_stop, "stop every process of the box, keeping its state")
+    p.add_argument("name")
+    p = add("start", cmd_start, "start a stopped box")
+    p.add_argument("name")
+
+    p = add("doctor", cmd_doctor, "check the box (bounded, one row per check with a fix)")
+    p.add_argument("name")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+    p = add("repair", cmd_repair, "refresh managed assets and wiring, keep /data, run the doctor")
+    p.add_argument("name")
+
+    p = add("rm", cmd_rm, "remove a box and its /data (asks for the exact name)")
+    p.add_argument("name")
+    p.add_argument("--force", action="store_true", help="do not ask (for scripts)")
+
+    p = add("save", cmd_save, "write an encrypted, verified backup of the box's /data")
+    p.add_argument("name")
+    p.add_argument("--out", metavar="PATH", help="archive path (default backups/NAME-<UTC time>.tar.gz.gpg)")
+
+    p = add("load", cmd_load, "create a new box from an encrypted backup (validated before anything is created)")
+    p.add_argument("archive")
+    p.add_argument("name", metavar="NEWNAME")
+
+    p = add("extract", cmd_extract, "validate an encrypted backup and unpack it into a new directory under backups/")
+    p.add_argument("archive")
+    return parser
+
+
+def _raise_on_signal(signum: int, frame: FrameType | None) -> None:
+    raise BoxInterrupted(signum)
+
+
+def _print_error(what: str, why: str, fix: str, stream: IO[str]) -> None:
+    stream.write(f"error: {what}" + (f" — {fix}" if fix else "") + "\n")
+    if why:
+        stream.write(f"  ({why})\n")
+    stream.flush()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.debug else logging.WARNING,
+        format="%(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _raise_on_signal)
+    try:
+        ctx = Context(BoxHome.resolve(args.home), args.debug)
+        return int(args.func(ctx, args))
+    except BoxInterrupted as exc:
+        if args.debug:
+            traceback.print_exc()
+        _print_error(exc.what, exc.why, exc.fix or "what the command had made was cleaned up", sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        if args.debug:
+            traceback.print_exc()
+        _print_error("interrupted by SIGINT", "", "what the command had made was cleaned up", sys.stderr)
+        return 130
+    except BoxError as exc:
+        if args.debug:
+            traceback.print_exc()
+        _print_error(exc.what, exc.why, exc.fix, sys.stderr)
+        return exc.exit_code
+    except Exception as exc:
+        from archives.errors import ArchiveError, GpgFailed, GpgUnavailable, SourceError
+
+        failures = (GpgFailed, GpgUnavailable, SourceError)  # the rest refuse the input: exit 2
+
+        if isinstance(exc, ArchiveError):
+            if args.debug:
+                traceback.print_exc()
+            _print_error(exc.what, exc.why, exc.fix, sys.stderr)
+            return 1 if isinstance(exc, failures) else 2
+        if isinstance(exc, OSError) and not args.debug:
+            _print_error(
+                f"{exc.strerror or exc}", str(exc.filename or ""), "rerun with --debug for details", sys.stderr
+            )
+            return 1
+        raise
+    finally:
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+
+
+def entry() -> None:
+    """The console script: exit with main()'s status (a closed stdout pipe is not an error)."""
+    try:
+        code = main()
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        code = 1
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    entry()
