@@ -1,0 +1,401 @@
+"""``hermes-box doctor``: a bounded health check of one box, one row per check with a fix.
+
+Checks, in order: the box's state; isolation (its own PID namespace, host
+paths invisible, system directories read-only); ``/data`` (writable from
+inside and the same directory the host keeps, and durable: the marker written
+inside at the last ``stop`` is found after the start); the tmux session;
+registry consistency; the box's lock; the most recent backup and its age.
+
+The whole doctor takes at most ``DOCTOR_TIMEOUT`` seconds (box.env, default
+5): each in-box check runs one short shell script with its own timeout,
+clipped to what is left of that budget, and is killed when it overruns; a
+check that cannot run in time says so.  A "fail" row makes the doctor exit 1;
+"warn" (no recent backup, tmux missing, the lock held by a live command) and
+"skip" (a stopped box's in-box checks) do not.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import os
+import re
+import secrets
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+
+from reference.box_lite import locks
+from reference.box_lite.errors import BoxError
+from reference.box_lite.paths import BoxHome
+from reference.box_lite.registry import Registry, publish_atomic, utc_now
+from reference.box_lite.settings import Settings
+
+if TYPE_CHECKING:
+    from reference.box_lite.boxes import BoxManager
+
+CHECK_TIMEOUT_S = 2.5
+PROBE = ".hermes-box-probe"
+MARKER_DIR = "/data/.hermes-box"
+STOP_MARKER = f"{MARKER_DIR}/stop-marker"
+STOP_RECORD = "stop-marker.json"  # host side, in the box's directory: what the last stop wrote
+
+OK, WARN, FAIL, SKIP = "ok", "warn", "fail", "skip"
+
+
+@dataclass
+class Check:
+    name: str
+    status: str
+    detail: str
+    fix: str = ""
+
+
+@dataclass
+class Report:
+    box: str
+    checks: list[Check] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return all(c.status != FAIL for c in self.checks)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "box": self.box,
+            "ok": self.ok,
+            "seconds": round(self.seconds, 3),
+            "checks": [{"name": c.name, "status": c.status, "detail": c.detail, "fix": c.fix} for c in self.checks],
+        }
+
+
+# --- backups -------------------------------------------------------------------------------------
+
+_STAMP = re.compile(r"^(\d{8})[-T]?(\d{6})Z?(?:[-.]\d+)?$")
+
+
+@dataclass(frozen=True)
+class Backup:
+    path: Path
+    when: dt.datetime
+
+    @property
+    def when_text(self) -> str:
+        return self.when.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    @property
+    def age_seconds(self) -> float:
+        return max(0.0, (dt.datetime.now(dt.UTC) - self.when).total_seconds())
+
+
+def latest_backup(home: BoxHome, name: str) -> Backup | None:
+    """The newest ``backups/NAME-<UTC time>.tar.gz.gpg`` (time from the name, else the file's mtime)."""
+    try:
+        entries = list(home.backups_dir.iterdir())
+    except OSError:
+        return None
+    found: list[Backup] = []
+    prefix, suffix = f"{name}-", ".tar.gz.gpg"
+    for path in entries:
+        fname = path.name
+        if not (fname.startswith(prefix) and fname.endswith(suffix)) or not path.is_file():
+            continue
+        stamp = fname[len(prefix) : -len(suffix)]
+        match = _STAMP.fullmatch(stamp)
+        if match is None:
+            continue  # another box's backup whose name starts with this one's ("alpha-2-...")
+        try:
+            when = dt.datetime.strptime(match.group(1) + match.group(2), "%Y%m%d%H%M%S").replace(tzinfo=dt.UTC)
+        except ValueError:
+            when = dt.datetime.fromtimestamp(path.stat().st_mtime, dt.UTC)
+        found.append(Backup(path, when))
+    return max(found, key=lambda b: (b.when, b.path.name)) if found else None
+
+
+def backup_age_text(seconds: float | None) -> str:
+    return "-" if seconds is None else locks.human_age(seconds)
+
+
+# --- running short scripts in the box ------------------------------------------------------------
+
+
+class Budget:
+    def __init__(self, total: float) -> None:
+        self.deadline = time.monotonic() + total
+
+    def left(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def timeout(self, own: float) -> float:
+        return max(0.0, min(own, self.left()))
+
+
+def run_in_box(manager: BoxManager, name: str, script: str, timeout: float) -> tuple[int | None, str]:
+    """(exit code or None on timeout, stdout+stderr) of ``sh -c script`` in the box, killed at ``timeout``."""
+    if timeout <= 0:
+        return None, ""
+    with tempfile.TemporaryFile() as out, open(os.devnull, "rb") as null:
+        command = manager.popen(
+            name, ["sh", "-c", script], stdin=null.fileno(), stdout=out.fileno(), stderr=out.fileno()
+        )
+        try:
+            code: int | None = command.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(Exception):
+                command.kill()
+            with contextlib.suppress(Exception):
+                command.wait(timeout=1)
+            code = None
+        out.seek(0)
+        return code, out.read(64 * 1024).decode("utf-8", "replace")
+
+
+def write_stop_marker(manager: BoxManager, home: BoxHome, name: str, timeout: float = 3.0) -> bool:
+    """Before a stop: write a fresh marker into the box's /data from inside, and record it on the host.
+
+    The doctor's durability check looks for this marker after the next start.  Best effort: a box that
+    does not answer in ``timeout`` gets no marker (the record is removed so no stale one is compared).
+    """
+    record = home.box_dir(name) / STOP_RECORD
+    nonce = secrets.token_hex(8)
+    script = f"mkdir -p {MARKER_DIR} && printf %s {nonce} > {STOP_MARKER}.tmp && mv {STOP_MARKER}.tmp {STOP_MARKER}"
+    try:
+        code, _ = run_in_box(manager, name, script, timeout)
+    except (BoxError, OSError):
+        code = None
+    if code != 0:
+        with contextlib.suppress(OSError):
+            record.unlink()
+        return False
+    publish_atomic(record, (json.dumps({"nonce": nonce, "written_at": utc_now()}) + "\n").encode())
+    return True
+
+
+# --- the checks ----------------------------------------------------------------------------------
+
+
+def _host_ns(kind: str) -> str:
+    try:
+        return os.readlink(f"/proc/self/ns/{kind}")
+    except OSError:
+        return ""
+
+
+def _isolation(manager: BoxManager, home: BoxHome, name: str, budget: Budget) -> Check:
+    sentinel_dir = home.run_dir(name)
+    sentinel = sentinel_dir / f".doctor-{secrets.token_hex(6)}"
+    candidates = {str(sentinel), str(home.config_dir), str(home.boxes_dir), str(Path.home())}
+    inside = ("/", "/data", "/home", "/home/agent", "/tmp")
+    hidden = sorted(
+        p for p in candidates if p not in inside and not any(p == d or p.startswith(d + "/") for d in ("/usr", "/etc"))
+    )
+    system = [d for d in ("/usr", "/etc", "/bin", "/lib") if os.path.isdir(d) and not os.path.islink(d)]
+    script = "; ".join(
+        [
+            'echo "pidns=$(readlink /proc/self/ns/pid)"',
+            "n=0; for p in /proc/[0-9]*; do n=$((n+1)); done; echo procs=$n",
+            *(f"[ -e '{p}' ] && echo visible='{p}'" for p in hidden),
+            *(f"if touch '{d}/{PROBE}' 2>/dev/null; then rm -f '{d}/{PROBE}'; echo writable='{d}'; fi" for d in system),
+            "echo done",
+        ]
+    )
+    try:
+        sentinel.write_text("host only\n")
+        code, out = run_in_box(manager, name, script, budget.timeout(CHECK_TIMEOUT_S))
+    finally:
+        with contextlib.suppress(OSError):
+            sentinel.unlink()
+    fix = f"stop and start the box (`hermes-box stop {name}; hermes-box start {name}`), then `hermes-box repair {name}`"
+    if code is None:
+        return Check("isolation", FAIL, f"the box did not answer within {CHECK_TIMEOUT_S:g} s", fix)
+    values = dict(
+        line.split("=", 1) for line in out.splitlines() if "=" in line and not line.startswith(("visible", "writable"))
+    )
+    problems: list[str] = []
+    if code != 0 or "done" not in out.split():
+        problems.append(f"the probe failed (exit {code}): {out.strip()[:200]}")
+    host_pidns = _host_ns("pid")
+    if not values.get("pidns") or values.get("pidns") == host_pidns:
+        problems.append("the box shares the host's PID namespace")
+    visible = [line.split("=", 1)[1] for line in out.splitlines() if line.startswith("visible=")]
+    writable = [line.split("=", 1)[1] for line in out.splitlines() if line.startswith("writable=")]
+    if visible:
+        problems.append(f"host paths visible inside: {', '.join(visible)}")
+    if writable:
+        problems.append(f"system directories writable: {', '.join(writable)}")
+    if problems:
+        return Check("isolation", FAIL, "; ".join(problems), fix)
+    procs = values.get("procs", "?")
+    return Check(
+        "isolation",
+        OK,
+        f"own PID namespace ({procs} processes visible), {len(hidden)} host paths invisible, "
+        f"{', '.join(system)} read-only",
+    )
+
+
+def _data(manager: BoxManager, home: BoxHome, name: str, budget: Budget) -> Check:
+    nonce = secrets.token_hex(8)
+    probe = f"{MARKER_DIR}/doctor-probe-{nonce}"
+    script = (
+        f"mkdir -p {MARKER_DIR} && printf %s {nonce} > {probe} && "
+        "test -d /home/agent/workspace -a -w /home/agent/workspace && echo workspace=ok; "
+        f"echo marker=$(cat {STOP_MARKER} 2>/dev/null)"
+    )
+    code, out = run_in_box(manager, name, script, budget.timeout(CHECK_TIMEOUT_S))
+    host_probe = manager.data_dir(name) / probe.removeprefix("/data/")
+    try:
+        seen = host_probe.read_text() if host_probe.exists() else None
+    finally:
+        with contextlib.suppress(OSError):
+            host_probe.unlink()
+    fix = f"run `hermes-box repair {name}` (keeps /data); if /data is lost, restore it: `hermes-box load ARCHIVE NEW`"
+    if code is None:
+        return Check("/data", FAIL, f"the box did not answer within {CHECK_TIMEOUT_S:g} s", fix)
+    if code != 0 or seen != nonce:
+        why = "not writable from inside" if code != 0 else f"a file written at /data is not in {manager.data_dir(name)}"
+        return Check("/data", FAIL, why, fix)
+    lines = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+    if lines.get("workspace") != "ok":
+        return Check("/data", FAIL, "~/workspace (/home/agent/workspace) is missing or not writable", fix)
+    try:
+        record = json.loads((home.box_dir(name) / STOP_RECORD).read_text())
+    except (OSError, ValueError):
+        record = None
+    if not isinstance(record, dict) or "nonce" not in record:
+        return Check("/data", OK, "writable from inside and kept on the host; no stop recorded yet to prove durability")
+    if lines.get("marker") != record["nonce"]:
+        return Check(
+            "/data",
+            FAIL,
+            f"the marker written at the last stop ({record.get('written_at', '?')}) is not in /data after the start",
+            fix,
+        )
+    return Check(
+        "/data", OK, f"writable, and durable: the marker written at stop ({record.get('written_at')}) was found"
+    )
+
+
+def _tmux(manager: BoxManager, name: str, settings: Settings, budget: Budget) -> Check:
+    script = (
+        "command -v tmux >/dev/null || { echo missing; exit 0; }; "
+        f"tmux has-session -t '={name}' 2>/dev/null && echo session || echo none"
+    )
+    code, out = run_in_box(manager, name, script, budget.timeout(CHECK_TIMEOUT_S))
+    if code is None:
+        return Check(
+            "tmux session", FAIL, f"tmux did not answer within {CHECK_TIMEOUT_S:g} s", f"stop and start {name}"
+        )
+    words = out.split()
+    if "missing" in words:
+        return Check(
+            "tmux session",
+            WARN,
+            "tmux is not installed: enter opens a plain login shell",
+            "install tmux (apt-get install tmux)",
+        )
+    if not settings.tmux:
+        return Check("tmux session", OK, "TMUX=off in box.env: enter opens a plain login shell")
+    if "session" in words:
+        return Check("tmux session", OK, f"session {name} is running (enter attaches it)")
+    return Check("tmux session", OK, f"no session yet (`hermes-box enter {name}` starts {name})")
+
+
+def _registry(manager: BoxManager, home: BoxHome, name: str) -> Check:
+    fix = f"run `hermes-box repair {name}`"
+    try:
+        entry = Registry(home).get(name)
+    except BoxError as exc:
+        return Check("registry", FAIL, exc.what + (f": {exc.why}" if exc.why else ""), exc.fix)
+    problems = []
+    if entry is None:
+        problems.append("the box is not in registry.json")
+    box_dir = home.box_dir(name)
+    if not box_dir.is_dir():
+        problems.append(f"its directory {box_dir} is missing")
+    else:
+        try:
+            info = json.loads(home.box_json(name).read_text())
+            if info.get("name") != name:
+                problems.append(f"box.json names {info.get('name')!r}")
+        except (OSError, ValueError, AttributeError):
+            problems.append("box.json is missing or unreadable")
+        if not manager.data_dir(name).is_dir():
+            problems.append("its data directory is missing")
+    if problems:
+        return Check("registry", FAIL, "; ".join(problems), fix)
+    return Check("registry", OK, "registered, directory and box.json agree")
+
+
+def _lock(home: BoxHome, name: str) -> Check:
+    kind, holder = locks.lock_state(home, name)
+    text = locks.describe((kind, holder))
+    if kind == "held" and holder is not None and holder.pid != os.getpid():
+        return Check("lock", WARN, text, "wait for that command to finish (the lock frees itself when it exits)")
+    return Check("lock", OK, text)
+
+
+def _backup(home: BoxHome, name: str, settings: Settings) -> Check:
+    latest = latest_backup(home, name)
+    fix = f"run `hermes-box save {name}`"
+    if latest is None:
+        return Check("backup", WARN, f"no backup in {home.backups_dir}", fix)
+    age = latest.age_seconds
+    detail = f"{latest.path.name} ({locks.human_age(age)} old)"
+    if age > settings.backup_max_age_days * 86400:
+        return Check("backup", WARN, f"{detail}, older than {settings.backup_max_age_days:g} days", fix)
+    return Check("backup", OK, detail)
+
+
+def run_doctor(manager: BoxManager, home: BoxHome, settings: Settings, name: str) -> Report:
+    """Every check of box ``name`` within ``settings.doctor_timeout`` seconds."""
+    started = time.monotonic()
+    budget = Budget(settings.doctor_timeout)
+    report = Report(name)
+    state = manager.state(name)
+    if state == "running":
+        report.checks.append(Check("state", OK, "running"))
+        for run in (
+            lambda: _isolation(manager, home, name, budget),
+            lambda: _data(manager, home, name, budget),
+            lambda: _tmux(manager, name, settings, budget),
+        ):
+            if budget.left() <= 0.05:
+                report.checks.append(
+                    Check("budget", FAIL, "the doctor's time budget ran out", "raise DOCTOR_TIMEOUT in box.env")
+                )
+                break
+            try:
+                report.checks.append(run())
+            except (BoxError, OSError) as exc:
+                what = getattr(exc, "what", None) or str(exc)
+                report.checks.append(Check("in-box checks", FAIL, what, getattr(exc, "fix", "") or f"repair {name}"))
+                break
+    elif state == "stopped":
+        report.checks.append(Check("state", OK, "stopped"))
+        report.checks.append(
+            Check("in-box checks", SKIP, "isolation, /data and tmux need a running box", f"hermes-box start {name}")
+        )
+    else:
+        report.checks.append(Check("state", FAIL, state or "unknown", f"run `hermes-box repair {name}`"))
+    report.checks.append(_registry(manager, home, name))
+    report.checks.append(_lock(home, name))
+    report.checks.append(_backup(home, name, settings))
+    report.seconds = time.monotonic() - started
+    return report
+
+
+def print_report(report: Report, stream: IO[str]) -> None:
+    width = max(len(c.name) for c in report.checks)
+    for c in report.checks:
+        stream.write(f"{c.status.upper():4}  {c.name.ljust(width)}  {c.detail}\n")
+        if c.fix and c.status != OK:
+            stream.write(f"{'':4}  {'':{width}}  fix: {c.fix}\n")
+    verdict = "healthy" if report.ok else "NOT healthy"
+    stream.write(f"{report.box}: {verdict} ({report.seconds:.1f} s)\n")
+    stream.flush()
