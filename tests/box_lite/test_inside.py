@@ -1,0 +1,134 @@
+"""What a Box Lite box looks like from inside, checked with real commands in a real box.
+
+The host's files (a file planted under this test's tmp dir, /root) are out of
+view; /etc is read-only yet shows the managed /etc/hermes-box.env, readable
+and not writable; /proc lists only the box's own processes; a box without
+network has only a loopback interface, which works; a terminal command gets a
+terminal of the box's own.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import select
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from isolation import ROOT_ID_BASE, NamespaceDriver
+from reference.box_lite.boxes import BoxManager
+from reference.box_lite.settings import Settings
+
+_OK, _WHY = NamespaceDriver(spares=0).available()
+pytestmark = pytest.mark.skipif(not _OK, reason=f"no usable namespaces here: {_WHY}")
+
+
+def run(manager: BoxManager, name: str, script: str) -> tuple[int, str]:
+    command = manager.popen(name, ["sh", "-c", script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    out, _ = command.communicate(timeout=30)
+    return command.returncode, out.decode(errors="replace")
+
+
+@pytest.fixture
+def box(manager: BoxManager) -> str:
+    manager.create("inside")
+    return "inside"
+
+
+def test_host_files_are_out_of_view(manager: BoxManager, box: str, tmp_path: Path) -> None:
+    secret = tmp_path / "host-secret"
+    secret.write_text("canary-" + secrets.token_hex(8))
+    os.chmod(secret, 0o644)
+    code, out = run(
+        manager,
+        box,
+        f"test -e {secret} && echo PLANTED-VISIBLE; test -e {tmp_path} && echo TMP-VISIBLE; "
+        "ls -A /root 2>/dev/null; test -e /work && echo WORK-VISIBLE; ls /; true",
+    )
+    assert code == 0
+    assert "VISIBLE" not in out, out
+    top = {"bin", "data", "dev", "etc", "home", "lib", "lib32", "lib64", "libx32", "opt", "proc", "run", "sbin"}
+    assert set(out.split()) <= top | {"tmp", "usr", "var"}, out  # /root is absent and nothing else of the host
+    assert os.path.exists(secret)  # the host still has it
+
+
+def test_etc_is_read_only_and_shows_the_managed_settings(manager: BoxManager, box: str) -> None:
+    code, out = run(
+        manager,
+        box,
+        "touch /etc/x 2>&1; echo touch=$?; "
+        "cat /etc/hermes-box.env; echo read=$?; "
+        "echo NETWORK=off >> /etc/hermes-box.env 2>&1; echo append=$?; "
+        "rm -f /etc/hermes-box.env 2>&1; echo rm=$?; test -e /etc/passwd && echo passwd-present",
+    )
+    assert code == 0
+    assert "touch=1" in out and "Read-only file system" in out
+    assert "read=0" in out and "append=0" not in out and "rm=1" in out and "passwd-present" in out
+    assert "NETWORK=off" not in out
+    assert Settings().render() in out  # the settings in effect, as the host rendered them
+    assert not os.path.exists("/etc/x") and not os.path.exists("/etc/hermes-box.env")  # the host's /etc untouched
+
+
+def test_a_refresh_shows_in_the_running_box(manager: BoxManager, box: str, box_home: Path) -> None:
+    (box_home / "config" / "box.env").write_text("TMUX=off\n")
+    refreshed = BoxManager(manager.home)
+    refreshed.refresh_assets(box)
+    code, out = run(manager, box, "grep ^TMUX= /etc/hermes-box.env")
+    assert (code, out) == (0, "TMUX=off\n")
+
+
+def test_proc_shows_only_the_boxs_processes(manager: BoxManager, box: str) -> None:
+    code, out = run(manager, box, "for p in /proc/[0-9]*; do echo ${p#/proc/} $(cat $p/comm); done")
+    assert code == 0
+    seen = dict(line.split(maxsplit=1) for line in out.splitlines())
+    assert seen.get("1") == "box-init", seen
+    assert set(seen.values()) <= {"box-init", "sh", "cat"}, seen  # not this test's python, nor anything else
+
+
+def test_the_box_user_and_ids(manager: BoxManager, box: str) -> None:
+    code, out = run(manager, box, "id -u; echo $USER $HOME; hostname; touch /data/mine; cd; pwd")
+    assert (code, out.split()) == (0, ["0", "agent", "/home/agent", "inside", "/home/agent"])
+    owner = (manager.data_dir(box) / "mine").stat().st_uid
+    assert owner == (ROOT_ID_BASE if os.geteuid() == 0 else os.geteuid())  # root inside owns no host file
+
+
+def test_no_network_box_has_only_a_working_loopback(manager: BoxManager) -> None:
+    manager.create("offline", network=False)
+    code, out = run(
+        manager,
+        "offline",
+        "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '; "
+        'python3 -c \'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(); '
+        'c = socket.create_connection(s.getsockname(), timeout=5); print("loopback-ok")\'',
+    )
+    assert (code, out.split()) == (0, ["lo", "loopback-ok"]), out
+
+
+def test_a_networked_box_shares_the_hosts_interfaces(manager: BoxManager, box: str) -> None:
+    host = sorted(os.listdir("/sys/class/net"))
+    code, out = run(manager, box, "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '")
+    assert code == 0 and sorted(out.split()) == host
+
+
+def test_a_tty_command_gets_a_terminal_of_the_boxs_own(manager: BoxManager, box: str) -> None:
+    command = manager.popen(box, ["sh", "-c", "tty; echo rows=$(stty size)"], tty=True)
+    assert command.pty is not None
+    output = b""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([command.pty], [], [], 1)
+        if ready:
+            try:
+                chunk = os.read(command.pty, 4096)
+            except OSError:
+                break  # every process on the terminal has ended
+            if not chunk:
+                break
+            output += chunk
+    assert command.wait(30) == 0
+    text = output.decode(errors="replace")
+    assert "/dev/pts/" in text and "rows=" in text, text
+    command.close()
