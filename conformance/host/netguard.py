@@ -56,9 +56,7 @@ def network_guard() -> Iterator[list[str]]:
         try:
             yield attempts
         finally:
-            (
-                socket.socket.connect,
-                socket.socket.connect_ex,
-                socket.getaddrinfo,  # type: ignore[method-assign]
-                socket.create_connection,
-            ) = originals
+            socket.socket.connect = originals[0]  # type: ignore[method-assign]
+            socket.socket.connect_ex = originals[1]  # type: ignore[method-assign]
+            socket.getaddrinfo = originals[2]
+            socket.create_connection = originals[3]
