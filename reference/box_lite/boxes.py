@@ -724,7 +724,7 @@ def _read_until_eof(fd: int, timeout: float) -> str:
     import select
 
     deadline = time.monotonic() + timeout
-    chunks = []
+    chunks: list[bytes] = []
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
@@ -767,7 +767,7 @@ def _is_daemon(pid: int) -> bool:
 def _rmtree(path: Path) -> None:
     """Delete a box's tree, making read-only directories writable on the way (a box may leave some)."""
 
-    def retry(func: Callable[..., Any], target: str, _exc: BaseException) -> None:
+    def retry(func: Callable[..., Any], target: str, _exc: object) -> None:
         with contextlib.suppress(OSError):
             os.chmod(os.path.dirname(target), 0o700)
         func(target)

@@ -55,7 +55,7 @@ def connect(path: Path, name: str = "", timeout: float = CONNECT_TIMEOUT_S) -> s
     return sock
 
 
-def request(path: Path, message: dict, *, name: str = "", timeout: float = REPLY_TIMEOUT_S) -> dict:
+def request(path: Path, message: dict[str, Any], *, name: str = "", timeout: float = REPLY_TIMEOUT_S) -> dict[str, Any]:
     """Send one request and return the daemon's answer; ControlError if it refuses or goes away."""
     label = name or path.parent.name
     with connect(path, label) as sock:
@@ -85,7 +85,7 @@ def request(path: Path, message: dict, *, name: str = "", timeout: float = REPLY
     return answer
 
 
-def ping(path: Path, *, timeout: float = 2.0) -> dict | None:
+def ping(path: Path, *, timeout: float = 2.0) -> dict[str, Any] | None:
     """The daemon's pong (pid, name, init_pid), or None if no daemon answers on ``path``."""
     try:
         return request(path, {"op": "ping"}, timeout=timeout)
@@ -100,7 +100,7 @@ def stop(path: Path, *, name: str = "", grace: float = 0.0, timeout: float = STO
     return bool(answer.get("clean"))
 
 
-class BoxCommand(subprocess.Popen):
+class BoxCommand(subprocess.Popen[Any]):
     """A command running in a box, started by its daemon; a ``subprocess.Popen`` (see the module)."""
 
     def __init__(self, args: Any, *, control: Path, box: str = "", tty: bool = False, **kwargs: Any):

@@ -168,7 +168,7 @@ class Command:
         self.code: int | None = None
         self._holders = 2  # the connection's reader and the command's reaper: the last one closes it
 
-    def send(self, message: dict, fds: list[int] | tuple[int, ...] = ()) -> None:
+    def send(self, message: dict[str, Any], fds: list[int] | tuple[int, ...] = ()) -> None:
         with self.send_lock, contextlib.suppress(OSError):
             Channel(self.conn).send(message, fds)
 
@@ -258,13 +258,14 @@ class Daemon:
     def serve(self) -> None:
         assert self.box is not None and self.listener is not None
         init_fd = os.pidfd_open(self.box.init_pid)
+        listen_fd = self.listener.fileno()
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(signum, lambda *_: None)
         signal.set_wakeup_fd(self.wake_w, warn_on_full_buffer=False)
         try:
             while not self.stopping.is_set():
                 try:
-                    ready, _, _ = select.select([self.listener, init_fd, self.wake_r], [], [])
+                    ready, _, _ = select.select([listen_fd, init_fd, self.wake_r], [], [])
                 except InterruptedError:
                     continue
                 if self.wake_r in ready:
@@ -277,7 +278,7 @@ class Daemon:
                     log(f"box {self.name}: its init ended by itself; the box is down")
                     self.finish(clean=False)
                     return
-                if self.listener in ready and not self.stopping.is_set():
+                if listen_fd in ready and not self.stopping.is_set():
                     with contextlib.suppress(OSError):
                         conn, _ = self.listener.accept()
                         threading.Thread(target=self.connection, args=(conn,), daemon=True).start()
@@ -324,7 +325,7 @@ class Daemon:
             elif conn is not None:
                 conn.close()
 
-    def answer(self, message: dict) -> dict:
+    def answer(self, message: dict[str, Any]) -> dict[str, Any]:
         op = message.get("op")
         try:
             assert self.box is not None
@@ -343,7 +344,7 @@ class Daemon:
             return {"op": "error", "message": str(exc)}
         return {"op": "error", "message": f"unknown request {op!r}"}
 
-    def spawn(self, conn: socket.socket, message: dict, fds: list[int]) -> Command | None:
+    def spawn(self, conn: socket.socket, message: dict[str, Any], fds: list[int]) -> Command | None:
         assert self.box is not None
         pty: tuple[int, int] | None = None
         try:
