@@ -12,7 +12,9 @@ from __future__ import annotations
 import os
 import secrets
 import select
+import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -132,3 +134,95 @@ def test_a_tty_command_gets_a_terminal_of_the_boxs_own(manager: BoxManager, box:
     text = output.decode(errors="replace")
     assert "/dev/pts/" in text and "rows=" in text, text
     command.close()
+
+
+# -- the engine's optional extensions under other conditions ------------------------------------------
+ENGINE_SCRIPT = """
+import shutil, subprocess, sys, tempfile
+from pathlib import Path
+from isolation import Bind, BoxFile, BoxSpec, IsolationError, NamespaceDriver
+
+driver = NamespaceDriver(spares=0)
+ok, why = driver.available()
+if not ok:
+    print("UNAVAILABLE", why)
+    sys.exit(0)
+root = Path(tempfile.mkdtemp(prefix="box-lite-engine-"))
+try:
+    (root / "home").mkdir()
+    (root / "env").write_text("FROM=host\\n")
+    spec = BoxSpec(
+        "engine",
+        (Bind(root / "home", "/home/t"),),
+        files=(BoxFile(root / "env", "/etc/hermes-box.env"),),
+        network=False,
+    )
+    try:
+        box = driver.start(spec)
+    except IsolationError as exc:
+        print("REFUSED", exc)
+        sys.exit(0)
+    script = "cat /etc/hermes-box.env /etc/hostname; touch /etc/x 2>/dev/null || echo etc-ro; "
+    script += "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '"
+    proc = driver.spawn(box, ["sh", "-c", script], env={"PATH": "/usr/bin:/bin"}, cwd="/",
+                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    print(proc.communicate(timeout=30)[0].decode(), end="")
+    driver.stop(box)
+finally:
+    shutil.rmtree(root, ignore_errors=True)
+"""
+ROOT = Path(__file__).resolve().parents[2]
+NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+
+
+def _engine(prefix: list[str], python: str) -> str:
+    """Run ENGINE_SCRIPT under ``prefix`` (another user, a mount namespace); its output."""
+    argv = [*prefix, "env", f"PYTHONPATH={ROOT}", "TMPDIR=/tmp", python, "-c", ENGINE_SCRIPT]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    if proc.stdout.startswith("UNAVAILABLE"):
+        pytest.skip(proc.stdout)
+    return proc.stdout
+
+
+def _needs(*tools: str) -> None:
+    if os.geteuid() != 0 or any(shutil.which(tool) is None for tool in tools):
+        pytest.skip(f"needs root and {', '.join(tools)}")
+
+
+def _unprivileged_python() -> str:
+    """A python3 that user nobody can run and that imports the engine, or skip."""
+    _needs("setpriv")
+    for python in ("/usr/bin/python3", "/usr/local/bin/python3"):
+        argv = [*NOBODY, "env", f"PYTHONPATH={ROOT}", python, "-c", "import isolation"]
+        if os.path.exists(python) and subprocess.run(argv, capture_output=True, timeout=60).returncode == 0:
+            return python
+    pytest.skip("no python3 that an unprivileged user can run with the engine")
+
+
+def _etc_with_a_mount(tmp_path: Path) -> list[str]:
+    """A prefix running its command in a mount namespace where /etc/hostname is a mount of its own."""
+    _needs("unshare")
+    bound = tmp_path / "hostname"
+    bound.write_text("bound-by-the-host\n")
+    os.chmod(bound, 0o644)
+    os.chmod(tmp_path, 0o755)  # reachable by the unprivileged user too
+    script = 'mount --bind "$0" /etc/hostname && exec "$@"'
+    return ["unshare", "-m", "--propagation", "private", "sh", "-c", script, str(bound)]
+
+
+def test_files_are_added_over_etcs_own_mounts(tmp_path: Path) -> None:
+    """/etc with a mount of its own (a container's /etc/hostname): the file is added, that mount still shows."""
+    out = _engine(_etc_with_a_mount(tmp_path), sys.executable)
+    assert out.split() == ["FROM=host", "bound-by-the-host", "etc-ro", "lo"], out
+
+
+def test_unprivileged_engine_adds_files_and_cuts_the_network() -> None:
+    out = _engine(NOBODY, _unprivileged_python())
+    assert out.split()[0] == "FROM=host" and out.split()[-2:] == ["etc-ro", "lo"], out
+
+
+def test_unprivileged_engine_says_why_it_cannot_add_files_over_etcs_own_mounts(tmp_path: Path) -> None:
+    python = _unprivileged_python()
+    out = _engine([*_etc_with_a_mount(tmp_path), *NOBODY], python)
+    assert out.startswith("REFUSED") and "/etc/hostname" in out and "run as root" in out, out
