@@ -59,7 +59,7 @@ def assert_no_box(manager: BoxManager, box_home: Path, name: str) -> None:
     assert manager.state(name) is None
     assert not (box_home / "data" / "boxes" / name).exists()
     registry = box_home / "config" / "registry.json"
-    assert name not in (json.loads(registry.read_text()) if registry.exists() else {})
+    assert name not in (json.loads(registry.read_text())["boxes"] if registry.exists() else {})
     assert not any(what.endswith(f" of {name}") for what in box_processes(box_home))
 
 

@@ -118,7 +118,7 @@ def test_a_bad_archive_is_refused_before_any_box_exists(
     assert " — " in refused.stderr.splitlines()[0], "the error line says the fix"
     assert not (box_home / "data" / "boxes" / "beta").exists()
     registry = box_home / "config" / "registry.json"
-    assert "beta" not in (json.loads(registry.read_text()) if registry.exists() else {})
+    assert "beta" not in (json.loads(registry.read_text())["boxes"] if registry.exists() else {})
     assert "beta" not in hermes_box("ls").stdout
     assert not list((tmp_path / "tmpdir").iterdir())
     assert not plaintext_files(tmp_path, b"PLAINTEXT-42")
