@@ -39,14 +39,14 @@ from archives.members import DEFAULT_LIMITS, PAYLOAD, Checker, Limits, describe_
 from archives.openpgp import Gpg, decrypting, encrypting
 from archives.passphrase import Passphrase
 from archives.tarball import (
-    BLOCK,
     CHUNK,
-    TAR_FORMAT,
     Extractor,
     ForwardReader,
     Progress,
+    Readable,
     TarStreamWriter,
     Undecodable,
+    forget_members,
     remove_tree,
     tree_size,
     walk_tree,
@@ -137,7 +137,7 @@ def write_stream(
                     raise SourceError("the tar stream is damaged", str(exc), "send a complete tar or tar.gz stream")
                 if member is None:
                     break
-                source.members.clear()  # tarfile remembers every member; a stream must not
+                forget_members(source)
                 info = _rerooted(member, saw_root)
                 if info is None:
                     continue
@@ -292,7 +292,7 @@ class _Reading:
             self.gz = gzip.GzipFile(fileobj=self.stdout, mode="rb")
             cap = limits.max_bytes + _HEADER_ALLOWANCE
             self.stream = ForwardReader(self.gz, cap, lambda: self._too_large(cap))
-            self.tar = self._guard(lambda: tarfile.open(fileobj=self.stream, mode="r:"))  # type: ignore[arg-type]  # noqa: SIM115
+            self.tar = self._guard(lambda: tarfile.open(fileobj=self.stream, mode="r:"))  # noqa: SIM115
             self.manifest = self._read_manifest()
         except BaseException:
             self.close()
@@ -354,10 +354,10 @@ class _Reading:
 
     def _next(self) -> tarfile.TarInfo | None:
         member = self.tar.next()
-        self.tar.members.clear()  # tarfile remembers every member; a stream of millions must not
+        forget_members(self.tar)
         return member
 
-    def members(self) -> Iterator[tuple[str, tarfile.TarInfo, IO[bytes] | None]]:
+    def members(self) -> Iterator[tuple[str, tarfile.TarInfo, Readable | None]]:
         """(payload-relative path, header, data for a regular file) for each member, validated."""
         while True:
             member = self._guard(self._next)
@@ -388,7 +388,7 @@ class _Reading:
 class _Guarded(io.RawIOBase):
     """A member's data whose decoding failures are explained like the rest of the stream's."""
 
-    def __init__(self, data: IO[bytes], reading: _Reading) -> None:
+    def __init__(self, data: Readable, reading: _Reading) -> None:
         super().__init__()
         self.data, self.reading = data, reading
 
@@ -531,12 +531,12 @@ class Payload:
     def chunks(self) -> Iterator[bytes]:
         compressor = zlib.compressobj(self._level, zlib.DEFLATED, 31)
         sink = _Sink(compressor)
-        writer = TarStreamWriter(sink)  # type: ignore[arg-type]
+        writer = TarStreamWriter(sink)
         for rel, member, data in self._reading.members():
             if not rel:
                 continue
             info = _unrooted(member, rel)
-            writer._write(info.tobuf(TAR_FORMAT, "utf-8", "surrogateescape"))
+            writer.header(info)
             yield from sink.take()
             if data is not None:
                 left = member.size
@@ -544,11 +544,10 @@ class Payload:
                     chunk = data.read(min(CHUNK, left))
                     if not chunk:
                         raise CorruptArchive("the archive ended early", member.name, "use an intact archive")
-                    writer._write(chunk)
+                    writer.data(chunk)
                     left -= len(chunk)
                     yield from sink.take()
-                if member.size % BLOCK:
-                    writer._write(tarfile.NUL * (BLOCK - member.size % BLOCK))
+            writer.end(info)
         self._reading.finish()
         writer.close()
         sink.buffer += compressor.flush()

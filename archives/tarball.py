@@ -17,7 +17,7 @@ import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import Literal, Protocol
 
 from archives.errors import CorruptArchive, SourceError
 from archives.members import PAYLOAD, normalize
@@ -26,7 +26,21 @@ BLOCK = tarfile.BLOCKSIZE
 RECORD = tarfile.RECORDSIZE
 CHUNK = 1024 * 1024
 MAX_READ = 64 * 1024 * 1024
-TAR_FORMAT = tarfile.PAX_FORMAT
+TAR_FORMAT: Literal[2] = 2  # tarfile.PAX_FORMAT: long names, large sizes and UTF-8 names, read by every tar
+
+
+class Readable(Protocol):
+    def read(self, size: int = ..., /) -> bytes: ...
+
+
+class Writable(Protocol):
+    def write(self, data: bytes, /) -> object: ...
+
+
+def forget_members(tar: tarfile.TarFile) -> None:
+    """Drop tarfile's list of the members it has seen: a stream of millions must not keep them."""
+    tar.members.clear()  # type: ignore[attr-defined]
+
 
 Progress = Callable[[str, int, "int | None"], None]
 """``progress(stage, done, total)``: bytes done of ``total`` (None when unknown) in a named stage."""
@@ -35,14 +49,14 @@ Progress = Callable[[str, int, "int | None"], None]
 class TarStreamWriter:
     """Writes a tar to a forward-only stream: ``add`` one member at a time, then ``close``."""
 
-    def __init__(self, out: IO[bytes], on_data: Callable[[int], None] | None = None) -> None:
+    def __init__(self, out: Writable, on_data: Callable[[int], None] | None = None) -> None:
         self.out = out
         self.on_data = on_data
         self.written = 0
 
-    def add(self, info: tarfile.TarInfo, data: IO[bytes] | None = None) -> None:
+    def add(self, info: tarfile.TarInfo, data: Readable | None = None) -> None:
         """Write ``info`` and, for a regular file, exactly ``info.size`` bytes read from ``data``."""
-        self._write(info.tobuf(TAR_FORMAT, "utf-8", "surrogateescape"))
+        self.header(info)
         if not info.isreg():
             return
         assert data is not None
@@ -55,11 +69,22 @@ class TarStreamWriter:
                     f"{left} of its {info.size} bytes were missing",
                     "stop whatever writes to the tree (or quiesce it) and run again",
                 )
-            self._write(chunk)
+            self.data(chunk)
             left -= len(chunk)
-            if self.on_data is not None:
-                self.on_data(len(chunk))
-        if info.size % BLOCK:
+        self.end(info)
+
+    def header(self, info: tarfile.TarInfo) -> None:
+        """A member's header; a regular file's ``info.size`` bytes of ``data`` and its ``end`` follow."""
+        self._write(info.tobuf(TAR_FORMAT, "utf-8", "surrogateescape"))
+
+    def data(self, chunk: bytes) -> None:
+        self._write(chunk)
+        if self.on_data is not None:
+            self.on_data(len(chunk))
+
+    def end(self, info: tarfile.TarInfo) -> None:
+        """Pad a regular file's data to a whole block."""
+        if info.isreg() and info.size % BLOCK:
             self._write(tarfile.NUL * (BLOCK - info.size % BLOCK))
 
     def close(self) -> None:
@@ -174,7 +199,7 @@ class ForwardReader(io.RawIOBase):
     above ``MAX_READ``; decoding errors of the stream below become ``Undecodable``.
     """
 
-    def __init__(self, source: IO[bytes], cap: int, on_cap: Callable[[], Exception]) -> None:
+    def __init__(self, source: Readable, cap: int, on_cap: Callable[[], Exception]) -> None:
         super().__init__()
         self.source, self.cap, self.on_cap = source, cap, on_cap
         self.position = 0
@@ -256,7 +281,7 @@ class Extractor:
         self.dest = dest
         self._dirs: list[tuple[Path, int, int]] = []
 
-    def add(self, rel: str, info: tarfile.TarInfo, data: IO[bytes] | None) -> None:
+    def add(self, rel: str, info: tarfile.TarInfo, data: Readable | None) -> None:
         path = self.dest / rel if rel else self.dest
         mode = info.mode & 0o1777
         if info.isdir():
