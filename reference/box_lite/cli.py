@@ -177,9 +177,7 @@ def cmd_stop(ctx: Context, args: argparse.Namespace) -> int:
 
 
 def cmd_exec(ctx: Context, args: argparse.Namespace) -> int:
-    argv = list(args.argv)
-    if argv and argv[0] == "--":
-        argv = argv[1:]
+    argv = list(args.after_dashes if args.after_dashes is not None else args.argv)
     if not argv:
         raise BadInput("exec needs a command", "nothing follows the box name", f"run `{PROG} exec NAME -- CMD ARGS...`")
     env = _env_pairs(args.env)
@@ -191,9 +189,17 @@ def cmd_exec(ctx: Context, args: argparse.Namespace) -> int:
 
         command = ctx.manager.popen(name, argv, env=env or None, cwd=args.cwd, tty=True)
         return _exit_status(interact(command))
-    command = ctx.manager.popen(name, argv, env=env or None, cwd=args.cwd, stdin=_fd(0), stdout=_fd(1), stderr=_fd(2))
-    with _forward_signals(command.send_signal):
-        code = command.wait()
+    with _forward_signals() as forward:
+        command = ctx.manager.popen(
+            name, argv, env=env or None, cwd=args.cwd, stdin=_fd(0), stdout=_fd(1), stderr=_fd(2)
+        )
+        try:
+            forward(command.send_signal)
+            code = command.wait()
+        finally:
+            if command.poll() is None:  # this command is failing: end the box command it started
+                with contextlib.suppress(Exception):
+                    command.kill()
     return _exit_status(code)
 
 
@@ -229,8 +235,12 @@ def cmd_doctor(ctx: Context, args: argparse.Namespace) -> int:
 
 def cmd_repair(ctx: Context, args: argparse.Namespace) -> int:
     name = ctx.known(args.name)
+    from reference.box_lite.doctor import write_stop_marker
+
     ctx.manager.refresh_assets(name)
     publish_manifest(ctx.home)
+    if ctx.manager.state(name) == "running":
+        write_stop_marker(ctx.manager, ctx.home, name)  # /data as it is now is the durability baseline
     note(f"refreshed managed assets and wiring of {name}; /data kept")
     return _doctor(ctx, name, as_json=False)
 
@@ -339,6 +349,8 @@ def _ask(prompt: str) -> str:
     sys.stderr.write(prompt)
     sys.stderr.flush()
     line = sys.stdin.readline()
+    if not sys.stdin.isatty():  # nothing echoed the answer: end the prompt's line
+        sys.stderr.write("\n")
     return line.rstrip("\r\n").strip()
 
 
@@ -349,20 +361,34 @@ def _exit_status(code: int | None) -> int:
 
 
 @contextlib.contextmanager
-def _forward_signals(send: Callable[[int], None]) -> Iterator[None]:
-    """While a box command runs, INT/TERM/HUP/QUIT go to it (its exit status then tells what happened)."""
+def _forward_signals() -> Iterator[Callable[[Callable[[int], None]], None]]:
+    """While a box command runs, INT/TERM/HUP/QUIT go to it (its exit status then tells what happened).
+
+    Yields ``forward(send)``, to call once the command exists: signals that arrived before are sent then.
+    """
     sigs = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+    pending: list[int] = []
+    target: list[Callable[[int], None]] = []
 
-    def forward(signum: int, frame: FrameType | None) -> None:
+    def handler(signum: int, frame: FrameType | None) -> None:
+        if not target:
+            pending.append(signum)
+            return
         with contextlib.suppress(Exception):
-            send(signum)
+            target[0](signum)
 
-    old = {s: signal.signal(s, forward) for s in sigs}
+    def forward(send: Callable[[int], None]) -> None:
+        target.append(send)
+        while pending:
+            with contextlib.suppress(Exception):
+                send(pending.pop(0))
+
+    old = {s: signal.signal(s, handler) for s in sigs}
     try:
-        yield
+        yield forward
     finally:
-        for s, handler in old.items():
-            signal.signal(s, handler)
+        for s, previous in old.items():
+            signal.signal(s, previous)
 
 
 @contextlib.contextmanager
@@ -434,7 +460,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cwd", default=WORKSPACE, help=f"directory inside the box (default {WORKSPACE})")
     p.add_argument("--env", action="append", metavar="KEY=VALUE", help="extra environment variable (repeatable)")
     p.add_argument("-t", "--tty", action="store_true", help="give the command a terminal (stdin must be one)")
-    p.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD ...")
+    p.add_argument("argv", nargs="*", metavar="-- CMD ...", help="the command and its arguments, after --")
 
     p = add("stop", cmd_stop, "stop every process of the box, keeping its state")
     p.add_argument("name")
@@ -478,7 +504,17 @@ def _print_error(what: str, why: str, fix: str, stream: IO[str]) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    # Everything after the first "--" is exec's command, never options of hermes-box (so `exec NAME
+    # --env K=V -- CMD -x` parses): the rest is parsed as usual.
+    after: list[str] | None = None
+    if "--" in words:
+        cut = words.index("--")
+        words, after = words[:cut], words[cut + 1 :]
+    args = parser.parse_args(words)
+    args.after_dashes = after
+    if after is not None and args.command != "exec":
+        parser.error(f"'--' and a command follow only `{PROG} exec NAME`")
     logging.basicConfig(
         level=logging.DEBUG if args.debug else logging.WARNING,
         format="%(name)s: %(message)s",

@@ -156,7 +156,8 @@ def run_in_box(manager: BoxManager, name: str, script: str, timeout: float) -> t
 
 
 def write_stop_marker(manager: BoxManager, home: BoxHome, name: str, timeout: float = 3.0) -> bool:
-    """Before a stop: write a fresh marker into the box's /data from inside, and record it on the host.
+    """Before a stop (and at repair): write a fresh marker into the box's /data from inside, and record
+    it on the host.
 
     The doctor's durability check looks for this marker after the next start.  Best effort: a box that
     does not answer in ``timeout`` gets no marker (the record is removed so no stale one is compared).
