@@ -1,0 +1,364 @@
+"""``hermes-box`` end to end: the real console entry in subprocesses, a temp home, real boxes.
+
+Every test's home is ``box_home`` (conftest), whose teardown stops every box
+daemon under it and fails the test if one survives.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from isolation import NamespaceDriver
+from reference.box_lite.doctor import latest_backup
+from reference.box_lite.paths import BoxHome
+
+_OK, _WHY = NamespaceDriver(spares=0).available()
+needs_boxes = pytest.mark.skipif(not _OK, reason=f"no usable namespaces here: {_WHY}")
+ROOT = Path(__file__).resolve().parents[2]
+CLI = [sys.executable, "-m", "reference.box_lite.cli"]
+PASSPHRASE = "correct horse battery staple"
+
+
+def hb(home: Path, *args: str, input: str | None = None, env: dict[str, str] | None = None, timeout: float = 120):
+    """Run ``hermes-box --home HOME ARGS`` through ``python -m`` (the module's own entry)."""
+    return subprocess.run(
+        [*CLI, "--home", str(home), *args],
+        input=input,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def ok(done: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:
+    assert done.returncode == 0, f"exit {done.returncode}\nstdout:\n{done.stdout}\nstderr:\n{done.stderr}"
+    return done
+
+
+def registry(home: Path) -> dict:
+    path = home / "config" / "registry.json"
+    return json.loads(path.read_text())["boxes"] if path.exists() else {}
+
+
+def listing(home: Path) -> dict[str, dict]:
+    return {row["name"]: row for row in json.loads(ok(hb(home, "ls", "--json")).stdout)["boxes"]}
+
+
+def doctor_rows(home: Path, name: str) -> tuple[int, dict[str, dict]]:
+    done = hb(home, "doctor", name, "--json")
+    report = json.loads(done.stdout)
+    assert report["ok"] == (done.returncode == 0), done.stderr
+    return done.returncode, {c["name"]: c for c in report["checks"]}
+
+
+def assert_error(done: subprocess.CompletedProcess[str], code: int, *words: str) -> None:
+    assert done.returncode == code, f"exit {done.returncode}, wanted {code}\n{done.stderr}"
+    first = done.stderr.strip().splitlines()[-2 if done.stderr.strip().endswith(")") else -1]
+    assert first.startswith("error: ") and " — " in first, done.stderr
+    for word in words:
+        assert word in done.stderr, f"{word!r} not in:\n{done.stderr}"
+    assert "Traceback" not in done.stderr
+
+
+# --- no box needed ------------------------------------------------------------------------------
+
+
+def test_bad_input_exits_2_with_what_and_fix(box_home: Path) -> None:
+    assert_error(hb(box_home, "new", "Bad_Name"), 2, "'Bad_Name' is not a valid box name", "alpha")
+    assert_error(hb(box_home, "stop", "ghost"), 2, "there is no box named ghost", "hermes-box new ghost")
+    assert_error(hb(box_home, "rm", "ghost", "--force"), 2, "no box named ghost")
+    assert_error(hb(box_home, "exec", "ghost"), 2, "exec needs a command")
+    assert_error(hb(box_home, "load", str(box_home / "missing.gpg"), "beta"), 2, "no archive at")
+    # argparse's own complaints carry the same prefix and exit code
+    done = hb(box_home, "new")
+    assert done.returncode == 2 and "error: " in done.stderr and "--help" in done.stderr
+    # box.env is read by every command that uses boxes; a bad line names itself and the fix
+    (box_home / "config").mkdir()
+    (box_home / "config" / "box.env").write_text("# settings\nNETWROK=off\n")
+    assert_error(hb(box_home, "ls"), 2, "box.env line 2: unknown setting NETWROK", "did you mean NETWORK")
+    assert registry(box_home) == {}
+
+
+def test_enter_without_a_terminal_says_to_use_exec(box_home: Path) -> None:
+    assert_error(hb(box_home, "enter", "alpha", input=""), 2, "enter needs a terminal", "exec")
+
+
+def test_ls_of_an_empty_home(box_home: Path) -> None:
+    done = ok(hb(box_home, "ls"))
+    assert done.stdout == "" and "no boxes" in done.stderr
+    assert json.loads(ok(hb(box_home, "ls", "--json")).stdout)["boxes"] == []
+
+
+def test_the_installed_console_script_is_the_same_command(box_home: Path) -> None:
+    script = shutil.which("hermes-box")
+    if script is None:
+        pytest.skip("the hermes-box console script is not installed (pip install -e .)")
+    done = subprocess.run([script, "--home", str(box_home), "ls", "--json"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["boxes"] == []
+    bad = subprocess.run([script, "--home", str(box_home), "start", "Nope"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and bad.stderr.startswith("error: ")
+
+
+def test_latest_backup_is_the_newest_of_this_box_only(tmp_path: Path) -> None:
+    home = BoxHome.at(tmp_path)
+    home.backups_dir.mkdir(parents=True)
+    assert latest_backup(home, "alpha") is None
+    for fname in (
+        "alpha-20260101-000000Z.tar.gz.gpg",
+        "alpha-20260102-000000Z.tar.gz.gpg",
+        "alpha-2-20270101-000000Z.tar.gz.gpg",  # box alpha-2's, newer
+        "alpha-20260102-000000Z.tar.gz.gpg.extracted",
+        "alpha-notes.tar.gz.gpg",
+    ):
+        (home.backups_dir / fname).write_bytes(b"x")
+    found = latest_backup(home, "alpha")
+    assert found is not None and found.path.name == "alpha-20260102-000000Z.tar.gz.gpg"
+    assert found.when_text == "2026-01-02T00:00:00Z"
+    other = latest_backup(home, "alpha-2")
+    assert other is not None and other.path.name == "alpha-2-20270101-000000Z.tar.gz.gpg"
+
+
+# --- with boxes ---------------------------------------------------------------------------------
+
+
+@needs_boxes
+def test_new_ls_exec_stop_start_doctor_repair_rm(box_home: Path) -> None:
+    done = ok(hb(box_home, "new", "alpha"))
+    assert "created box alpha" in done.stderr
+    for row in ("state", "isolation", "/data", "tmux session", "registry", "lock", "backup"):
+        assert f"  {row}" in done.stdout, done.stdout
+    assert "alpha: healthy" in done.stdout
+    assert (box_home / "config" / "box.env").is_file()  # a commented default, for the user to edit
+    manifest = box_home / "config" / "runtime-manifest"
+    assert manifest.stat().st_mode & 0o777 == 0o600 and "python" in json.loads(manifest.read_text())["tools"]
+
+    table = ok(hb(box_home, "ls")).stdout.splitlines()
+    assert table[0].split() == ["NAME", "STATE", "LAST", "BACKUP", "AGE"]
+    assert table[1].split() == ["alpha", "running", "never", "-"]
+    assert listing(box_home)["alpha"]["state"] == "running"
+
+    # exec: the exit code, stdout and stderr apart, stdin through, ~/workspace as the working directory
+    done = hb(box_home, "exec", "alpha", "--", "sh", "-c", "echo out; echo err >&2; exit 7")
+    assert (done.returncode, done.stdout, done.stderr) == (7, "out\n", "err\n")
+    done = ok(hb(box_home, "exec", "alpha", "--", "sh", "-c", "pwd; tr a-z A-Z", input="precious\n"))
+    assert done.stdout == "/home/agent/workspace\nPRECIOUS\n"
+    ok(hb(box_home, "exec", "alpha", "--", "sh", "-c", "echo precious > ~/workspace/f"))
+    assert ok(
+        hb(box_home, "exec", "alpha", "--env", "X=1", "--cwd", "/data", "--", "sh", "-c", "echo $X $PWD")
+    ).stdout == ("1 /data\n")
+
+    # stop keeps /data; the doctor of a stopped box skips what needs it running
+    assert "stopped alpha" in ok(hb(box_home, "stop", "alpha")).stderr
+    assert listing(box_home)["alpha"]["state"] == "stopped"
+    code, rows = doctor_rows(box_home, "alpha")
+    assert code == 0 and rows["in-box checks"]["status"] == "skip"
+    ok(hb(box_home, "start", "alpha"))
+    assert listing(box_home)["alpha"]["state"] == "running"
+    assert ok(hb(box_home, "exec", "alpha", "--", "cat", "f")).stdout == "precious\n"
+
+    # doctor: every check passes, /data proven durable by the marker written at the stop
+    code, rows = doctor_rows(box_home, "alpha")
+    assert code == 0, rows
+    assert rows["isolation"]["status"] == "ok" and "own PID namespace" in rows["isolation"]["detail"]
+    assert rows["/data"]["status"] == "ok" and "durable" in rows["/data"]["detail"]
+    assert rows["registry"]["status"] == "ok" and rows["lock"]["status"] == "ok"
+    assert rows["backup"]["status"] == "warn" and "hermes-box save alpha" in rows["backup"]["fix"]
+
+    # repair keeps /data
+    done = ok(hb(box_home, "repair", "alpha"))
+    assert "/data kept" in done.stderr and "alpha: healthy" in done.stdout
+    assert ok(hb(box_home, "exec", "alpha", "--", "cat", "f")).stdout == "precious\n"
+
+    # rm asks for the exact name: a wrong one (or none) removes nothing
+    assert_error(hb(box_home, "rm", "alpha", input="alhpa\n"), 2, "does not match; nothing was removed", "--force")
+    assert_error(hb(box_home, "rm", "alpha", input=""), 2, "does not match")
+    assert "alpha" in listing(box_home)
+    done = ok(hb(box_home, "rm", "alpha", input="alpha\n"))
+    assert "no backup of alpha found" in done.stderr and "removed box alpha" in done.stderr
+    assert listing(box_home) == {} and registry(box_home) == {}
+    assert not (box_home / "data" / "boxes" / "alpha").exists()
+
+
+@needs_boxes
+def test_rm_reports_the_most_recent_backup(box_home: Path) -> None:
+    ok(hb(box_home, "new", "alpha", "--no-doctor"))
+    backups = box_home / "backups"
+    (backups / "alpha-20260101-000000Z.tar.gz.gpg").write_bytes(b"old")
+    (backups / "alpha-20260301-101500Z.tar.gz.gpg").write_bytes(b"new")
+    row = listing(box_home)["alpha"]
+    assert Path(row["last_backup"]).name == "alpha-20260301-101500Z.tar.gz.gpg"
+    assert row["last_backup_at"] == "2026-03-01T10:15:00Z"
+    assert "alpha-20260301-101500Z.tar.gz.gpg" in ok(hb(box_home, "ls")).stdout
+    done = ok(hb(box_home, "rm", "alpha", "--force"))
+    assert f"most recent backup of alpha: {backups / 'alpha-20260301-101500Z.tar.gz.gpg'}" in done.stderr
+    assert listing(box_home) == {}
+
+
+@needs_boxes
+def test_exec_forwards_signals_and_reports_how_the_command_ended(box_home: Path) -> None:
+    ok(hb(box_home, "new", "alpha", "--no-doctor"))
+    script = 'trap "echo got-term; exit 42" TERM; echo ready; while :; do sleep 0.05; done'
+    proc = subprocess.Popen(
+        [*CLI, "--home", str(box_home), "exec", "alpha", "--", "sh", "-c", script],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+    assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert (proc.returncode, out) == (42, "got-term\n"), err  # the command's own answer to TERM
+    # A command ended by a signal: 128 + its number, as a shell reports it.
+    proc = subprocess.Popen(
+        [*CLI, "--home", str(box_home), "exec", "alpha", "--", "sh", "-c", "echo ready; exec sleep 60"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+    assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    assert hb(box_home, "exec", "alpha", "--", "sh", "-c", "kill -HUP $$").returncode == 129
+
+
+HOLD_LOCK = """
+    import sys, time
+    from reference.box_lite.locks import BoxLock
+    from reference.box_lite.paths import BoxHome
+    BoxLock(BoxHome.at(sys.argv[1]), sys.argv[2], "save").acquire()
+    print("held", flush=True)
+    time.sleep(300)
+"""
+
+
+@needs_boxes
+def test_a_held_lock_names_its_holder_and_a_dead_holders_lock_is_recovered(box_home: Path) -> None:
+    ok(hb(box_home, "new", "alpha", "--no-doctor"))
+    holder = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(HOLD_LOCK), str(box_home), "alpha"],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        for args in (("stop", "alpha"), ("rm", "alpha", "--force"), ("repair", "alpha")):
+            assert_error(hb(box_home, *args), 1, f"box alpha is locked by PID {holder.pid}", "(save) since")
+        assert listing(box_home)["alpha"]["state"] == "running"  # nothing happened
+        _, rows = doctor_rows(box_home, "alpha")  # the doctor reads, it does not need the lock
+        assert rows["lock"]["status"] == "warn" and f"PID {holder.pid}" in rows["lock"]["detail"]
+    finally:
+        holder.kill()
+        holder.wait()
+    # Its owner was killed without releasing it: the next mutation takes it.
+    _, rows = doctor_rows(box_home, "alpha")
+    assert "stale record" in rows["lock"]["detail"]
+    ok(hb(box_home, "stop", "alpha"))
+    assert listing(box_home)["alpha"]["state"] == "stopped"
+
+
+@needs_boxes
+def test_doctor_fails_on_lost_durability_and_on_a_registry_that_disagrees(box_home: Path) -> None:
+    ok(hb(box_home, "new", "alpha", "--no-doctor"))
+    ok(hb(box_home, "stop", "alpha"))
+    marker = box_home / "data" / "boxes" / "alpha" / "data" / ".hermes-box" / "stop-marker"
+    assert marker.is_file()
+    marker.write_text("something else")  # as if /data had been replaced behind the box's back
+    ok(hb(box_home, "start", "alpha"))
+    code, rows = doctor_rows(box_home, "alpha")
+    assert code == 1 and rows["/data"]["status"] == "fail"
+    assert "marker written at the last stop" in rows["/data"]["detail"] and "load" in rows["/data"]["fix"]
+    assert "NOT healthy" in hb(box_home, "doctor", "alpha").stdout
+
+    # The registry loses the box: the doctor fails and names repair; repair registers it again, /data kept.
+    ok(hb(box_home, "exec", "alpha", "--", "sh", "-c", "echo kept > f"))
+    path = box_home / "config" / "registry.json"
+    data = json.loads(path.read_text())
+    del data["boxes"]["alpha"]
+    path.write_text(json.dumps(data))
+    code, rows = doctor_rows(box_home, "alpha")
+    assert code == 1 and rows["registry"]["status"] == "fail" and "repair" in rows["registry"]["fix"]
+    ok(hb(box_home, "repair", "alpha"))  # its doctor passes: /data as it is now is the new baseline
+    assert "alpha" in registry(box_home)
+    code, rows = doctor_rows(box_home, "alpha")
+    assert code == 0 and rows["registry"]["status"] == "ok" and rows["state"]["status"] == "ok"
+    assert ok(hb(box_home, "exec", "alpha", "--", "cat", "f")).stdout == "kept\n"
+
+
+@needs_boxes
+def test_no_network_box(box_home: Path) -> None:
+    ok(hb(box_home, "new", "alpha", "--no-network", "--no-doctor"))
+    assert listing(box_home)["alpha"]["network"] is False
+    done = ok(hb(box_home, "exec", "alpha", "--", "sh", "-c", "tail -n +3 /proc/net/dev | cut -d: -f1"))
+    assert done.stdout.split() == ["lo"]  # its own network namespace: loopback only
+
+
+@needs_boxes
+@pytest.mark.skipif(shutil.which("gpg") is None, reason="gpg is not installed (nox -s tests installs gnupg)")
+def test_save_load_extract_through_the_command_line(box_home: Path) -> None:
+    env = {"BOX_PASSPHRASE": PASSPHRASE}
+    ok(hb(box_home, "new", "alpha", "--no-doctor"))
+    ok(hb(box_home, "exec", "alpha", "--", "sh", "-c", "echo precious > ~/workspace/f"))
+    done = ok(hb(box_home, "save", "alpha", env=env))
+    archive = Path(done.stdout.strip())
+    assert archive.parent == box_home / "backups" and archive.name.startswith("alpha-")
+    assert "encrypted and verified" in done.stderr and PASSPHRASE not in done.stderr + done.stdout
+    assert "\x1b[" not in done.stderr  # no progress bar when not on a terminal
+    assert listing(box_home)["alpha"]["last_backup"] == str(archive)
+
+    # a wrong passphrase is refused before any box exists
+    assert_error(hb(box_home, "load", str(archive), "gamma", env={"BOX_PASSPHRASE": "wrong"}), 2)
+    assert "gamma" not in registry(box_home) and not (box_home / "data" / "boxes" / "gamma").exists()
+
+    done = ok(hb(box_home, "load", str(archive), "beta", env=env))
+    assert "beta: healthy" in done.stdout
+    assert ok(hb(box_home, "exec", "beta", "--", "cat", "f")).stdout == "precious\n"
+
+    done = ok(hb(box_home, "extract", str(archive), env=env))
+    target = Path(done.stdout.strip())
+    assert target.parent == box_home / "backups" and "secret material" in done.stderr
+    assert (target / "data" / "home" / "workspace" / "f").read_text() == "precious\n"
+
+
+@needs_boxes
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGTERM, 143), (signal.SIGHUP, 129), (signal.SIGINT, 130)])
+def test_a_signal_during_load_exits_128_plus_n_and_leaves_no_box(box_home: Path, signum: int, code: int) -> None:
+    import archives
+
+    tree = box_home.parent / "tree"
+    (tree / "home" / "workspace").mkdir(parents=True)
+    (tree / "home" / "workspace" / "f").write_text("precious\n")
+    archive = box_home.parent / "alpha.tar.gz.gpg"
+    archives.write_tree(tree, archive, kind="box", name="alpha", passphrase=archives.Passphrase(PASSPHRASE))
+    env = {**os.environ, "BOX_PASSPHRASE": PASSPHRASE, "HERMES_BOX_TEST_PAUSE": "load:registered"}
+    proc = subprocess.Popen(
+        [*CLI, "--home", str(box_home), "load", str(archive), "beta"],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env=env,
+    )
+    assert proc.stderr is not None
+    assert proc.stderr.readline().strip() == "hermes-box: paused at load:registered"
+    proc.send_signal(signum)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == code, err
+    assert f"error: interrupted by {signal.Signals(signum).name}" in err
+    assert registry(box_home) == {}
+    assert not (box_home / "data" / "boxes" / "beta").exists()
