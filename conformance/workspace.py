@@ -95,9 +95,10 @@ class LoadResult:
 
 # -- progress ----------------------------------------------------------------------------------
 class Progress:
-    """What a transfer shows: a phase with an optional byte total.  This one shows nothing."""
+    """What a transfer shows: phases, some counting bytes towards a total.  This one shows nothing."""
 
-    def phase(self, name: str, total: int | None = None) -> Callable[[int], None]:
+    def phase(self, name: str, total: int | None = None, *, counts: bool = False) -> Callable[[int], None]:
+        """Start the phase ``name`` (ending the previous one); the callable advances it by a byte count."""
         return lambda _n: None
 
     def close(self) -> None:
@@ -105,50 +106,58 @@ class Progress:
 
 
 class TerminalProgress(Progress):
-    """A rich progress bar on stderr (one line per phase); used only when stderr is a terminal."""
+    """A rich display on stderr, one line per phase (bytes, rate and elapsed time where it counts
+    bytes); used only when stderr is a terminal."""
 
     def __init__(self) -> None:
         from rich.console import Console
         from rich.progress import (
             BarColumn,
             DownloadColumn,
+            ProgressColumn,
             TextColumn,
             TimeElapsedColumn,
             TransferSpeedColumn,
         )
         from rich.progress import Progress as RichProgress
+        from rich.text import Text
+
+        class OnlyBytes(ProgressColumn):
+            def __init__(self, inner: ProgressColumn) -> None:
+                super().__init__()
+                self.inner = inner
+
+            def render(self, task: Any) -> Any:
+                return self.inner.render(task) if task.fields.get("counts") else Text("")
 
         self._bar = RichProgress(
-            TextColumn("{task.description:<28}"),
+            TextColumn("{task.description:<26}"),
             BarColumn(),
-            DownloadColumn(),
-            TransferSpeedColumn(),
+            OnlyBytes(DownloadColumn()),
+            OnlyBytes(TransferSpeedColumn()),
             TimeElapsedColumn(),
             console=Console(stderr=True),
-            transient=False,
         )
         self._bar.start()
         self._current: Any = None
 
-    def phase(self, name: str, total: int | None = None) -> Callable[[int], None]:
-        if self._current is not None:
-            self._finish(self._current)
-        task = self._bar.add_task(name, total=total)
+    def phase(self, name: str, total: int | None = None, *, counts: bool = False) -> Callable[[int], None]:
+        self._end_current()
+        task = self._bar.add_task(name, total=total, counts=counts or total is not None)
         self._current = task
+        return lambda count: self._bar.advance(task, count)
 
-        def advance(count: int) -> None:
-            self._bar.advance(task, count)
-
-        return advance
-
-    def _finish(self, task: Any) -> None:
-        current = self._bar.tasks[task] if isinstance(task, int) and task < len(self._bar.tasks) else None
-        if current is not None and current.total is None:
-            self._bar.update(task, total=current.completed)
+    def _end_current(self) -> None:
+        if self._current is None:
+            return
+        task = next(t for t in self._bar.tasks if t.id == self._current)
+        done = task.completed if task.fields.get("counts") else 1
+        self._bar.update(self._current, total=max(done, 1) if task.total is None else task.total, completed=done)
+        self._bar.stop_task(self._current)
+        self._current = None
 
     def close(self) -> None:
-        if self._current is not None:
-            self._finish(self._current)
+        self._end_current()
         self._bar.stop()
 
 
@@ -209,6 +218,7 @@ def _remove_tmp(shell: SandboxShell, probe: Probe | None) -> None:
 
 def _sandbox_tree(shell: SandboxShell, root: str, probe: Probe, progress: Progress) -> wt.Tree:
     """The workspace as the sandbox sees it: listed and hashed inside, parsed here."""
+    progress.phase("hashing in the sandbox")
     listing = f"{probe.tmp}/tree"
     out = shell.check(
         f"cd -- {q(root)} || exit 3\n"
@@ -217,7 +227,7 @@ def _sandbox_tree(shell: SandboxShell, root: str, probe: Probe, progress: Progre
         "listing the workspace",
     )
     size_text, digest = out.split()
-    raw = shell.read_file(listing, int(size_text), digest, progress.phase("reading the tree listing", int(size_text)))
+    raw = shell.read_file(listing, int(size_text), digest, lambda _n: None)
     try:
         return wt.parse_listing(raw)
     except ValueError as exc:
@@ -265,13 +275,13 @@ def save(
         progress.phase("packing in the sandbox")
         meta = _pack(shell, root, probe, pack, compressed)
         expected = _sandbox_tree(shell, root, probe, progress) if verify else None
-        fetched = progress.phase("fetching", meta["size"])
+        fetched = progress.phase("fetching the workspace", meta["size"])
         reader = io.BufferedReader(_ChunkReader(shell.iter_file(pack, meta["size"], meta["sha"], fetched)))
         stream: Any = gzip.GzipFile(fileobj=reader, mode="rb") if compressed else reader
         archive_io.write_workspace(out, stream, name=name, passphrase=passphrase)
         tree, verified = expected if expected is not None else wt.Tree(), False
         if expected is not None:
-            progress.phase("verifying the archive")
+            progress.phase("checking the archive")
             written = archive_io.read_tree(out, passphrase)
             found = wt.differences(expected, written)
             if found:
@@ -377,15 +387,15 @@ def load(
             checking(done - seen[0])
             seen[0] = done
 
-        with archive_io.validated_members(archive, passphrase, checked) as items:
+        with archive_io.validated_members(archive, passphrase, checked) as (total, items):
             environment = env() if callable(env) and not hasattr(env, "execute") else env
-            return _restore(environment, items, path, force, verify, progress, started)
+            return _restore(environment, total, items, path, force, verify, progress, started)
     finally:
         progress.close()
 
 
 def _restore(
-    env: Any, items: Any, path: str | None, force: bool, verify: bool, progress: Progress, started: float
+    env: Any, total: int, items: Any, path: str | None, force: bool, verify: bool, progress: Progress, started: float
 ) -> LoadResult:
     shell = SandboxShell(env)
     probe = shell.probe()
@@ -397,7 +407,7 @@ def _restore(
         stage = f"{probe.tmp}/stage"
         appender = shell.appender(stage, lambda _n: None)
         builder = wt.TreeBuilder()
-        _send_tree(items, appender, compressed, builder, progress.phase("sending"))
+        _send_tree(items, appender, compressed, builder, progress.phase("sending the workspace", total))
         expected = builder.tree
         progress.phase("unpacking in the sandbox")
         _unpack(shell, root, probe, stage, appender.size, appender.sha.hexdigest(), compressed, replace=replaced)
@@ -572,7 +582,36 @@ def _describe(figures: Figures) -> str:
     )
 
 
+def _failed(exc: WorkspaceError, args: Any) -> int:
+    """A transfer that ran and failed (exit 1, as for any answer that is no): one ``error:`` line."""
+    import traceback
+
+    from conformance import redact
+
+    redact.register_environ()
+    if getattr(args, "debug", False):
+        print(redact.redact("".join(traceback.format_exception(exc))), file=sys.stderr, end="")
+    print(redact.redact(f"error: {exc.line()}"), file=sys.stderr)
+    if exc.why:
+        print(redact.redact(f"  why: {' '.join(exc.why.split())}"), file=sys.stderr)
+    return 1
+
+
 def cmd_save(args: Any) -> int:
+    try:
+        return _save_command(args)
+    except (TransferFailed, VerificationFailed) as exc:
+        return _failed(exc, args)
+
+
+def cmd_load(args: Any) -> int:
+    try:
+        return _load_command(args)
+    except (TransferFailed, VerificationFailed) as exc:
+        return _failed(exc, args)
+
+
+def _save_command(args: Any) -> int:
     out = Path(args.out)
     archive_io.check_new_output(out)
     passphrase = archive_io.obtain_passphrase(confirm=True)
@@ -597,7 +636,7 @@ def cmd_save(args: Any) -> int:
     return 0
 
 
-def cmd_load(args: Any) -> int:
+def _load_command(args: Any) -> int:
     archive = Path(args.archive)
     archive_io.check_input(archive)
     passphrase = archive_io.obtain_passphrase(confirm=False)

@@ -72,9 +72,9 @@ def write_workspace(out: Path, stream: IO[bytes], *, name: str, passphrase: arch
 @contextlib.contextmanager
 def validated_members(
     archive: Path, passphrase: archives.Passphrase, progress: Callable[[int, int | None], None] | None = None
-) -> Iterator[Iterator[tuple[tarfile.TarInfo, IO[bytes] | None]]]:
-    """Validate all of ``archive`` (decrypting it through), then give its members one by one:
-    (header named relative to the workspace root, data of a regular file).
+) -> Iterator[tuple[int, Iterator[tuple[tarfile.TarInfo, IO[bytes] | None]]]]:
+    """Validate all of ``archive`` (decrypting it through), then give its bytes of file data and its
+    members one by one: (header named relative to the workspace root, data of a regular file).
 
     The validation pass ends before this yields: a wrong passphrase, a damaged or an unsafe
     archive raises ArchiveRefused here, with nothing read by the caller yet.
@@ -92,13 +92,13 @@ def validated_members(
                     tar.members.clear()  # a stream of many members must not be remembered
                     yield member, tar.extractfile(member) if member.isreg() else None
 
-        yield members()
+        yield payload.info.payload_bytes, members()
 
 
 def read_tree(archive: Path, passphrase: archives.Passphrase) -> wt.Tree:
     """The tree an archive holds (decrypted and validated; file contents hashed as they stream)."""
     builder = wt.TreeBuilder()
-    with validated_members(archive, passphrase) as items:
+    with validated_members(archive, passphrase) as (_total, items):
         for info, data in items:
             add_to_tree(builder, info, data)
     return builder.tree

@@ -9,7 +9,8 @@ Bytes travel as base64 text: out of the sandbox in chunks read with ``tail -c +O
 into it as ``stdin_data`` decoded by ``base64 -d``.  Every chunk is checked by its byte count and
 SHA-256 on the other side; a chunk that came back short or altered (a backend's output cap, a
 command-size limit) is asked for again at half the size, down to ``MIN_CHUNK``, so a cap can make
-a transfer slower but never silently shorter.
+a transfer slower but never silently shorter.  Chunks start at ``START_CHUNK``, double after each
+intact one up to ``MAX_CHUNK`` and, once one has failed, stay below the size that failed.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import Any
 from conformance.errors import KitError
 
 START_CHUNK = 1024 * 1024  # raw bytes per execute() to start with: 1.4 MB of base64, under a 2 MB output cap
+MAX_CHUNK = 8 * 1024 * 1024  # fewer, larger calls: a call costs about 0.1 s on the fakes whatever its size
 MIN_CHUNK = 4 * 1024
 STEP_TIMEOUT = 600  # seconds for one step (packing or unpacking a large tree runs in one)
 REQUIRED_TOOLS = ("tar", "base64", "sha256sum", "find", "xargs", "mktemp", "tail", "head", "wc")
@@ -43,6 +45,25 @@ class SandboxToolsMissing(WorkspaceError):
 
 class TransferFailed(WorkspaceError):
     fix = "rerun the command; if it fails again, rerun with --debug and check the sandbox (disk space, its service)"
+
+
+class ChunkSize:
+    """Bytes per execute() in one direction: grows while chunks arrive intact, shrinks when one does not."""
+
+    def __init__(self) -> None:
+        self.size = START_CHUNK
+        self.ceiling = MAX_CHUNK
+
+    def grow(self) -> None:
+        self.size = min(self.size * 2, self.ceiling)
+
+    def shrink(self) -> bool:
+        """Halve (and never grow back past the size that failed); False when already at MIN_CHUNK."""
+        if self.size <= MIN_CHUNK:
+            return False
+        self.size = max(MIN_CHUNK, self.size // 2)
+        self.ceiling = self.size
+        return True
 
 
 @dataclass
@@ -87,6 +108,8 @@ class SandboxShell:
         self.bytes_in = 0  # payload bytes read out of the sandbox
         self.bytes_out = 0  # payload bytes written into it
         self.retries = 0  # chunks asked for again at a smaller size
+        self.read_chunk = ChunkSize()  # out of the sandbox (bounded by the backend's output)
+        self.write_chunk = ChunkSize()  # into it (bounded by what stdin_data or a command may carry)
 
     # -- one step ---------------------------------------------------------------------------
     def step(self, body: str, *, stdin: str | None = None, timeout: int = STEP_TIMEOUT) -> Reply:
@@ -180,10 +203,10 @@ class SandboxShell:
     def iter_file(self, path: str, size: int, sha256: str, progress: Callable[[int], None]) -> Iterator[bytes]:
         """The ``size`` bytes of a sandbox file in checked chunks; at the end its SHA-256 must match."""
         total = hashlib.sha256()
-        offset, chunk = 0, START_CHUNK
+        offset, chunk = 0, self.read_chunk
         scratch = q(path + ".chunk")
         while offset < size:
-            want = min(chunk, size - offset)
+            want = min(chunk.size, size - offset)
             body = (
                 f"tail -c +{offset + 1} {q(path)} | head -c {want} > {scratch} || exit 4\n"
                 f"printf '%s %s\\n' \"$(wc -c < {scratch})\" \"$(sha256sum < {scratch} | cut -d ' ' -f 1)\"\n"
@@ -191,16 +214,17 @@ class SandboxShell:
             )
             data = self._chunk_out(self.step(body, timeout=300), want)
             if data is None:
-                if chunk <= MIN_CHUNK:
+                if not chunk.shrink():
                     raise TransferFailed(
                         f"could not read {path} out of the sandbox intact: even {MIN_CHUNK} bytes per command "
                         "came back short or altered",
                         why="the backend's output loses or changes what a command prints",
                         fix="fix the backend's execute() output (the kit's certify shows which clause fails)",
                     )
-                chunk = max(MIN_CHUNK, chunk // 2)
                 self.retries += 1
                 continue
+            if want == chunk.size:
+                chunk.grow()
             total.update(data)
             offset += len(data)
             self.bytes_in += len(data)
@@ -244,7 +268,7 @@ class Appender:
         self.shell = shell
         self.path = path
         self.progress = progress
-        self.chunk = START_CHUNK
+        self.chunk = shell.write_chunk
         self.size = 0  # bytes the sandbox file holds
         self.sha = hashlib.sha256()
         self._buffer = bytearray()
@@ -252,8 +276,8 @@ class Appender:
 
     def write(self, data: bytes) -> int:
         self._buffer += data
-        while len(self._buffer) >= self.chunk:
-            self._send(self.chunk)
+        while len(self._buffer) >= self.chunk.size:
+            self._send(self.chunk.size)
         return len(data)
 
     def flush(self) -> None:
@@ -261,7 +285,7 @@ class Appender:
 
     def close(self) -> None:
         while self._buffer:
-            self._send(min(self.chunk, len(self._buffer)))
+            self._send(min(self.chunk.size, len(self._buffer)))
         self.closed = True
 
     def _send(self, count: int) -> None:
@@ -287,18 +311,19 @@ class Appender:
             self.sha.update(piece)
             self.shell.bytes_out += len(piece)
             self.progress(len(piece))
+            if count == self.chunk.size:
+                self.chunk.grow()
             return
         if reply.complete and reply.rc == 0:
             raise TransferFailed(
                 f"{self.path} in the sandbox holds {reply.out.strip()} bytes, expected {self.size + len(piece)}",
                 why="something else writes to it",
             )
-        if self.chunk <= MIN_CHUNK:
+        if not self.chunk.shrink():
             raise TransferFailed(
                 f"could not send data into the sandbox intact: even {MIN_CHUNK} bytes per command arrived short "
                 "or altered",
                 why=reply.err or f"exit status {reply.rc}",
                 fix="fix the backend's stdin_data handling (the kit's certify shows which clause fails)",
             )
-        self.chunk = max(MIN_CHUNK, self.chunk // 2)
         self.shell.retries += 1

@@ -15,9 +15,11 @@ import hashlib
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -72,6 +74,17 @@ def clean_environ() -> Iterator[None]:
         yield
     finally:
         _restore_environ(before)
+
+
+@pytest.fixture
+def kit_root() -> Iterator[Path]:
+    """A short run directory: a box_lite box's control socket lies under it, and a socket path has
+    at most 107 bytes (pytest's tmp_path is too deep for that)."""
+    root = Path(tempfile.mkdtemp(prefix="kit-ws-"))
+    try:
+        yield root
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def _kit(backend: str, root: Path) -> KitRun:
@@ -242,8 +255,8 @@ def _other_destinations() -> list[str]:
 
 
 @pytest.mark.parametrize("backend", _other_destinations())
-def test_load_into_other_backends_gives_the_same_tree(saved, tmp_path, clean_environ, backend):
-    run = _kit(backend, tmp_path / "kit")
+def test_load_into_other_backends_gives_the_same_tree(saved, kit_root, clean_environ, backend):
+    run = _kit(backend, kit_root / "kit")
     try:
         env = _create(run, f"kit-ws-{backend}")
         result = ws.load(saved["archive"], PASSPHRASE, env, path="restored/here")
@@ -279,8 +292,8 @@ def test_a_non_empty_destination_needs_force_which_replaces_it(saved, tempdir_en
 def test_a_sandbox_without_tar_or_base64_is_refused_by_name(saved, tempdir_env, tmp_path):
     env = tempdir_env
     made = env.execute(  # every command of this machine but tar and base64
-        "mkdir -p ../few && for p in /usr/bin/* /bin/*; do case ${p##*/} in tar|base64) ;; "
-        '*) ln -sf "$p" ../few/; esac; done; (cd ../few && pwd -P)'
+        "mkdir -p ../few && ln -s /usr/bin/* ../few/ && for p in /bin/*; do [ -e ../few/${p##*/} ] || "
+        'ln -s "$p" ../few/; done; rm -f ../few/tar ../few/base64; (cd ../few && pwd -P)'
     )
     few = made["output"].strip().splitlines()[-1]
     env.execute(f"export PATH={few}")
@@ -375,3 +388,44 @@ def test_cli_refuses_a_missing_archive_and_a_wrong_passphrase_without_starting_a
         env={"BOX_PASSPHRASE": "x"},
     )
     _one_error(existing, "already exists")
+
+
+def _serve(vendor: str, root: Path) -> tuple[subprocess.Popen[str], str]:
+    """`hermes-backend-kit fake serve VENDOR`: its sandboxes outlive each command; its control address."""
+    proc = subprocess.Popen(
+        [*CLI, "fake", "serve", vendor, "--root", str(root)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    assert proc.stdout is not None
+    lines: list[str] = []
+    while not lines or "fake is serving" not in lines[-1]:
+        line = proc.stdout.readline()
+        if not line:
+            proc.wait(10)
+            raise AssertionError(f"fake serve ended early: {lines}")
+        lines.append(line.rstrip("\n"))
+    control = next(line.split("=", 1)[1] for line in lines if line.startswith("# control: "))
+    return proc, control.strip("'")
+
+
+def test_cli_load_then_save_through_a_served_fake_gives_back_the_same_tree(saved, tmp_path):
+    proc, control = _serve("upstash", tmp_path / "fake")
+    try:
+        common = ["--backend", "upstash_box", "--task", "kit-ws-cli", "--fake-control", control]
+        secret = {"BOX_PASSPHRASE": "correct horse battery staple"}
+        loaded = _cli("workspace", "load", saved["archive"], *common, env=secret)
+        assert loaded.returncode == 0, loaded.stderr
+        assert f"tree sha256 {saved['tree'].digest()[:16]}; verified in the sandbox" in loaded.stdout
+        out = tmp_path / "again.tar.gz.gpg"
+        resaved = _cli("workspace", "save", "--out", out, *common, env=secret)
+        assert resaved.returncode == 0, resaved.stderr
+        assert f"tree sha256 {saved['tree'].digest()[:16]}; verified against the sandbox" in resaved.stdout
+        assert "left out (not files, dirs or links)" not in resaved.stdout  # the FIFO did not travel
+        assert ws.archive_io.read_tree(out, PASSPHRASE).digest() == saved["tree"].digest()
+        assert "correct horse" not in loaded.stdout + loaded.stderr + resaved.stdout + resaved.stderr
+    finally:
+        proc.send_signal(2)
+        proc.wait(30)
