@@ -527,6 +527,7 @@ class Payload:
         self._reading, self._level = reading, level
         self._iter: Iterator[bytes] | None = None
         self._buffer = b""
+        self._offset = 0
 
     def chunks(self) -> Iterator[bytes]:
         compressor = zlib.compressobj(self._level, zlib.DEFLATED, 31)
@@ -554,17 +555,23 @@ class Payload:
         yield from sink.take()
 
     def read(self, size: int = -1) -> bytes:
+        """Up to ``size`` bytes of the tar.gz (all that is left with -1); b"" at its end."""
         if self._iter is None:
             self._iter = self.chunks()
-        while size < 0 or len(self._buffer) < size:
-            try:
-                self._buffer += next(self._iter)
-            except StopIteration:
-                break
-        if size < 0:
-            size = len(self._buffer)
-        out, self._buffer = self._buffer[:size], self._buffer[size:]
-        return out
+        parts: list[bytes] = []
+        wanted = size
+        while wanted != 0:
+            if self._offset >= len(self._buffer):
+                chunk = next(self._iter, None)
+                if chunk is None:
+                    break
+                self._buffer, self._offset = chunk, 0
+            end = len(self._buffer) if wanted < 0 else min(len(self._buffer), self._offset + wanted)
+            parts.append(self._buffer[self._offset : end])
+            if wanted > 0:
+                wanted -= end - self._offset
+            self._offset = end
+        return b"".join(parts)
 
 
 class _Sink:
