@@ -25,6 +25,7 @@ import secrets
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -361,11 +362,12 @@ def run_doctor(manager: BoxManager, home: BoxHome, settings: Settings, name: str
     state = manager.state(name)
     if state == "running":
         report.checks.append(Check("state", OK, "running"))
-        for run in (
+        in_box: tuple[Callable[[], Check], ...] = (
             lambda: _isolation(manager, home, name, budget),
             lambda: _data(manager, home, name, budget),
             lambda: _tmux(manager, name, settings, budget),
-        ):
+        )
+        for run in in_box:
             if budget.left() <= 0.05:
                 report.checks.append(
                     Check("budget", FAIL, "the doctor's time budget ran out", "raise DOCTOR_TIMEOUT in box.env")
