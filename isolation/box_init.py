@@ -26,7 +26,9 @@ own directories:
 Files added to a system directory (optional, e.g. /etc/hermes-box.env) are
 shown through a read-only overlay of that directory: made by the setup
 process as root (the overlay is then bound in like the box's directories),
-by the init itself unprivileged.  A box without network (optional) gets a
+by the init itself unprivileged; where the kernel refuses an unprivileged
+overlay (the directory holds mounts of its own, or Linux is older than 5.11)
+the init assembles the directory from binds of its entries instead.  A box without network (optional) gets a
 network namespace of the init's own, with the loopback interface up.
 
 From then on the init forks commands on request (each in its own session,
@@ -329,25 +331,19 @@ def _finish_root(root: str, prep: dict, binds: list[dict], files: list[dict]) ->
             mount(b["source"], target, None, MS_BIND | (MS_REC if b.get("recursive") else 0))
         if not b.get("writable", True):
             make_readonly(target)
-    if stage is not None and files:  # unprivileged: the init overlays the directories itself
+    if stage is not None and files:  # unprivileged: the init adds the files itself
         for k, (folder, group) in enumerate(_files_by_dir(files)):
             where = root + folder
             layer = f"{STAGE}/layer{k}"
             _mkdirs(layer)
-            own = [folder + rel for rel in _submounts(where)]
-            try:
-                _overlay_files(where, where, layer, [(name, stage.open(src, directory=False)) for name, src in group])
-            except OSError as exc:
-                if exc.errno not in (errno.EINVAL, errno.EPERM):
-                    raise
-                why = (
-                    f"{folder} holds mounts of its own ({', '.join(own)}), which an unprivileged overlay may not cover"
-                    if own
-                    else "overlayfs in a user namespace needs Linux 5.11 or later"
-                )
-                raise OSError(
-                    exc.errno, f"cannot add files to {folder} without root: {why}; run as root or add no files ({exc})"
-                ) from exc
+            if not _submounts(where):  # an overlay may not cover a directory holding locked mounts
+                try:
+                    _overlay_files(where, where, layer, [(n, stage.open(src, directory=False)) for n, src in group])
+                    continue
+                except OSError as exc:
+                    if exc.errno not in (errno.EINVAL, errno.EPERM):  # EPERM/EINVAL: before Linux 5.11
+                        raise
+            _assemble_files(where, layer, [(n, stage.open(src, directory=False)) for n, src in group])
     if stage is not None:
         os.close(stage.under)  # no way back to the host's /tmp may stay open in the box
         prep.pop("_stage")
@@ -433,6 +429,45 @@ def _overlay_files(lower: str, where: str, layer: str, files: list[tuple[str, in
                 os.close(fd)
         for name, fd in files:
             mount(f"/proc/self/fd/{fd}", f"{where}/{name}", None, MS_BIND)
+        make_readonly(where)
+    finally:
+        for _, fd in files:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+def _assemble_files(where: str, layer: str, files: list[tuple[str, int]]) -> None:
+    """Show directory ``where`` read-only with ``files`` added, where no overlay may cover it.
+
+    Unprivileged, the kernel refuses an overlay of a directory holding mounts
+    of its own (a container's /etc/hosts), and kernels before 5.11 any overlay.
+    Then a tmpfs gets one mount point per entry of ``where``, each entry bound
+    over its point (its own mounts with it), symbolic links copied, the files
+    bound over theirs, and the whole is bound over ``where``, read-only.
+    Unlike the overlay, an entry the host adds to the directory later does not
+    show in a running box (changes to existing entries do).
+    """
+    try:
+        mount("kit-files", layer, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m")
+        added = {name for name, _ in files}
+        for entry in os.scandir(where):
+            if entry.name in added:
+                continue
+            point = f"{layer}/{entry.name}"
+            if entry.is_symlink():
+                os.symlink(os.readlink(entry.path), point)
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                os.mkdir(point)
+            else:
+                with open(point, "w"):
+                    pass
+            mount(entry.path, point, None, MS_BIND | MS_REC)
+        for name, fd in files:
+            with open(f"{layer}/{name}", "w"):
+                pass
+            mount(f"/proc/self/fd/{fd}", f"{layer}/{name}", None, MS_BIND)
+        mount(layer, where, None, MS_BIND | MS_REC)
         make_readonly(where)
     finally:
         for _, fd in files:
