@@ -20,7 +20,9 @@ process through pipes; the only partial files are ciphertext (mode 0600, removed
 the box's own /data, and the extraction directory (removed on failure).
 
 Signals: the first HUP, INT or TERM raises ``BoxInterrupted`` (exit 128+N) wherever the work is;
-later ones are noted and ignored so the cleanup runs to its end.
+later ones are noted and ignored so the cleanup runs to its end.  The requests that freeze and
+thaw the box run with those signals held (delivered right after), so a signal cannot leave the
+box frozen.
 
 For tests, ``HERMES_BOX_TEST_PAUSE=STAGE`` makes the operation stop at that named stage (it says
 ``hermes-box: paused at STAGE`` on stderr) until a signal arrives or a minute passes; the stages
@@ -99,19 +101,28 @@ def save(
         _pause("save:locked")
         target = Path(out) if out is not None else _new_archive_path(manager.home, name)
         published = False
+        held = _Held()
         try:
-            with manager.quiesce(name):
-                _pause("save:quiesced")
-                archives.write_tree(
-                    data,
-                    target,
-                    kind="box",
-                    name=name,
-                    passphrase=secret,
-                    limits=limits,
-                    progress=_watch(progress, {"archive": "save:writing"}),
-                    tools={"hermes-box": "box_lite"},
-                )
+            held.hold()  # a signal during the freeze or the thaw waits, so the box is never left frozen
+            try:
+                with manager.quiesce(name):
+                    held.release()
+                    try:
+                        _pause("save:quiesced")
+                        archives.write_tree(
+                            data,
+                            target,
+                            kind="box",
+                            name=name,
+                            passphrase=secret,
+                            limits=limits,
+                            progress=_watch(progress, {"archive": "save:writing"}),
+                            tools={"hermes-box": "box_lite"},
+                        )
+                    finally:
+                        held.hold()
+            finally:
+                held.release()
             published = True
             _pause("save:written")
             archives.verify(
@@ -307,6 +318,25 @@ def _pause(stage: str) -> None:
         time.sleep(0.05)
 
 
+_WATCHED = (signal.SIGHUP, signal.SIGINT, signal.SIGTERM)
+
+
+class _Held:
+    """HUP, INT and TERM blocked while held; one that arrived meanwhile is delivered on release."""
+
+    def __init__(self) -> None:
+        self._previous: set[int | signal.Signals] | None = None
+
+    def hold(self) -> None:
+        if self._previous is None:
+            self._previous = signal.pthread_sigmask(signal.SIG_BLOCK, _WATCHED)
+
+    def release(self) -> None:
+        if self._previous is not None:
+            previous, self._previous = self._previous, None
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
 @contextmanager
 def _interruptible() -> Iterator[None]:
     """HUP, INT and TERM raise BoxInterrupted once; later ones are ignored so cleanup can finish."""
@@ -321,8 +351,7 @@ def _interruptible() -> Iterator[None]:
             raise BoxInterrupted(signum)
         fired.append(signum)
 
-    watched = (signal.SIGHUP, signal.SIGINT, signal.SIGTERM)
-    previous = {signum: signal.signal(signum, handler) for signum in watched}
+    previous = {signum: signal.signal(signum, handler) for signum in _WATCHED}
     try:
         yield
     finally:
