@@ -144,6 +144,20 @@ def test_load_restores_bytes_modes_and_links_into_a_new_box(manager: BoxManager,
     assert "beta" in profile, "the managed assets are refreshed for the new box"
 
 
+def test_an_archive_made_with_tar_and_gpg_loads_into_a_box(manager: BoxManager, tmp_path: Path):
+    build = tmp_path / "build"
+    (build / "data" / "home" / "workspace").mkdir(parents=True)
+    (build / "data" / "home" / "workspace" / "f").write_text("made by hand\n")
+    (build / "manifest.json").write_text(json.dumps(MANIFEST))
+    plain = subprocess.run(["tar", "cz", "-C", str(build), "manifest.json", "data"], capture_output=True, check=True)
+    archive = tmp_path / "by-hand.tar.gz.gpg"
+    gpg_encrypt(plain.stdout, archive, tmp_path / "gnupg")
+
+    backup.load(manager, archive, "gamma", passphrase=PASS)
+
+    assert sh(manager, "gamma", "cat ~/workspace/f") == "made by hand\n"
+
+
 def test_load_into_an_existing_name_is_refused_before_any_passphrase(
     manager: BoxManager, alpha: str, monkeypatch: pytest.MonkeyPatch
 ):
