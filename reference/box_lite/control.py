@@ -37,13 +37,28 @@ REPLY_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 30.0
 
 
+@contextlib.contextmanager
+def socket_address(path: Path) -> Any:
+    """``path`` as an AF_UNIX address: itself, or (longer than the 107 bytes an address holds, as in a
+    deep temp home) the same file named through a descriptor of its directory, valid for the block."""
+    if len(os.fsencode(str(path))) < 100:
+        yield str(path)
+        return
+    fd = os.open(path.parent, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        yield f"/proc/self/fd/{fd}/{path.name}"
+    finally:
+        os.close(fd)
+
+
 def connect(path: Path, name: str = "", timeout: float = CONNECT_TIMEOUT_S) -> socket.socket:
     """A connection to the daemon listening on ``path``; BoxNotRunning when none listens there."""
     label = name or path.parent.name
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
     sock.settimeout(timeout)
     try:
-        sock.connect(str(path))
+        with socket_address(path) as address:
+            sock.connect(address)
     except (FileNotFoundError, ConnectionRefusedError) as exc:
         sock.close()
         raise BoxNotRunning(

@@ -246,9 +246,12 @@ class Daemon:
             path.unlink()  # a dead daemon's (this one holds daemon.pid's flock: no other runs)
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         old = os.umask(0o177)
+        # A path longer than an AF_UNIX address holds (a deep home) is named through its directory's descriptor.
+        fd = os.open(path.parent, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
-            listener.bind(str(path))
+            listener.bind(str(path) if len(os.fsencode(str(path))) < 100 else f"/proc/self/fd/{fd}/{path.name}")
         finally:
+            os.close(fd)
             os.umask(old)
         os.chmod(path, 0o600)
         listener.listen(64)
