@@ -26,6 +26,7 @@ BLOCK = tarfile.BLOCKSIZE
 RECORD = tarfile.RECORDSIZE
 CHUNK = 1024 * 1024
 MAX_READ = 64 * 1024 * 1024
+_ZEROS = bytes(CHUNK)
 TAR_FORMAT: Literal[2] = 2  # tarfile.PAX_FORMAT: long names, large sizes and UTF-8 names, read by every tar
 
 
@@ -307,8 +308,12 @@ class Extractor:
                     chunk = data.read(min(CHUNK, left))
                     if not chunk:
                         raise Undecodable(f"{info.name}: unexpected end of data")
-                    out.write(chunk)
+                    if len(chunk) >= BLOCK and chunk == _ZEROS[: len(chunk)]:
+                        out.seek(len(chunk), io.SEEK_CUR)  # a run of zeros stays a hole, as in a sparse original
+                    else:
+                        out.write(chunk)
                     left -= len(chunk)
+                out.truncate(info.size)
                 os.fchmod(out.fileno(), mode)
         os.utime(path, (info.mtime, info.mtime), follow_symlinks=False)
 

@@ -216,3 +216,17 @@ def test_a_manifest_with_extra_fields_is_read_and_keeps_them():
     manifest = archives.Manifest.from_bytes(raw)
     assert manifest.extra == {"box": {"network": True}}
     assert json.loads(manifest.to_bytes())["box"] == {"network": True}
+
+
+def test_runs_of_zeros_are_restored_as_holes(tmp_path: Path):
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    with open(tree / "sparse", "wb") as f:
+        f.write(b"head")
+        f.truncate(64 * 1024 * 1024)
+    archives.write_tree(tree, tmp_path / "a.gpg", kind="box", name="a", passphrase=PASS)
+    archives.extract(tmp_path / "a.gpg", tmp_path / "x", PASS)
+    restored = tmp_path / "x" / "sparse"
+    assert restored.stat().st_size == 64 * 1024 * 1024
+    assert restored.read_bytes()[:4] == b"head"
+    assert restored.stat().st_blocks * 512 < 8 * 1024 * 1024, "the zeros were not written out"
