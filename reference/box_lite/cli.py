@@ -271,7 +271,7 @@ def cmd_save(ctx: Context, args: argparse.Namespace) -> int:
     from reference.box_lite import backup
 
     name = ctx.known(args.name)
-    with _progress(f"saving {name}") as progress:
+    with _progress(f"saving {name}", ("writing", "verifying")) as progress:
         path = backup.save(ctx.manager, name, out=Path(args.out) if args.out else None, progress=progress)
     print(path)
     note(f"saved {name} to {path} (encrypted and verified)")
@@ -283,7 +283,7 @@ def cmd_load(ctx: Context, args: argparse.Namespace) -> int:
 
     name = check_name(args.name)
     archive = _existing_file(args.archive)
-    with _progress(f"loading {archive.name} into {name}") as progress:
+    with _progress(f"loading {archive.name} into {name}", ("validating", "restoring")) as progress:
         backup.load(ctx.manager, archive, name, progress=progress)
     publish_manifest(ctx.home)
     note(f"loaded {archive} into new box {name}")
@@ -294,7 +294,7 @@ def cmd_extract(ctx: Context, args: argparse.Namespace) -> int:
     from reference.box_lite import backup
 
     archive = _existing_file(args.archive)
-    with _progress(f"extracting {archive.name}") as progress:
+    with _progress(f"extracting {archive.name}", ("validating", "writing")) as progress:
         target = backup.extract(ctx.home, archive, progress=progress, settings=ctx.settings)
     print(target)
     note(
@@ -392,8 +392,12 @@ def _forward_signals() -> Iterator[Callable[[Callable[[int], None]], None]]:
 
 
 @contextlib.contextmanager
-def _progress(label: str) -> Iterator[Callable[[int, int | None], None] | None]:
-    """A progress callback ``(done_bytes, total_bytes | None)`` drawing a rich bar on a terminal; None otherwise."""
+def _progress(label: str, phases: Sequence[str]) -> Iterator[Callable[[int, int | None], None] | None]:
+    """A progress callback ``(done_bytes, total_bytes | None)`` drawing a rich bar on a terminal; None otherwise.
+
+    The work runs in passes over the data (write then verify, validate then restore): a count that
+    goes back down starts the next of ``phases``, named in the bar.
+    """
     if not sys.stderr.isatty():
         yield None
         return
@@ -408,9 +412,14 @@ def _progress(label: str) -> Iterator[Callable[[int, int | None], None] | None]:
         TimeElapsedColumn(),
     )
     with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
-        task = bar.add_task(label, total=None)
+        task = bar.add_task(f"{label}: {phases[0]}", total=None)
+        state = {"phase": 0, "done": 0}
 
         def update(done: int, total: int | None = None) -> None:
+            if done < state["done"] and state["phase"] + 1 < len(phases):
+                state["phase"] += 1
+                bar.update(task, description=f"{label}: {phases[state['phase']]}")
+            state["done"] = done
             bar.update(task, completed=done, total=total)
 
         yield update
