@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from archives.tarball import forget_members
 from conformance import workspace_archive as archive_io
 from conformance import workspace_tree as wt
 from conformance.errors import UsageError
@@ -221,17 +222,27 @@ def _sandbox_tree(shell: SandboxShell, root: str, probe: Probe, progress: Progre
     progress.phase("hashing in the sandbox")
     listing = f"{probe.tmp}/tree"
     out = shell.check(
+        f"[ -d {q(root)} ] || {{ echo missing; exit 0; }}\n"
         f"cd -- {q(root)} || exit 3\n"
         f"{wt.listing_script(listing, _prunes(root, probe.tmp))} || exit 4\n"
         f"printf '%s %s\\n' \"$(wc -c < {q(listing)})\" \"$(sha256sum < {q(listing)} | cut -d ' ' -f 1)\"",
         "listing the workspace",
     )
+    if out.strip() == "missing":
+        raise _no_directory(root)
     size_text, digest = out.split()
     raw = shell.read_file(listing, int(size_text), digest, lambda _n: None)
     try:
         return wt.parse_listing(raw)
     except ValueError as exc:
         raise TransferFailed("the sandbox's tree listing could not be read", why=str(exc)) from exc
+
+
+def _no_directory(root: str) -> WorkspaceError:
+    return WorkspaceError(
+        f"the sandbox has no directory {root}",
+        fix="give the workspace directory with --path (default: the environment's working directory)",
+    )
 
 
 def _figures(shell: SandboxShell, payload: int, wire: int, started: float, compressed: bool) -> Figures:
@@ -272,9 +283,11 @@ def save(
         root = _resolve_root(path, probe)
         compressed = "gzip" in probe.tools
         pack = f"{probe.tmp}/pack"
+        expected = _sandbox_tree(shell, root, probe, progress) if verify else None
+        if expected is not None:
+            archive_io.check_tree(expected)  # an unsafe link or a too large tree: refused before any transfer
         progress.phase("packing in the sandbox")
         meta = _pack(shell, root, probe, pack, compressed)
-        expected = _sandbox_tree(shell, root, probe, progress) if verify else None
         fetched = progress.phase("fetching the workspace", meta["size"])
         reader = io.BufferedReader(_ChunkReader(shell.iter_file(pack, meta["size"], meta["sha"], fetched)))
         stream: Any = gzip.GzipFile(fileobj=reader, mode="rb") if compressed else reader
@@ -321,10 +334,7 @@ def _pack(shell: SandboxShell, root: str, probe: Probe, pack: str, compressed: b
         "packing the workspace",
     )
     if out.strip() == "missing":
-        raise WorkspaceError(
-            f"the sandbox has no directory {root}",
-            fix="give the workspace directory with --path (default: the environment's working directory)",
-        )
+        raise _no_directory(root)
     meta: dict[str, Any] = {}
     for line in out.splitlines():
         key, _, value = line.partition(" ")
@@ -478,7 +488,7 @@ def _send_tree(
                 hashing = _Hashing(data, progress)
                 tar.addfile(member, hashing)
                 builder.tree.add(wt.Entry(rel, wt.FILE, member.mode, hashing.sha.hexdigest(), hashing.count))
-            tar.members.clear()  # a stream of many members must not be remembered
+            forget_members(tar)
     if compressed:
         sink.close()
     appender.close()
@@ -496,7 +506,7 @@ class _Hashing(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
-    def read(self, size: int = -1) -> bytes:  # type: ignore[override]
+    def read(self, size: int | None = -1) -> bytes:
         data = self._source.read(size)
         self.sha.update(data)
         self.count += len(data)

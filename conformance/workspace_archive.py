@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import IO, Any
 
 import archives
+import archives.members
+from archives.tarball import forget_members
 from conformance import workspace_tree as wt
 from conformance.errors import InputFileError, KitError
 
@@ -87,9 +89,9 @@ def validated_members(
     with refusals(), archives.open_payload(archive, passphrase, kind=KIND, progress=report, level=1) as payload:
 
         def members() -> Iterator[tuple[tarfile.TarInfo, IO[bytes] | None]]:
-            with refusals(), tarfile.open(fileobj=payload, mode="r|gz") as tar:  # type: ignore[arg-type]
+            with refusals(), tarfile.open(fileobj=payload, mode="r|gz") as tar:  # type: ignore[call-overload]
                 for member in tar:
-                    tar.members.clear()  # a stream of many members must not be remembered
+                    forget_members(tar)
                     yield member, tar.extractfile(member) if member.isreg() else None
 
         yield payload.info.payload_bytes, members()
@@ -102,6 +104,27 @@ def read_tree(archive: Path, passphrase: archives.Passphrase) -> wt.Tree:
         for info, data in items:
             add_to_tree(builder, info, data)
     return builder.tree
+
+
+def check_tree(tree: wt.Tree) -> None:
+    """Hold a sandbox's tree to the archive's member rules (links that leave the tree or are absolute,
+    the size and count limits) before anything is fetched: what the archive would refuse, refused now."""
+    checker = archives.members.Checker()
+    root = tarfile.TarInfo(archives.members.PAYLOAD)
+    root.type = tarfile.DIRTYPE
+    with refusals():
+        checker.check(root)
+        for path in sorted(tree.entries, key=lambda p: p.split("/")):  # parents before their children
+            entry = tree.entries[path]
+            info = tarfile.TarInfo(f"{archives.members.PAYLOAD}/{path}")
+            info.mode = entry.mode
+            if entry.kind == wt.DIR:
+                info.type = tarfile.DIRTYPE
+            elif entry.kind == wt.LINK:
+                info.type, info.linkname = tarfile.SYMTYPE, entry.content
+            else:
+                info.size = entry.size
+            checker.check(info)
 
 
 def add_to_tree(builder: wt.TreeBuilder, info: tarfile.TarInfo, data: Any) -> None:

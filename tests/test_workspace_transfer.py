@@ -305,6 +305,22 @@ def test_a_sandbox_without_tar_or_base64_is_refused_by_name(saved, tempdir_env, 
         ws.load(saved["archive"], PASSPHRASE, env, path="elsewhere")
 
 
+def test_a_link_the_archive_would_refuse_is_named_before_anything_is_fetched(tempdir_env, tmp_path):
+    env = Counting(tempdir_env)
+    env.execute(
+        "mkdir -p proj/venv/bin && head -c 100000 /dev/urandom > proj/big "
+        "&& ln -s /usr/bin/python3 proj/venv/bin/python"
+    )
+    out = tmp_path / "never.tar.gz.gpg"
+    calls = env.executes
+    with pytest.raises(ArchiveRefused) as refused:
+        ws.save(env, out, PASSPHRASE, path="proj")
+    assert "data/venv/bin/python" in refused.value.what and "/usr/bin/python3" in refused.value.what
+    assert not out.exists() and env.executes - calls <= 4  # probe, list, read the listing, clean up: no packing
+    with pytest.raises(ws.WorkspaceError, match="has no directory"):
+        ws.save(env, out, PASSPHRASE, path="no/such/dir")
+
+
 class Capped:
     """A backend whose output keeps only the first 40 % and the last 60 % of ``cap`` characters, as
     Hermes's bounded capture does, and whose commands accept at most ``stdin_cap`` characters of stdin."""
@@ -327,17 +343,23 @@ class Capped:
         return result
 
 
-def test_a_backend_output_and_input_cap_slows_the_transfer_but_never_shortens_it(saved, tempdir_env, tmp_path):
+def test_a_backend_output_and_input_cap_slows_the_transfer_but_never_shortens_it(tempdir_env, tmp_path):
+    small = bytes(range(256)) * 4 + os.urandom(300 * 1024)
+    made = tempdir_env.execute(
+        f"mkdir -p src && cd src && {{ {POPULATE} }}", stdin_data=base64.encodebytes(small).decode(), timeout=120
+    )
+    assert made["returncode"] == 0, made
+    tempdir_env.execute("cd ..")
     capped = Capped(tempdir_env, cap=100_000, stdin_cap=200_000)
-    loaded = ws.load(saved["archive"], PASSPHRASE, capped, path="capped")
+    out = tmp_path / "capped.tar.gz.gpg"
+    saved = ws.save(capped, out, PASSPHRASE, path="src")
+    assert saved.verified and saved.figures.retries >= 1
+    loaded = ws.load(out, PASSPHRASE, capped, path="dst")
     assert loaded.verified and loaded.figures.retries >= 1
-    out = tmp_path / "again.tar.gz.gpg"
-    again = ws.save(capped, out, PASSPHRASE, path="capped")
-    assert again.verified and again.figures.retries >= 1
-    assert again.tree.digest() == saved["tree"].digest()
+    assert ws.tree_of(tempdir_env, "dst").digest() == ws.tree_of(tempdir_env, "src").digest() == saved.tree.digest()
     tiny = Capped(tempdir_env, cap=MIN_CHUNK, stdin_cap=10**9)
-    with pytest.raises(ws.TransferFailed):
-        ws.save(tiny, tmp_path / "never.tar.gz.gpg", PASSPHRASE, path="capped")
+    with pytest.raises(ws.TransferFailed, match="even 4096 bytes per command"):
+        ws.save(tiny, tmp_path / "never.tar.gz.gpg", PASSPHRASE, path="src")
     assert not (tmp_path / "never.tar.gz.gpg").exists()
 
 
@@ -411,20 +433,28 @@ def _serve(vendor: str, root: Path) -> tuple[subprocess.Popen[str], str]:
     return proc, control.strip("'")
 
 
-def test_cli_load_then_save_through_a_served_fake_gives_back_the_same_tree(saved, tmp_path):
+def test_cli_load_then_save_through_a_served_fake_gives_back_the_same_tree(tmp_path):
+    tree = tmp_path / "tree"
+    (tree / "src" / "empty").mkdir(parents=True)
+    (tree / "src" / "run.sh").write_text("#!/bin/sh\necho ran\n")
+    (tree / "src" / "run.sh").chmod(0o755)
+    (tree / "data.bin").write_bytes(bytes(range(256)) * 40)
+    (tree / "link").symlink_to("src/run.sh")
+    archive = tmp_path / "made-here.tar.gz.gpg"
+    archives.write_tree(tree, archive, kind="workspace", name="made-here", passphrase=PASSPHRASE)
+    digest = ws.archive_io.read_tree(archive, PASSPHRASE).digest()
     proc, control = _serve("upstash", tmp_path / "fake")
     try:
         common = ["--backend", "upstash_box", "--task", "kit-ws-cli", "--fake-control", control]
         secret = {"BOX_PASSPHRASE": "correct horse battery staple"}
-        loaded = _cli("workspace", "load", saved["archive"], *common, env=secret)
+        loaded = _cli("workspace", "load", archive, *common, env=secret)
         assert loaded.returncode == 0, loaded.stderr
-        assert f"tree sha256 {saved['tree'].digest()[:16]}; verified in the sandbox" in loaded.stdout
+        assert f"2 file(s), 2 dir(s), 1 link(s); tree sha256 {digest[:16]}; verified in the sandbox" in loaded.stdout
         out = tmp_path / "again.tar.gz.gpg"
-        resaved = _cli("workspace", "save", "--out", out, *common, env=secret)
+        resaved = _cli("workspace", "save", "--out", out, *common, env=secret)  # a new command, the same sandbox
         assert resaved.returncode == 0, resaved.stderr
-        assert f"tree sha256 {saved['tree'].digest()[:16]}; verified against the sandbox" in resaved.stdout
-        assert "left out (not files, dirs or links)" not in resaved.stdout  # the FIFO did not travel
-        assert ws.archive_io.read_tree(out, PASSPHRASE).digest() == saved["tree"].digest()
+        assert f"tree sha256 {digest[:16]}; verified against the sandbox" in resaved.stdout
+        assert ws.archive_io.read_tree(out, PASSPHRASE).digest() == digest
         assert "correct horse" not in loaded.stdout + loaded.stderr + resaved.stdout + resaved.stderr
     finally:
         proc.send_signal(2)
