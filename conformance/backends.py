@@ -21,6 +21,7 @@ class KnownBackend:
     extra: str | None = None  # the pip extra that installs its vendor SDK
     sdk_module: str | None = None  # the module that extra makes importable
     reference: bool = True  # a reference backend (reference/), not the kit's own tempdir_box
+    service: bool = True  # its sandboxes are a vendor service's, reached over its protocol (False: on this machine)
 
     def missing_extra(self) -> str | None:
         """Why this backend cannot load here (its SDK is not importable, and how to install it); None if it can."""
@@ -39,6 +40,7 @@ KNOWN_BACKENDS: dict[str, KnownBackend] = {
         "tempdir",
         "temp-dir boxes on this machine (the kit's default system under test)",
         reference=False,
+        service=False,
     ),
     "upstash_box": KnownBackend(
         "upstash_box",
@@ -62,11 +64,20 @@ KNOWN_BACKENDS: dict[str, KnownBackend] = {
         extra="deepinfra",
         sdk_module="deepinfra",
     ),
+    "box_lite": KnownBackend(
+        "box_lite",
+        "reference.box_lite",
+        "box_lite",
+        "reference Box Lite backend (isolated local boxes; the world is its box manager's home)",
+        service=False,
+    ),
 }
 DEFAULT_BACKEND = "tempdir_box"
 # What `nox -s conformance` certifies and the bench measures unless told otherwise: every known backend.
 DEFAULT_BACKENDS: tuple[str, ...] = tuple(KNOWN_BACKENDS)
 REFERENCE_BACKENDS: tuple[str, ...] = tuple(n for n, b in KNOWN_BACKENDS.items() if b.reference)
+# The reference backends of a vendor service: a wire protocol, a minimal client, transport faults.
+SERVICE_BACKENDS: tuple[str, ...] = tuple(n for n in REFERENCE_BACKENDS if KNOWN_BACKENDS[n].service)
 # The extras that install every known backend's SDK, as pip spells them: ".[upstash,deepinfra]".
 EXTRAS: tuple[str, ...] = tuple(dict.fromkeys(b.extra for b in KNOWN_BACKENDS.values() if b.extra))
 

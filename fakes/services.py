@@ -91,6 +91,30 @@ def _tempdir(workdir: Path, options: FakeOptions) -> FakeService:
     )
 
 
+def _box_lite(workdir: Path, options: FakeOptions) -> FakeService:
+    from fakes.box_lite.world import BoxLiteWorld
+
+    _no_cap("box_lite", options)
+    home = workdir / "box-home"
+    home.mkdir(parents=True, exist_ok=True)
+    world = BoxLiteWorld(home)
+
+    def stop() -> None:
+        left = world.stop_all()
+        shutil.rmtree(home, ignore_errors=True)
+        if left:
+            raise FakeError(f"box_lite: box daemon(s) {left} did not exit; end them and remove {home}")
+
+    return FakeService(
+        name="box_lite",
+        env={"HERMES_BOX_HOME": str(home)},
+        world=world,
+        paths_note="boxes are Linux namespaces on this machine: their own /data, /home/agent and /tmp, "
+        "the system directories read-only, no other host path",
+        _stop=stop,
+    )
+
+
 def _listen(options: FakeOptions) -> dict[str, Any]:
     found: dict[str, Any] = {"host": options.host, "port": options.port}
     if options.api_key:
@@ -159,9 +183,10 @@ FAKES: dict[str, Callable[[Path, FakeOptions], FakeService]] = {
     "upstash": _upstash,
     "cloudflare": _cloudflare,
     "deepinfra": _deepinfra,
+    "box_lite": _box_lite,
 }
-# The fakes that are servers (every one but tempdir, whose boxes the backend itself makes in its
-# own process): these run in their own process during a suite run, and `fake serve` serves them.
+# The fakes that are servers (every one but tempdir and box_lite, whose boxes the backend itself
+# makes on this machine): these run in their own process during a suite run, and `fake serve` serves them.
 SERVERS = ("cloudflare", "deepinfra", "upstash")
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance.backends import KNOWN_BACKENDS, REFERENCE_BACKENDS
+from conformance.backends import KNOWN_BACKENDS, SERVICE_BACKENDS
 from conformance.bench import cli, cold, goals, growth, minimal, report
 from conformance.bench.measure import parse_size
 from conformance.bench.minimal import ColdSample
@@ -182,13 +182,13 @@ def test_sizes_parse():
     assert [parse_size(s) for s in ("1K", "16KiB", "4M", "100MiB", "512")] == [1024, 16384, 4 << 20, 100 << 20, 512]
 
 
-@pytest.mark.parametrize("backend", REFERENCE_BACKENDS)
+@pytest.mark.parametrize("backend", SERVICE_BACKENDS)
 def test_minimal_client_reaches_a_first_result_on_its_fake(backend, tmp_path):
     """Each vendor's minimal client runs `true` and streams output on its fake, and releases its sandboxes."""
     known = KNOWN_BACKENDS[backend]
     if known.missing_extra():
         pytest.skip(known.missing_extra())
-    assert backend in minimal.MINIMAL_CLIENTS, "every reference backend has a minimal client"
+    assert backend in minimal.MINIMAL_CLIENTS, "every reference backend of a vendor service has a minimal client"
     assert known.fake is not None
     fake = process.spawn(known.fake, tmp_path / "fake")
     client = minimal.for_backend(backend, fake.env)

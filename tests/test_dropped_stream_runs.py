@@ -1,6 +1,6 @@
 """A command whose stream drops after it started runs once under Hermes's retry loop.
 
-Each reference backend runs against its own fake; the fake cuts the exec
+Each reference backend of a vendor service runs against its own fake; the fake cuts the exec
 stream after 2 KiB of output, while the command (which records every start
 of itself under $HOME) is still running.  The command goes through the
 mini-host's terminal driver, which re-runs a command after execute() raises,
@@ -59,7 +59,7 @@ def _runs_after_dropped_stream(kit: KitRun) -> tuple[int, str]:
     return count_runs(kit, env, record, expect=1).runs, describe(outcome)
 
 
-@pytest.mark.parametrize("backend", backends.REFERENCE_BACKENDS)
+@pytest.mark.parametrize("backend", backends.SERVICE_BACKENDS)
 def test_reference_backend_runs_a_dropped_command_once(kit_for, backend):
     runs, what = _runs_after_dropped_stream(kit_for(backend))
     assert runs == 1, f"{backend}: the command ran {runs} time(s) after its stream dropped: {what}"

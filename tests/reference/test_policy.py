@@ -1,10 +1,12 @@
-"""One policy for every reference backend: each point checked the same way on all three.
+"""One policy for every reference backend: each point checked the same way on all of them.
 
-Each test is parametrized over upstash_box, cloudflare_sandbox and deepinfra and
-drives the real backend against its real fake (fakes.services.start: loopback
-server, box world, faults armed by role), so what is compared is behaviour a
-user or Hermes sees: the exception raised, what the status calls say, which
-sandboxes exist afterwards.
+Each test is parametrized over upstash_box, cloudflare_sandbox, deepinfra and
+box_lite and drives the real backend against its real fake (fakes.services.start:
+loopback server, box world, faults armed by role; for box_lite, a Box Lite home
+whose boxes it makes itself), so what is compared is behaviour a user or Hermes
+sees: the exception raised, what the status calls say, which sandboxes exist
+afterwards.  The service's refusals and rate limits concern the backends of a
+vendor service only (box_lite has no service to refuse or limit it).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
+from conformance.backends import SERVICE_BACKENDS
 from fakes.fake_service import FakeService
 from fakes.services import start
 from reference.common import retry
@@ -38,8 +41,10 @@ BACKENDS = {
         "HERMES_CF_ENDPOINT",
     ),
     "deepinfra": ("deepinfra", "reference.deepinfra.provider:DeepInfraProvider", "DEEPINFRA_API_KEY"),
+    # No credential: the first variable it reads through the secret scope.
+    "box_lite": ("box_lite", "reference.box_lite.provider:BoxLiteProvider", "HERMES_BOX_HOME"),
 }
-VENDOR_PREFIXES = ("UPSTASH_BOX_", "HERMES_CF_", "DEEPINFRA_")
+VENDOR_PREFIXES = ("UPSTASH_BOX_", "HERMES_CF_", "DEEPINFRA_", "HERMES_BOX_")
 # A bad value of a setting every backend reads, and one of each backend's own: (where, values, setting).
 BAD_SETTINGS = [
     ("upstash_box", "config", {"container_persistent": "maybe"}, "terminal.container_persistent"),
@@ -51,6 +56,10 @@ BAD_SETTINGS = [
     ("cloudflare_sandbox", "env", {"HERMES_CF_TOKEN": "has a space " * 4}, "HERMES_CF_TOKEN"),
     ("cloudflare_sandbox", "config", {"cwd": "relative/dir"}, "terminal.cwd"),
     ("deepinfra", "env", {"DEEPINFRA_SANDBOX_PLAN": "no such plan!"}, "DEEPINFRA_SANDBOX_PLAN"),
+    ("box_lite", "config", {"container_persistent": "maybe"}, "terminal.container_persistent"),
+    ("box_lite", "env", {"HERMES_BOX_NAME": "Not A Box!"}, "HERMES_BOX_NAME"),
+    ("box_lite", "config", {"box_lite_box": "Bad Name"}, "terminal.box_lite_box"),
+    ("box_lite", "config", {"box_lite_network": "sometimes"}, "terminal.box_lite_network"),
 ]
 
 
@@ -122,6 +131,14 @@ def subject_for(
 @pytest.fixture
 def subject(backend: str, fakes: dict[str, FakeService], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Subject:
     return subject_for(backend, fakes, tmp_path, monkeypatch)
+
+
+@pytest.fixture(params=sorted(b for b in BACKENDS if b in SERVICE_BACKENDS))
+def service_subject(
+    request: pytest.FixtureRequest, fakes: dict[str, FakeService], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Subject:
+    """A backend of a vendor service: its fake can refuse and rate-limit it."""
+    return subject_for(str(request.param), fakes, tmp_path, monkeypatch)
 
 
 def host_connection_error() -> type[Exception]:
@@ -206,8 +223,9 @@ def test_a_broken_secret_scope_is_a_missing_credential_and_nothing_is_read_elsew
 
 
 # -------------------------------------------------------------------------------- connection
-def test_a_refusing_service_is_one_connection_error_without_the_credential(subject):
+def test_a_refusing_service_is_one_connection_error_without_the_credential(service_subject):
     """The service refuses the create (403) and echoes the credential in its error body."""
+    subject = service_subject
     armed = subject.fake.world.faults.arm(
         "status", "create", status=403, times=-1, message=f"forbidden for {' '.join(subject.secrets)}"
     )
@@ -228,8 +246,9 @@ def test_a_refusing_service_is_one_connection_error_without_the_credential(subje
 
 
 # ------------------------------------------------------------------------------------- retry
-def test_a_rate_limited_create_gets_the_common_retry_budget(subject, monkeypatch):
+def test_a_rate_limited_create_gets_the_common_retry_budget(service_subject, monkeypatch):
     """429 (refused: nothing was made) is asked again, RATE_LIMITED_ATTEMPTS times in all."""
+    subject = service_subject
     monkeypatch.setattr(retry, "BACKOFF_S", 0.001)  # the number of attempts is the point, not the pauses
     faults = subject.fake.world.faults
     try:

@@ -1,0 +1,365 @@
+"""BoxLiteEnvironment: Hermes's BaseEnvironment running commands in a Box Lite box.
+
+Which box: a configured box (HERMES_BOX_NAME) is used as is, by every task,
+and is never stopped or removed by Hermes; otherwise each task gets a box of
+its own, named after the task id.  A persistent task box is stopped at
+cleanup (its /data, home included, is kept) and started again by the next
+environment of the task; a non-persistent one (a random suffix) is removed
+at cleanup, and ``cleanup(force_remove=True)`` removes a persistent task box.
+
+Every command is ``bash -c`` started by the box's daemon (BoxManager.popen)
+in a process group of its own inside the box, so a kill reaches the whole
+tree there.  A box stopped behind Hermes's back is started again and the
+command runs; a removed one is reported by the command that finds it (which
+does not run) and the next command runs in a new box with
+``environment_recreated``; a broken box (its daemon ended without a stop) is
+reported and left alone for ``hermes-box doctor``.  Hermes files are pushed
+and pulled back as tar archives through commands in the box, so every path
+is resolved inside the box, never through a link on this machine.
+"""
+
+from __future__ import annotations
+
+import logging
+import shlex
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from tools.environments.base import BaseEnvironment
+from tools.environments.base_output import _ThreadedProcessHandle
+
+from reference.box_lite.provider import PASSPHRASE_VAR, BoxSettings
+from reference.common import tar_transfer
+from reference.common.errors import ConnectionErrors
+from reference.common.finalize import CleanupOffThread
+from reference.common.naming import sandbox_name
+from reference.common.passthrough import PassthroughEnvironment
+from reference.common.plugin import PROBE_TASK_ID
+from reference.common.stdin import encode_stdin, report_stdin_error
+
+logger = logging.getLogger("reference.box_lite")
+
+PREFIX = "hermes"
+HOME = "/home/agent"
+HERMES_DIR = f"{HOME}/.hermes"
+TRANSFER_TIMEOUT_S = 300.0
+LOCK_WAIT_S = 20.0  # how long a start, stop or remove waits while another process holds the box's lock
+_MAX_TRACKED = 256
+
+connection_error = ConnectionErrors("box_lite", "run `hermes-box ls` and `hermes-box doctor NAME` to see the box")
+
+# One process-wide lock per box name: two environments of this process never start, stop or
+# remove the same box at once (other processes are kept apart by the box manager's own lock).
+_NAMES_LOCK = threading.Lock()
+_NAME_LOCKS: dict[str, threading.Lock] = {}
+
+
+def _name_lock(name: str) -> threading.Lock:
+    with _NAMES_LOCK:
+        return _NAME_LOCKS.setdefault(name, threading.Lock())
+
+
+def _patiently(action: Any, name: str, **kwargs: Any) -> Any:
+    """``action(name, **kwargs)``, tried again while another process (``hermes-box save``, say) holds the
+    box's lock, for up to LOCK_WAIT_S; then the BoxLocked naming the holder."""
+    from reference.box_lite.errors import BoxLocked
+
+    deadline = time.monotonic() + LOCK_WAIT_S
+    while True:
+        try:
+            return action(name, **kwargs)
+        except BoxLocked:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+def _finished(text: str, exit_code: int) -> _ThreadedProcessHandle:
+    """The handle of a command that did not start: ``text`` is its whole output."""
+    return _ThreadedProcessHandle(lambda: (text, exit_code))
+
+
+def _feed(proc: Any, payload: bytes) -> threading.Thread:
+    """Write ``payload`` to the command's stdin, then close it; a reader that stops early is no error."""
+
+    def write() -> None:
+        pipe = proc.stdin
+        try:
+            if pipe is not None and payload:
+                pipe.write(payload)
+        except OSError:
+            pass
+        finally:
+            try:
+                if pipe is not None:
+                    pipe.close()
+            except OSError:
+                pass
+
+    thread = threading.Thread(target=write, daemon=True, name="box-lite-stdin")
+    thread.start()
+    return thread
+
+
+class BoxLiteEnvironment(PassthroughEnvironment, CleanupOffThread, BaseEnvironment):
+    passthrough_blocked = frozenset({PASSPHRASE_VAR})
+
+    def __init__(self, *, manager: Any, settings: BoxSettings, task_id: str, cwd: str, timeout: int):
+        self._manager = manager
+        self._settings = settings
+        self._task_id = task_id
+        self._lock = threading.RLock()
+        self._closed = False
+        self._replace_next = False
+        self._sync: Any = None
+        self._commands: list[Any] = []
+        self._owned = settings.box is None  # a configured box belongs to the user
+        # The prompt-time probe never keeps or reuses a task box.
+        self._persistent = settings.persistent and not (self._owned and task_id == PROBE_TASK_ID)
+        # A non-persistent box lasts the whole session: no teardown after each turn.
+        self._session_scoped = not self._persistent
+        self._box = settings.box or self._task_box_name()
+        self._acquire()
+        super().__init__(cwd=cwd, timeout=timeout)
+        self._start_sync()
+        self.init_session()
+
+    @property
+    def box_name(self) -> str:
+        return self._box
+
+    def _task_box_name(self) -> str:
+        return sandbox_name(PREFIX, self._task_id, unique=not self._persistent)
+
+    # -- the box -------------------------------------------------------------------------
+    def _acquire(self) -> None:
+        """Make the box usable: create it when missing, start it when stopped, refuse a broken one."""
+        from reference.box_lite.errors import BoxExists
+
+        with _name_lock(self._box):
+            for _ in range(2):
+                state = self._state()
+                if state == "running":
+                    return
+                if state == "stopped":
+                    logger.info("starting stopped box %s for task %s", self._box, self._task_id)
+                    self._call("starting", self._manager.start)
+                    return
+                if state == "broken":
+                    raise connection_error(self._broken_text("it was not replaced, so nothing in it is lost"))
+                try:
+                    _patiently(self._manager.create, self._box, network=self._settings.network)
+                except BoxExists:
+                    continue  # another process made it just now: use that one
+                except Exception as exc:
+                    raise connection_error(f"creating box {self._box} failed", exc) from None
+                logger.info("created box %s for task %s", self._box, self._task_id)
+                return
+        raise connection_error(f"box {self._box} could not be created or found")
+
+    def _state(self) -> str | None:
+        try:
+            state: str | None = self._manager.state(self._box)
+        except Exception as exc:
+            raise connection_error(f"reading the state of box {self._box} failed", exc) from None
+        return state
+
+    def _call(self, what: str, action: Any) -> None:
+        try:
+            _patiently(action, self._box)
+        except Exception as exc:
+            raise connection_error(f"{what} box {self._box} failed", exc) from None
+
+    def _broken_text(self, consequence: str) -> str:
+        return (
+            f"box {self._box} is broken (the error state: its daemon ended without a stop, or its files and the "
+            f"registry disagree); {consequence}. Run `hermes-box doctor {self._box}`, then `hermes-box stop "
+            f"{self._box}` and `hermes-box start {self._box}`, or `hermes-box rm {self._box}` to start over"
+        )
+
+    # -- file sync -----------------------------------------------------------------------
+    def _start_sync(self) -> None:
+        from tools.environments.file_sync import FileSyncManager, iter_sync_files
+
+        self._sync = FileSyncManager(
+            get_files_fn=lambda: iter_sync_files(container_base=HERMES_DIR),
+            upload_fn=lambda host, remote: self._upload([(host, remote)]),
+            delete_fn=self._delete_files,
+            bulk_upload_fn=self._upload,
+            bulk_download_fn=self._download,
+        )
+        self._sync.sync(force=True)
+
+    def _capture(self, argv: list[str], stdin_data: bytes | None = None) -> tuple[bytes, int]:
+        """Run ``argv`` in the box to completion: (stdout and stderr, exit code)."""
+        proc = self._manager.popen(
+            self._box,
+            argv,
+            env=self._box_env(),
+            cwd="/",
+            stdin=subprocess.PIPE if stdin_data is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            out, _ = proc.communicate(stdin_data, timeout=TRANSFER_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, _ = proc.communicate()
+        return out or b"", proc.returncode
+
+    def _upload(self, pairs: list[tuple[str, str]]) -> None:
+        out, code = self._capture(["tar", "-xf", "-", "-C", "/", "--no-same-owner"], tar_transfer.pack(pairs))
+        if code != 0:
+            raise RuntimeError(f"unpacking the Hermes files in box {self._box} failed: {out[-300:]!r}")
+
+    def _delete_files(self, remote_paths: list[str]) -> None:
+        out, code = self._capture(["rm", "-f", "--", *remote_paths])
+        if code != 0:
+            raise RuntimeError(f"deleting synced files in box {self._box} failed: {out[-300:]!r}")
+
+    def _download(self, dest: Path) -> None:
+        base = shlex.quote(HERMES_DIR.lstrip("/"))
+        out, code = self._capture(
+            ["bash", "-c", f"[ -d /{base} ] || exit 0; exec tar -cf - -C / --exclude='*.sock' {base}"]
+        )
+        if code != 0:
+            raise RuntimeError(f"packing the Hermes files in box {self._box} failed (exit {code})")
+        Path(dest).write_bytes(out)
+
+    # -- commands ------------------------------------------------------------------------
+    @staticmethod
+    def _box_env() -> dict[str, str]:
+        """Added to the box user's own environment (USER, HOME, PATH, LANG, TMPDIR: the box manager's)."""
+        return {"SHELL": "/bin/bash", "TERM": "dumb"}
+
+    def _before_execute(self) -> None:
+        with self._lock:
+            if self._closed:
+                raise RuntimeError(f"the box_lite environment for task {self._task_id} was cleaned up")
+            if self._replace_next:
+                self._replace()
+                return
+        if self._sync is not None:
+            self._sync.sync()
+
+    def _replace(self) -> None:
+        """The previous command found the box removed: this command gets a new one."""
+        self._replace_next = False
+        old = self._box
+        if self._owned and not self._persistent:
+            self._box = self._task_box_name()
+        self._acquire()
+        logger.info("box %s was removed outside Hermes; replaced by %s", old, self._box)
+        mark = getattr(self, "_mark_recreated", None)
+        if callable(mark):
+            mark()
+        self._start_sync()
+        self._snapshot_ready = False
+        self.init_session()
+
+    def _run_bash(
+        self, cmd_string: str, *, login: bool = False, timeout: int = 120, stdin_data: str | None = None
+    ) -> Any:
+        argv = ["bash", "-l", "-c", cmd_string] if login else ["bash", "-c", cmd_string]
+        payload, stdin_failed = encode_stdin(stdin_data)
+        for attempt in (1, 2):
+            try:
+                proc = self._manager.popen(
+                    self._box,
+                    argv,
+                    env=self._box_env(),
+                    cwd=HOME,
+                    stdin=subprocess.PIPE if payload is not None else subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                )
+            except Exception as exc:
+                refusal = self._why_not_started(exc, retry=attempt == 1)
+                if refusal is None:
+                    continue  # the box was stopped and is started again: once more
+                return _finished(refusal, 1)
+            self._track(proc)
+            if payload is not None:
+                proc._hermes_stdin_thread = _feed(proc, payload)
+            return report_stdin_error(proc, stdin_failed)
+        raise AssertionError("unreachable")
+
+    def _why_not_started(self, exc: BaseException, *, retry: bool) -> str | None:
+        """Why a command did not start, after starting a stopped box once (None: try again).
+
+        Never raises: Hermes runs a command again when execute() raises.
+        """
+        try:
+            state = self._manager.state(self._box)
+        except Exception as state_exc:
+            return f"box_lite: box {self._box} did not run the command ({exc}); its state cannot be read ({state_exc})"
+        if state == "stopped" and retry:
+            logger.info("box %s was stopped outside Hermes; starting it again", self._box)
+            try:
+                with _name_lock(self._box):
+                    if self._manager.state(self._box) == "stopped":
+                        _patiently(self._manager.start, self._box)
+            except Exception as start_exc:
+                return f"box_lite: box {self._box} is stopped and did not start again: {start_exc}"
+            return None
+        if state is None:
+            with self._lock:
+                self._replace_next = True
+            return (
+                f"box_lite: box {self._box} no longer exists (removed outside Hermes); the command did not run. "
+                "The next command runs in a new box."
+            )
+        if state == "broken":
+            return "box_lite: " + self._broken_text("the command did not run and the box was not replaced")
+        return f"box_lite: box {self._box} is {state} but did not start the command: {exc}"
+
+    def _track(self, proc: Any) -> None:
+        with self._lock:
+            self._commands.append(proc)
+            if len(self._commands) > _MAX_TRACKED:
+                self._commands = [p for p in self._commands if p.poll() is None]
+
+    # -- teardown ------------------------------------------------------------------------
+    def cleanup(self, force_remove: bool = False) -> None:
+        """Persistent task box: stop it (its /data is kept); otherwise, or with ``force_remove``
+        (the prompt probe, a user's teardown): remove it.  A configured box is left running as is:
+        only this environment's commands end."""
+        with self._lock:
+            if self._closed or not hasattr(self, "_box"):
+                return
+            self._closed = True
+            commands, self._commands = self._commands, []
+        for proc in commands:
+            if proc.poll() is None:
+                try:
+                    proc.kill()
+                except Exception:
+                    pass
+        try:
+            state = self._manager.state(self._box)
+        except Exception:
+            state = "unknown"
+        if state is None:
+            return  # already gone: counts as removed
+        if self._sync is not None and state == "running":
+            self._sync.sync_back()
+        if not self._owned:
+            return
+        with _name_lock(self._box):
+            try:
+                if self._persistent and not force_remove:
+                    if state == "running":
+                        _patiently(self._manager.stop, self._box)
+                    return
+                _patiently(self._manager.remove, self._box)  # only this environment's box, by its own name
+            except Exception as exc:
+                logger.warning("box_lite: cleanup of box %s failed; a later cleanup retries: %s", self._box, exc)
+                with self._lock:
+                    self._closed = False
+
+    def wait_for_cleanup(self, timeout: float = 15.0) -> None:
+        self.cleanup()
