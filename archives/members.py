@@ -64,7 +64,10 @@ class Checker:
     limits: Limits = DEFAULT_LIMITS
     members: int = 0
     payload_bytes: int = 0
-    _kinds: dict[str, str] = field(default_factory=dict)  # relative path -> "dir" | "file" | "link"
+    # hash(relative path) -> "dir" | "file" | "link": what earlier members were, without keeping their
+    # names (a 64-bit hash per member; a collision could only refuse a good archive, never admit a bad one:
+    # every decision that keeps extraction inside the destination is made from the member's own name).
+    _kinds: dict[int, str] = field(default_factory=dict)
 
     def check(self, info: tarfile.TarInfo) -> str:
         """The member's payload-relative path ("" for ``data/`` itself), or the error refusing it."""
@@ -120,7 +123,7 @@ class Checker:
                 "archives hold files, directories and links only",
                 "remove it from the tree before archiving",
             )
-        previous = self._kinds.get(rel)
+        previous = self._kinds.get(hash(rel))
         if previous is not None and not (previous == "dir" and kind == "dir"):
             raise UnexpectedMember(
                 shown,
@@ -128,7 +131,7 @@ class Checker:
                 "a second copy would replace the first during extraction",
                 "archive each path once",
             )
-        self._kinds[rel] = kind
+        self._kinds[hash(rel)] = kind
         return rel
 
     def _count(self, info: tarfile.TarInfo, shown: str) -> None:
@@ -152,7 +155,7 @@ class Checker:
         parts = rel.split("/") if rel else []
         for depth in range(1, len(parts)):
             parent = "/".join(parts[:depth])
-            kind = self._kinds.get(parent)
+            kind = self._kinds.get(hash(parent))
             if kind == "link":
                 raise UnexpectedMember(
                     shown,
@@ -194,7 +197,7 @@ class Checker:
                 "a hard link may only name an earlier file of the archive",
                 "archive the tree without links to files outside it",
             )
-        if self._kinds.get("/".join(parts[1:])) != "file":
+        if self._kinds.get(hash("/".join(parts[1:]))) != "file":
             raise EscapingLink(
                 shown,
                 f"the hard link {shown!r} names {target!r}, which is not an earlier file of the archive",

@@ -1,6 +1,6 @@
 """Peak memory of writing, verifying and extracting a large archive (a benchmark, not a test).
 
-    python -m tests.archives.bench_memory --gib 1 [--dir DIR]
+    python -m tests.archives.bench_memory --gib 1 [--dir DIR] [--ops write,verify,extract,payload]
 
 Builds a tree of about ``--gib`` GiB under a temporary directory (half random data, half
 sparse-ish files that are mostly holes, in files of 1-256 MiB plus a thousand small ones),
@@ -78,6 +78,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gib", type=float, default=1.0)
     parser.add_argument("--dir", default=None, help="where the tree, archive and extraction go (default: TMPDIR)")
+    parser.add_argument("--ops", default="write,verify,extract,payload", help="which operations, comma-separated")
     parser.add_argument("--child", nargs=4, metavar=("OP", "TREE", "ARCHIVE", "DEST"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -88,7 +89,7 @@ def main() -> None:
         tree, archive, dest = base / "tree", base / "bench.tar.gz.gpg", base / "restored"
         size = build_tree(tree, int(args.gib * 1024 * MiB))
         print(f"tree: {size / MiB:.0f} MiB ({args.gib} GiB requested) under {base}")
-        for op in ("write", "verify", "extract", "payload"):
+        for op in args.ops.split(","):
             out = subprocess.run(
                 [
                     sys.executable,
