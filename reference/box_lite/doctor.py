@@ -24,6 +24,7 @@ import re
 import secrets
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
 
 CHECK_TIMEOUT_S = 2.5
 PROBE = ".hermes-box-probe"
+NO_ANSWER = "did not answer"
 MARKER_DIR = "/data/.hermes-box"
 STOP_MARKER = f"{MARKER_DIR}/stop-marker"
 STOP_RECORD = "stop-marker.json"  # host side, in the box's directory: what the last stop wrote
@@ -137,23 +139,56 @@ class Budget:
 
 
 def run_in_box(manager: BoxManager, name: str, script: str, timeout: float) -> tuple[int | None, str]:
-    """(exit code or None on timeout, stdout+stderr) of ``sh -c script`` in the box, killed at ``timeout``."""
+    """(exit code or None on timeout, stdout+stderr) of ``sh -c script`` in the box, within ``timeout``.
+
+    The whole call is bounded, starting the command included (a daemon that does not answer would
+    otherwise hold the caller for the control socket's own timeout): it runs on a worker thread,
+    and a command still running at the deadline is killed.  Errors starting it are raised here.
+    """
     if timeout <= 0:
         return None, ""
-    with tempfile.TemporaryFile() as out, open(os.devnull, "rb") as null:
-        command = manager.popen(
-            name, ["sh", "-c", script], stdin=null.fileno(), stdout=out.fileno(), stderr=out.fileno()
-        )
+    deadline = time.monotonic() + timeout
+    result: dict[str, Any] = {}
+    started: list[Any] = []
+    # Closed below once the worker is done; a worker that outlives the deadline keeps them open.
+    out = tempfile.TemporaryFile()  # noqa: SIM115
+    null = open(os.devnull, "rb")  # noqa: SIM115
+
+    def work() -> None:
         try:
-            code: int | None = command.wait(timeout=timeout)
+            command = manager.popen(
+                name, ["sh", "-c", script], stdin=null.fileno(), stdout=out.fileno(), stderr=out.fileno()
+            )
+            started.append(command)
+            result["code"] = command.wait(timeout=max(0.01, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
+            pass
+        except BaseException as exc:
+            result["error"] = exc
+
+    worker = threading.Thread(target=work, name=f"doctor-{name}", daemon=True)
+    worker.start()
+    worker.join(max(0.0, deadline - time.monotonic()) + 0.2)
+    if "error" in result:
+        out.close()
+        null.close()
+        raise result["error"]
+    if "code" not in result:
+        for command in started:
             with contextlib.suppress(Exception):
                 command.kill()
             with contextlib.suppress(Exception):
                 command.wait(timeout=1)
-            code = None
+        if not worker.is_alive():
+            out.close()
+            null.close()
+        return None, ""
+    try:
         out.seek(0)
-        return code, out.read(64 * 1024).decode("utf-8", "replace")
+        return result["code"], out.read(64 * 1024).decode("utf-8", "replace")
+    finally:
+        out.close()
+        null.close()
 
 
 def write_stop_marker(manager: BoxManager, home: BoxHome, name: str, timeout: float = 3.0) -> bool:
@@ -214,7 +249,7 @@ def _isolation(manager: BoxManager, home: BoxHome, name: str, budget: Budget) ->
             sentinel.unlink()
     fix = f"stop and start the box (`hermes-box stop {name}; hermes-box start {name}`), then `hermes-box repair {name}`"
     if code is None:
-        return Check("isolation", FAIL, f"the box did not answer within {CHECK_TIMEOUT_S:g} s", fix)
+        return Check("isolation", FAIL, f"the box {NO_ANSWER} within {CHECK_TIMEOUT_S:g} s", fix)
     values = dict(
         line.split("=", 1) for line in out.splitlines() if "=" in line and not line.startswith(("visible", "writable"))
     )
@@ -258,7 +293,7 @@ def _data(manager: BoxManager, home: BoxHome, name: str, budget: Budget) -> Chec
             host_probe.unlink()
     fix = f"run `hermes-box repair {name}` (keeps /data); if /data is lost, restore it: `hermes-box load ARCHIVE NEW`"
     if code is None:
-        return Check("/data", FAIL, f"the box did not answer within {CHECK_TIMEOUT_S:g} s", fix)
+        return Check("/data", FAIL, f"the box {NO_ANSWER} within {CHECK_TIMEOUT_S:g} s", fix)
     if code != 0 or seen != nonce:
         why = "not writable from inside" if code != 0 else f"a file written at /data is not in {manager.data_dir(name)}"
         return Check("/data", FAIL, why, fix)
@@ -290,9 +325,7 @@ def _tmux(manager: BoxManager, name: str, settings: Settings, budget: Budget) ->
     )
     code, out = run_in_box(manager, name, script, budget.timeout(CHECK_TIMEOUT_S))
     if code is None:
-        return Check(
-            "tmux session", FAIL, f"tmux did not answer within {CHECK_TIMEOUT_S:g} s", f"stop and start {name}"
-        )
+        return Check("tmux session", FAIL, f"tmux {NO_ANSWER} within {CHECK_TIMEOUT_S:g} s", f"stop and start {name}")
     words = out.split()
     if "missing" in words:
         return Check(
@@ -362,22 +395,26 @@ def run_doctor(manager: BoxManager, home: BoxHome, settings: Settings, name: str
     state = manager.state(name)
     if state == "running":
         report.checks.append(Check("state", OK, "running"))
-        in_box: tuple[Callable[[], Check], ...] = (
-            lambda: _isolation(manager, home, name, budget),
-            lambda: _data(manager, home, name, budget),
-            lambda: _tmux(manager, name, settings, budget),
+        in_box: tuple[tuple[str, Callable[[], Check]], ...] = (
+            ("isolation", lambda: _isolation(manager, home, name, budget)),
+            ("/data", lambda: _data(manager, home, name, budget)),
+            ("tmux session", lambda: _tmux(manager, name, settings, budget)),
         )
-        for run in in_box:
+        for index, (label, run) in enumerate(in_box):
             if budget.left() <= 0.05:
                 report.checks.append(
-                    Check("budget", FAIL, "the doctor's time budget ran out", "raise DOCTOR_TIMEOUT in box.env")
+                    Check(label, FAIL, "not run: the doctor's time budget ran out", "raise DOCTOR_TIMEOUT in box.env")
                 )
-                break
+                continue
             try:
-                report.checks.append(run())
+                check = run()
             except (BoxError, OSError) as exc:
                 what = getattr(exc, "what", None) or str(exc)
-                report.checks.append(Check("in-box checks", FAIL, what, getattr(exc, "fix", "") or f"repair {name}"))
+                check = Check(label, FAIL, what, getattr(exc, "fix", "") or f"run `hermes-box repair {name}`")
+            report.checks.append(check)
+            if check.status == FAIL and NO_ANSWER in check.detail:  # the box does not answer: stop asking
+                for later, _ in in_box[index + 1 :]:
+                    report.checks.append(Check(later, SKIP, "not run: the box did not answer", check.fix))
                 break
     elif state == "stopped":
         report.checks.append(Check("state", OK, "stopped"))

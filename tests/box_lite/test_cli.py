@@ -301,6 +301,23 @@ def test_doctor_fails_on_lost_durability_and_on_a_registry_that_disagrees(box_ho
 
 
 @needs_boxes
+def test_doctor_is_bounded_when_the_box_does_not_answer(box_home: Path) -> None:
+    """A daemon that does not answer (stopped with SIGSTOP) costs one check's timeout, not the socket's."""
+    ok(hb(box_home, "new", "alpha", "--no-doctor"))
+    daemon = int((box_home / "run" / "alpha" / "daemon.pid").read_text().split()[0])
+    os.kill(daemon, signal.SIGSTOP)
+    try:
+        code, rows = doctor_rows(box_home, "alpha")
+    finally:
+        os.kill(daemon, signal.SIGCONT)
+    assert code == 1
+    assert rows["isolation"]["status"] == "fail" and "did not answer within" in rows["isolation"]["detail"]
+    assert rows["/data"]["status"] == "skip" and rows["tmux session"]["status"] == "skip"
+    assert rows["registry"]["status"] == "ok"  # the host-side checks still ran
+    assert doctor_rows(box_home, "alpha")[0] == 0  # answering again, it is healthy
+
+
+@needs_boxes
 def test_no_network_box(box_home: Path) -> None:
     ok(hb(box_home, "new", "alpha", "--no-network", "--no-doctor"))
     assert listing(box_home)["alpha"]["network"] is False
