@@ -80,6 +80,8 @@ def test_bad_input_exits_2_with_what_and_fix(box_home: Path) -> None:
     assert_error(hb(box_home, "rm", "ghost", "--force"), 2, "no box named ghost")
     assert_error(hb(box_home, "exec", "ghost"), 2, "exec needs a command")
     assert_error(hb(box_home, "load", str(box_home / "missing.gpg"), "beta"), 2, "no archive at")
+    debug = hb(box_home, "--debug", "stop", "ghost")  # --debug adds the traceback
+    assert debug.returncode == 2 and "Traceback" in debug.stderr and "BoxNotFound" in debug.stderr
     # argparse's own complaints carry the same prefix and exit code
     done = hb(box_home, "new")
     assert done.returncode == 2 and "error: " in done.stderr and "--help" in done.stderr
