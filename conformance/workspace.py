@@ -626,7 +626,7 @@ def _save_command(args: Any) -> int:
     archive_io.check_new_output(out)
     passphrase = archive_io.obtain_passphrase(confirm=True)
     progress = progress_for()
-    with _kit_run(args) as run:
+    with archive_io.withheld_from_children(), _kit_run(args) as run:
         _fake_note(run, args)
         env = _create(run, args.task)
         result = save(
@@ -651,7 +651,7 @@ def _load_command(args: Any) -> int:
     archive_io.check_input(archive)
     passphrase = archive_io.obtain_passphrase(confirm=False)
     progress = progress_for()
-    with contextlib.ExitStack() as stack:
+    with archive_io.withheld_from_children(), contextlib.ExitStack() as stack:
 
         def environment() -> Any:
             # Called once the archive has passed validation: a refused archive starts no backend.

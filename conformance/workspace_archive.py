@@ -16,6 +16,7 @@ from typing import IO, Any
 import archives
 import archives.members
 from archives.tarball import forget_members
+from conformance import redact
 from conformance import workspace_tree as wt
 from conformance.errors import InputFileError, KitError
 
@@ -40,7 +41,21 @@ def refusals() -> Iterator[None]:
 def obtain_passphrase(*, confirm: bool) -> archives.Passphrase:
     """BOX_PASSPHRASE, else a prompt on the terminal without echo (twice for a new archive)."""
     with refusals():
-        return archives.Passphrase.obtain(confirm=confirm)
+        passphrase = archives.Passphrase.obtain(confirm=confirm)
+    redact.register(passphrase.reveal().decode("utf-8"))  # masked in every output the kit writes
+    return passphrase
+
+
+@contextlib.contextmanager
+def withheld_from_children() -> Iterator[None]:
+    """Take BOX_PASSPHRASE out of this process's environment while the command runs, so no process
+    it starts (the fake's server, a local backend's commands) inherits the passphrase; put it back after."""
+    value = os.environ.pop(archives.ENV_VAR, None)
+    try:
+        yield
+    finally:
+        if value is not None:
+            os.environ[archives.ENV_VAR] = value
 
 
 def check_new_output(out: Path) -> None:
