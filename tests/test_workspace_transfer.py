@@ -321,6 +321,36 @@ def test_a_link_the_archive_would_refuse_is_named_before_anything_is_fetched(tem
         ws.save(env, out, PASSPHRASE, path="no/such/dir")
 
 
+class Interrupting:
+    """An environment where Ctrl-C arrives during the ``at``-th execute() whose command contains ``word``."""
+
+    def __init__(self, env: Any, word: str, at: int = 1) -> None:
+        self.env, self.word, self.left = env, word, at
+
+    def execute(self, command: str, **kwargs: Any) -> Any:
+        if self.word in command:
+            self.left -= 1
+            if self.left == 0:
+                raise KeyboardInterrupt
+        return self.env.execute(command, **kwargs)
+
+
+def test_an_interrupted_transfer_leaves_no_archive_no_partial_workspace_and_no_temp_files(saved, tempdir_env, tmp_path):
+    env = tempdir_env
+    temp_entries = 'ls -A "${TMPDIR:-/tmp}" | wc -l'
+    before = env.execute(temp_entries)["output"].strip()
+    with pytest.raises(KeyboardInterrupt):  # during the second chunk sent into the sandbox
+        ws.load(saved["archive"], PASSPHRASE, Interrupting(env, "base64 -d", at=2), path="restored")
+    assert env.execute("test -e restored")["returncode"] != 0  # nothing unpacked
+    env.execute("mkdir -p src && printf 'x%.0s' $(seq 1 3000) > src/f && head -c 3000000 /dev/urandom > src/g")
+    out = tmp_path / "out" / "ws.tar.gz.gpg"
+    out.parent.mkdir()
+    with pytest.raises(KeyboardInterrupt):  # while the packed workspace is read out of the sandbox
+        ws.save(Interrupting(env, "tail -c +", at=2), out, PASSPHRASE, path="src")
+    assert list(out.parent.iterdir()) == []  # neither the archive nor a partial file
+    assert env.execute(temp_entries)["output"].strip() == before
+
+
 class Capped:
     """A backend whose output keeps only the first 40 % and the last 60 % of ``cap`` characters, as
     Hermes's bounded capture does, and whose commands accept at most ``stdin_cap`` characters of stdin."""
