@@ -23,7 +23,6 @@ was running.
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import json
 import os
@@ -60,25 +59,18 @@ def _nonce(record: dict[str, Any] | None) -> str | None:
 
 
 def _held(pid_file: Path) -> int | None:
-    """The pid a live process records in ``pid_file`` while holding its flock; None when nobody holds it."""
+    """The pid recorded in ``pid_file`` while a live process holds its flock (0: held, not written yet);
+    None when nobody holds it (the kernel drops the flock when its holder dies)."""
     try:
-        fd = os.open(pid_file, os.O_RDONLY | os.O_CLOEXEC)
+        with open(pid_file, "rb") as fh:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                first = fh.read(32).split()[:1]
+                return int(first[0]) if first and first[0].isdigit() else 0
+            return None  # closing the file lets go of the shared lock just taken
     except OSError:
         return None
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except OSError as exc:
-            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
-                return None
-            try:
-                return int(os.pread(fd, 32, 0).split()[0])
-            except (ValueError, IndexError):
-                return 0  # held, the pid not written yet
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return None
-    finally:
-        os.close(fd)
 
 
 class BoxLiteWorld(WorldView):

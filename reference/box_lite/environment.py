@@ -20,8 +20,8 @@ is resolved inside the box, never through a link on this machine.
 
 from __future__ import annotations
 
+import contextlib
 import logging
-import shlex
 import subprocess
 import threading
 import time
@@ -77,27 +77,17 @@ def _patiently(action: Any, name: str, **kwargs: Any) -> Any:
             time.sleep(0.1)
 
 
-def _finished(text: str, exit_code: int) -> _ThreadedProcessHandle:
-    """The handle of a command that did not start: ``text`` is its whole output."""
-    return _ThreadedProcessHandle(lambda: (text, exit_code))
+def _not_started(why: str) -> _ThreadedProcessHandle:
+    """What Hermes waits on for a command that never started: ``why`` as its output, exit status 1."""
+    return _ThreadedProcessHandle(lambda: (why, 1))
 
 
 def _feed(proc: Any, payload: bytes) -> threading.Thread:
-    """Write ``payload`` to the command's stdin, then close it; a reader that stops early is no error."""
+    """Stream ``payload`` into the command's stdin and close it (its EOF); a reader that stops early is fine."""
 
     def write() -> None:
-        pipe = proc.stdin
-        try:
-            if pipe is not None and payload:
-                pipe.write(payload)
-        except OSError:
-            pass
-        finally:
-            try:
-                if pipe is not None:
-                    pipe.close()
-            except OSError:
-                pass
+        with contextlib.suppress(OSError), proc.stdin as pipe:
+            pipe.write(payload)
 
     thread = threading.Thread(target=write, daemon=True, name="box-lite-stdin")
     thread.start()
@@ -108,20 +98,17 @@ class BoxLiteEnvironment(PassthroughEnvironment, CleanupOffThread, BaseEnvironme
     passthrough_blocked = frozenset({PASSPHRASE_VAR})
 
     def __init__(self, *, manager: Any, settings: BoxSettings, task_id: str, cwd: str, timeout: int):
-        self._manager = manager
-        self._settings = settings
-        self._task_id = task_id
-        self._lock = threading.RLock()
-        self._closed = False
-        self._replace_next = False
-        self._sync: Any = None
-        self._commands: list[Any] = []
+        self._manager, self._settings, self._task_id = manager, settings, task_id
         self._owned = settings.box is None  # a configured box belongs to the user
         # The prompt-time probe never keeps or reuses a task box.
         self._persistent = settings.persistent and not (self._owned and task_id == PROBE_TASK_ID)
         # A non-persistent box lasts the whole session: no teardown after each turn.
         self._session_scoped = not self._persistent
         self._box = settings.box or self._task_box_name()
+        self._commands: list[Any] = []  # what cleanup ends
+        self._sync: Any = None
+        self._closed = self._replace_next = False
+        self._lock = threading.RLock()
         self._acquire()
         super().__init__(cwd=cwd, timeout=timeout)
         self._start_sync()
@@ -182,16 +169,23 @@ class BoxLiteEnvironment(PassthroughEnvironment, CleanupOffThread, BaseEnvironme
 
     # -- file sync -----------------------------------------------------------------------
     def _start_sync(self) -> None:
-        from tools.environments.file_sync import FileSyncManager, iter_sync_files
+        """Hermes's skills, cache and credential files under ~/.hermes in the box, through tar in the box."""
+        from tools.environments import file_sync
 
-        self._sync = FileSyncManager(
-            get_files_fn=lambda: iter_sync_files(container_base=HERMES_DIR),
-            upload_fn=lambda host, remote: self._upload([(host, remote)]),
-            delete_fn=self._delete_files,
+        self._sync = file_sync.FileSyncManager(
             bulk_upload_fn=self._upload,
             bulk_download_fn=self._download,
+            delete_fn=self._delete_files,
+            upload_fn=self._upload_one,
+            get_files_fn=self._sync_files,
         )
         self._sync.sync(force=True)
+
+    @staticmethod
+    def _sync_files() -> Any:
+        from tools.environments.file_sync import iter_sync_files
+
+        return iter_sync_files(container_base=HERMES_DIR)
 
     def _capture(self, argv: list[str], stdin_data: bytes | None = None) -> tuple[bytes, int]:
         """Run ``argv`` in the box to completion: (stdout and stderr, exit code)."""
@@ -211,24 +205,26 @@ class BoxLiteEnvironment(PassthroughEnvironment, CleanupOffThread, BaseEnvironme
             out, _ = proc.communicate()
         return out or b"", proc.returncode
 
-    def _upload(self, pairs: list[tuple[str, str]]) -> None:
-        out, code = self._capture(["tar", "-xf", "-", "-C", "/", "--no-same-owner"], tar_transfer.pack(pairs))
+    def _checked(self, what: str, argv: list[str], stdin_data: bytes | None = None) -> bytes:
+        out, code = self._capture(argv, stdin_data)
         if code != 0:
-            raise RuntimeError(f"unpacking the Hermes files in box {self._box} failed: {out[-300:]!r}")
+            raise RuntimeError(f"{what} in box {self._box} failed (exit {code}): {out[-300:]!r}")
+        return out
+
+    def _upload(self, pairs: list[tuple[str, str]]) -> None:
+        archive = tar_transfer.pack(pairs)
+        self._checked("unpacking Hermes's files", ["tar", "-x", "-f", "-", "--no-same-owner", "-C", "/"], archive)
+
+    def _upload_one(self, host_path: str, remote_path: str) -> None:
+        self._upload([(host_path, remote_path)])
 
     def _delete_files(self, remote_paths: list[str]) -> None:
-        out, code = self._capture(["rm", "-f", "--", *remote_paths])
-        if code != 0:
-            raise RuntimeError(f"deleting synced files in box {self._box} failed: {out[-300:]!r}")
+        self._checked("deleting synced files", ["rm", "-f", "--", *remote_paths])
 
     def _download(self, dest: Path) -> None:
-        base = shlex.quote(HERMES_DIR.lstrip("/"))
-        out, code = self._capture(
-            ["bash", "-c", f"[ -d /{base} ] || exit 0; exec tar -cf - -C / --exclude='*.sock' {base}"]
-        )
-        if code != 0:
-            raise RuntimeError(f"packing the Hermes files in box {self._box} failed (exit {code})")
-        Path(dest).write_bytes(out)
+        # Members are the absolute paths without their "/", as Hermes's sync-back maps them.
+        script = 'cd / && [ -d "$1" ] || exit 0; exec tar -c -f - --exclude="*.sock" -- "$1"'
+        Path(dest).write_bytes(self._checked("packing Hermes's files", ["sh", "-c", script, "sh", HERMES_DIR[1:]]))
 
     # -- commands ------------------------------------------------------------------------
     @staticmethod
@@ -237,59 +233,69 @@ class BoxLiteEnvironment(PassthroughEnvironment, CleanupOffThread, BaseEnvironme
         return {"SHELL": "/bin/bash", "TERM": "dumb"}
 
     def _before_execute(self) -> None:
+        """Refuse after cleanup; replace a box found removed (its replacement gets every file);
+        otherwise send Hermes's changed files."""
         with self._lock:
             if self._closed:
                 raise RuntimeError(f"the box_lite environment for task {self._task_id} was cleaned up")
-            if self._replace_next:
+            replacing = self._replace_next
+            if replacing:
                 self._replace()
-                return
-        if self._sync is not None:
+        if not replacing and self._sync is not None:
             self._sync.sync()
 
     def _replace(self) -> None:
         """The previous command found the box removed: this command gets a new one."""
         self._replace_next = False
-        old = self._box
+        gone = self._box
         if self._owned and not self._persistent:
             self._box = self._task_box_name()
         self._acquire()
-        logger.info("box %s was removed outside Hermes; replaced by %s", old, self._box)
-        mark = getattr(self, "_mark_recreated", None)
-        if callable(mark):
-            mark()
+        logger.info("box %s was removed outside Hermes; this environment goes on in box %s", gone, self._box)
+        self._recreated()
+
+    def _recreated(self) -> None:
+        """A new box: Hermes tells the model so, and the box gets Hermes's files and a new session snapshot."""
+        if callable(getattr(self, "_mark_recreated", None)):  # a host feature: absent on older hosts
+            self._mark_recreated()
+        self._snapshot_ready = False  # the snapshot was in the old box's /tmp
         self._start_sync()
-        self._snapshot_ready = False
         self.init_session()
+
+    def _spawn(self, argv: list[str], payload: bytes | None) -> Any:
+        proc = self._manager.popen(
+            self._box,
+            argv,
+            env=self._box_env(),
+            cwd=HOME,
+            stdin=subprocess.DEVNULL if payload is None else subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+        self._track(proc)
+        if payload is not None:
+            proc._hermes_stdin_thread = _feed(proc, payload)
+        return proc
 
     def _run_bash(
         self, cmd_string: str, *, login: bool = False, timeout: int = 120, stdin_data: str | None = None
     ) -> Any:
-        argv = ["bash", "-l", "-c", cmd_string] if login else ["bash", "-c", cmd_string]
         payload, stdin_failed = encode_stdin(stdin_data)
-        for attempt in (1, 2):
+        argv = ["bash", *(["-l"] if login else []), "-c", cmd_string]
+        try:
+            proc = self._spawn(argv, payload)
+        except Exception as exc:
+            why = self._why_not_started(exc)
+            if why is not None:
+                return _not_started(why)
             try:
-                proc = self._manager.popen(
-                    self._box,
-                    argv,
-                    env=self._box_env(),
-                    cwd=HOME,
-                    stdin=subprocess.PIPE if payload is not None else subprocess.DEVNULL,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.STDOUT,
-                )
-            except Exception as exc:
-                refusal = self._why_not_started(exc, retry=attempt == 1)
-                if refusal is None:
-                    continue  # the box was stopped and is started again: once more
-                return _finished(refusal, 1)
-            self._track(proc)
-            if payload is not None:
-                proc._hermes_stdin_thread = _feed(proc, payload)
-            return report_stdin_error(proc, stdin_failed)
-        raise AssertionError("unreachable")
+                proc = self._spawn(argv, payload)  # in the box that was stopped and is running again
+            except Exception as again:
+                return _not_started(f"box_lite: box {self._box} started again but did not run the command: {again}")
+        return report_stdin_error(proc, stdin_failed)
 
-    def _why_not_started(self, exc: BaseException, *, retry: bool) -> str | None:
-        """Why a command did not start, after starting a stopped box once (None: try again).
+    def _why_not_started(self, exc: BaseException) -> str | None:
+        """Why a command did not start; None when the box was stopped and is started again.
 
         Never raises: Hermes runs a command again when execute() raises.
         """
@@ -297,7 +303,7 @@ class BoxLiteEnvironment(PassthroughEnvironment, CleanupOffThread, BaseEnvironme
             state = self._manager.state(self._box)
         except Exception as state_exc:
             return f"box_lite: box {self._box} did not run the command ({exc}); its state cannot be read ({state_exc})"
-        if state == "stopped" and retry:
+        if state == "stopped":
             logger.info("box %s was stopped outside Hermes; starting it again", self._box)
             try:
                 with _name_lock(self._box):
@@ -318,10 +324,11 @@ class BoxLiteEnvironment(PassthroughEnvironment, CleanupOffThread, BaseEnvironme
         return f"box_lite: box {self._box} is {state} but did not start the command: {exc}"
 
     def _track(self, proc: Any) -> None:
+        """Remember a command so cleanup ends it (finished ones are let go now and then)."""
         with self._lock:
-            self._commands.append(proc)
-            if len(self._commands) > _MAX_TRACKED:
+            if len(self._commands) >= _MAX_TRACKED:
                 self._commands = [p for p in self._commands if p.poll() is None]
+            self._commands.append(proc)
 
     # -- teardown ------------------------------------------------------------------------
     def cleanup(self, force_remove: bool = False) -> None:
@@ -332,34 +339,34 @@ class BoxLiteEnvironment(PassthroughEnvironment, CleanupOffThread, BaseEnvironme
             if self._closed or not hasattr(self, "_box"):
                 return
             self._closed = True
-            commands, self._commands = self._commands, []
-        for proc in commands:
-            if proc.poll() is None:
-                try:
-                    proc.kill()
-                except Exception:
-                    pass
+            running, self._commands = [p for p in self._commands if p.poll() is None], []
+        for proc in running:
+            with contextlib.suppress(Exception):
+                proc.kill()
         try:
             state = self._manager.state(self._box)
         except Exception:
             state = "unknown"
         if state is None:
-            return  # already gone: counts as removed
-        if self._sync is not None and state == "running":
+            return  # removed already: nothing left to release
+        if state == "running" and self._sync is not None:
             self._sync.sync_back()
-        if not self._owned:
+        if self._owned:
+            self._release(state, remove=force_remove or not self._persistent)
+
+    def _release(self, state: str, *, remove: bool) -> None:
+        """Remove this environment's task box (by its own name), or stop it; a failure is logged and
+        leaves the environment open, so a later cleanup tries again."""
+        action = self._manager.remove if remove else self._manager.stop if state == "running" else None
+        if action is None:
             return
-        with _name_lock(self._box):
-            try:
-                if self._persistent and not force_remove:
-                    if state == "running":
-                        _patiently(self._manager.stop, self._box)
-                    return
-                _patiently(self._manager.remove, self._box)  # only this environment's box, by its own name
-            except Exception as exc:
-                logger.warning("box_lite: cleanup of box %s failed; a later cleanup retries: %s", self._box, exc)
-                with self._lock:
-                    self._closed = False
+        try:
+            with _name_lock(self._box):
+                _patiently(action, self._box)
+        except Exception as exc:
+            logger.warning("box_lite: releasing box %s failed; a later cleanup tries again: %s", self._box, exc)
+            with self._lock:
+                self._closed = False
 
     def wait_for_cleanup(self, timeout: float = 15.0) -> None:
         self.cleanup()
