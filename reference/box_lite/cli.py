@@ -165,13 +165,16 @@ def cmd_stop(ctx: Context, args: argparse.Namespace) -> int:
     from reference.box_lite.doctor import write_stop_marker
 
     name = ctx.known(args.name)
-    state = ctx.manager.state(name)
-    if state == "stopped":
-        note(f"{name} is already stopped")
-        return 0
-    if state == "running":
-        write_stop_marker(ctx.manager, ctx.home, name)
-    ctx.manager.stop(name)
+    # One hold of the lock (re-entrant in this process) for the marker and the stop: a save reading
+    # /data meanwhile makes this fail at once instead of writing into what it archives.
+    with ctx.manager.lock(name, "stop"):
+        state = ctx.manager.state(name)
+        if state == "stopped":
+            note(f"{name} is already stopped")
+            return 0
+        if state == "running":
+            write_stop_marker(ctx.manager, ctx.home, name)
+        ctx.manager.stop(name)
     note(f"stopped {name}; its /data is kept")
     return 0
 
@@ -234,13 +237,14 @@ def cmd_doctor(ctx: Context, args: argparse.Namespace) -> int:
 
 
 def cmd_repair(ctx: Context, args: argparse.Namespace) -> int:
-    name = ctx.known(args.name)
     from reference.box_lite.doctor import write_stop_marker
 
-    ctx.manager.refresh_assets(name)
+    name = ctx.known(args.name)
+    with ctx.manager.lock(name, "repair"):
+        ctx.manager.refresh_assets(name)
+        if ctx.manager.state(name) == "running":
+            write_stop_marker(ctx.manager, ctx.home, name)  # /data as it is now is the durability baseline
     publish_manifest(ctx.home)
-    if ctx.manager.state(name) == "running":
-        write_stop_marker(ctx.manager, ctx.home, name)  # /data as it is now is the durability baseline
     note(f"refreshed managed assets and wiring of {name}; /data kept")
     return _doctor(ctx, name, as_json=False)
 
