@@ -195,10 +195,8 @@ def _prunes(root: str, tmp: str) -> str:
     return wt.prune_expression(extra)
 
 
-def _require_tools(probe: Probe, *, verify: bool) -> None:
+def _require_tools(probe: Probe) -> None:
     missing = probe.missing()
-    if not verify:
-        missing = [m for m in missing if m not in ("sha256sum",)]
     if missing:
         raise SandboxToolsMissing(
             f"the sandbox lacks what a workspace transfer needs: {', '.join(missing)}",
@@ -254,7 +252,7 @@ def tree_of(env: Any, path: str | None = None) -> wt.Tree:
     shell = SandboxShell(env)
     probe = shell.probe()
     try:
-        _require_tools(probe, verify=True)
+        _require_tools(probe)
         return _sandbox_tree(shell, _resolve_root(path, probe), probe, Progress())
     finally:
         _remove_tmp(shell, probe)
@@ -279,7 +277,7 @@ def save(
     shell = SandboxShell(env)
     probe = shell.probe()
     try:
-        _require_tools(probe, verify=verify)
+        _require_tools(probe)
         root = _resolve_root(path, probe)
         compressed = "gzip" in probe.tools
         pack = f"{probe.tmp}/pack"
@@ -410,7 +408,7 @@ def _restore(
     shell = SandboxShell(env)
     probe = shell.probe()
     try:
-        _require_tools(probe, verify=verify)
+        _require_tools(probe)
         root = _resolve_root(path, probe)
         replaced = _check_destination(shell, root, probe, force=force)
         compressed = "gzip" in probe.tools
@@ -452,6 +450,10 @@ def _check_destination(shell: SandboxShell, root: str, probe: Probe, *, force: b
             fix="give a directory (or a path that does not exist yet) with --path",
         )
     if out == "dir 1":
+        if force and root == "/":
+            raise WorkspaceError(
+                "--force would empty the sandbox's root directory /", fix="load into a directory of its own (--path)"
+            )
         if not force:
             raise DestinationNotEmpty(f"the destination {root} in the sandbox is not empty")
         return True

@@ -21,7 +21,7 @@ import hashlib
 import secrets
 import shlex
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from conformance.errors import KitError
@@ -72,6 +72,7 @@ class Reply:
     out: str  # what the step printed between the fences
     err: str  # its stderr (the first 2000 bytes)
     complete: bool  # both fences seen and the backend reported no truncation
+    code: int | None = None  # execute()'s own returncode (124: timed out, 130: interrupted)
 
 
 @dataclass
@@ -82,9 +83,6 @@ class Probe:
     home: str
     base: str  # the environment's working directory
     tmp: str  # a fresh temp directory in the sandbox, for this transfer
-    kind: str = "missing"  # what the workspace path is: dir, link, other, missing
-    entries: int = 0  # entries in it, Hermes's own aside (0 or 1: "is it empty")
-    extra: dict[str, str] = field(default_factory=dict)
 
     def missing(self, *optional: str) -> list[str]:
         needed = [t for t in REQUIRED_TOOLS if t not in self.tools]
@@ -140,7 +138,7 @@ class SandboxShell:
         opened = output.find(start + "\n")
         closed = output.rfind("\n" + end + " ")
         if opened < 0 or closed < opened:
-            return Reply(code if isinstance(code, int) else -1, "", output[-2000:], False)
+            return Reply(code if isinstance(code, int) else -1, "", output[-2000:], False, code)
         tail = output[closed + len(end) + 2 :]
         rc_text, _, err = tail.partition("\n")
         try:
@@ -148,14 +146,22 @@ class SandboxShell:
         except ValueError:
             rc = code if isinstance(code, int) else -1
         complete = "output_total_chars" not in result
-        return Reply(rc, output[opened + len(start) + 1 : closed], err.strip(), complete)
+        return Reply(rc, output[opened + len(start) + 1 : closed], err.strip(), complete, code)
 
     def check(self, body: str, what: str, *, stdin: str | None = None, timeout: int = STEP_TIMEOUT) -> str:
         """Run a step that must succeed; its payload, or TransferFailed naming ``what``."""
         reply = self.step(body, stdin=stdin, timeout=timeout)
         if reply.rc != 0 or not reply.complete:
             said = reply.err or reply.out[-500:] or "no output"
-            status = f"exit status {reply.rc}" if reply.complete else "its output was cut off"
+            status = (
+                f"exit status {reply.rc}"
+                if reply.complete
+                else f"it did not finish within {timeout}s"
+                if reply.code == 124
+                else "it was interrupted"
+                if reply.code == 130
+                else "its output was cut off"
+            )
             raise TransferFailed(f"{what} failed in the sandbox ({status})", why=said)
         return reply.out
 
