@@ -148,6 +148,14 @@ class SandboxShell:
         complete = "output_total_chars" not in result
         return Reply(rc, output[opened + len(start) + 1 : closed], err.strip(), complete, code)
 
+    def chunk_step(self, body: str, *, stdin: str | None = None) -> Reply:
+        """A step that moves one chunk: a backend error counts as a chunk that did not arrive (a
+        service may refuse a request it finds too large), so the caller retries it smaller."""
+        try:
+            return self.step(body, stdin=stdin, timeout=300)
+        except TransferFailed as exc:
+            return Reply(-1, "", exc.why or exc.what, False)
+
     def check(self, body: str, what: str, *, stdin: str | None = None, timeout: int = STEP_TIMEOUT) -> str:
         """Run a step that must succeed; its payload, or TransferFailed naming ``what``."""
         reply = self.step(body, stdin=stdin, timeout=timeout)
@@ -218,13 +226,14 @@ class SandboxShell:
                 f"printf '%s %s\\n' \"$(wc -c < {scratch})\" \"$(sha256sum < {scratch} | cut -d ' ' -f 1)\"\n"
                 f"base64 < {scratch}"
             )
-            data = self._chunk_out(self.step(body, timeout=300), want)
+            reply = self.chunk_step(body)
+            data = self._chunk_out(reply, want)
             if data is None:
                 if not chunk.shrink():
                     raise TransferFailed(
                         f"could not read {path} out of the sandbox intact: even {MIN_CHUNK} bytes per command "
                         "came back short or altered",
-                        why="the backend's output loses or changes what a command prints",
+                        why=reply.err or "the backend's output loses or changes what a command prints",
                         fix="fix the backend's execute() output (the kit's certify shows which clause fails)",
                     )
                 self.retries += 1
@@ -306,7 +315,7 @@ class Appender:
             f"wc -c < {target}"
         )
         encoded = base64.encodebytes(piece).decode("ascii")
-        reply = self.shell.step(body, stdin=encoded, timeout=300)
+        reply = self.shell.chunk_step(body, stdin=encoded)
         if reply.complete and reply.rc == 6:
             raise TransferFailed(
                 f"could not append to {self.path} in the sandbox", why=reply.err or "cat failed (is its disk full?)"

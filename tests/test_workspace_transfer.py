@@ -353,7 +353,8 @@ def test_an_interrupted_transfer_leaves_no_archive_no_partial_workspace_and_no_t
 
 class Capped:
     """A backend whose output keeps only the first 40 % and the last 60 % of ``cap`` characters, as
-    Hermes's bounded capture does, and whose commands accept at most ``stdin_cap`` characters of stdin."""
+    Hermes's bounded capture does, and whose service refuses a command with more than ``stdin_cap``
+    characters of stdin."""
 
     def __init__(self, env: Any, cap: int, stdin_cap: int) -> None:
         self.env, self.cap, self.stdin_cap = env, cap, stdin_cap
@@ -363,7 +364,7 @@ class Capped:
         self.executes += 1
         stdin = kwargs.get("stdin_data")
         if stdin is not None and len(stdin) > self.stdin_cap:
-            return {"output": "bash: argument list too long", "returncode": 126}
+            raise RuntimeError("413 Request Entity Too Large")  # as a service refuses an oversized request
         result = dict(self.env.execute(command, **kwargs))
         text = result["output"]
         if len(text) > self.cap:
