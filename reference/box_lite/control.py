@@ -318,7 +318,7 @@ def interact(command: BoxCommand, stdin: int = 0, stdout: int = 1) -> int:
         resize()
         with contextlib.suppress(ValueError):  # not the main thread: no resizing
             previous = signal.signal(signal.SIGWINCH, resize)
-        ttymod.setraw(stdin)
+        ttymod.setraw(stdin, termios.TCSANOW)  # keep what was typed ahead
     try:
         inputs = [master, stdin]
         while True:
