@@ -27,7 +27,9 @@ its init sees the control socket close and exits, and the kernel ends every
 process of its PID namespace.
 
 Arguments: ``--box-dir D`` (the box's persistent directory: data/, tmp/,
-managed/, box.json), ``--run-dir R`` (its runtime files), ``--ready-fd N``
+managed/, box.json) and ``--run-dir R`` (its runtime files), or ``--home H``
+for both under a relocated home (the box manager passes the two directories,
+which also serves XDG homes), ``--ready-fd N``
 (optional: a pipe the daemon writes ``ok`` or the reason it failed to, then
 closes) and the box name.  It imports little (the engine and the standard
 library), so a box starts in a fraction of a second.
@@ -500,12 +502,19 @@ def _arguments(argv: list[str]) -> tuple[str, Path, Path, int]:
     rest: list[str] = []
     it = iter(argv)
     for arg in it:
-        if arg in ("--box-dir", "--run-dir", "--ready-fd"):
+        if arg in ("--box-dir", "--run-dir", "--ready-fd", "--home"):
             options[arg] = next(it, "")
         else:
             rest.append(arg)
+    if len(rest) == 1 and options.get("--home") and not (options.get("--box-dir") or options.get("--run-dir")):
+        from reference.box_lite.paths import BoxHome
+
+        home = BoxHome.at(options["--home"])
+        options.update({"--box-dir": str(home.box_dir(rest[0])), "--run-dir": str(home.run_dir(rest[0]))})
     if len(rest) != 1 or not options.get("--box-dir") or not options.get("--run-dir"):
-        raise SystemExit("usage: python -m reference.box_lite.daemon --box-dir D --run-dir R [--ready-fd N] NAME")
+        raise SystemExit(
+            "usage: python -m reference.box_lite.daemon (--home H | --box-dir D --run-dir R) [--ready-fd N] NAME"
+        )
     ready = int(options.get("--ready-fd") or -1)
     return rest[0], Path(options["--box-dir"]), Path(options["--run-dir"]), ready
 
