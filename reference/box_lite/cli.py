@@ -27,14 +27,14 @@ from types import FrameType
 from typing import IO, TYPE_CHECKING, Any
 
 from reference.box_lite.errors import BadInput, BoxError, BoxInterrupted, BoxNotFound
-from reference.box_lite.paths import BoxHome, check_name
+from reference.box_lite.paths import HOME_INSIDE, WORKSPACE_INSIDE, BoxHome, check_name
 from reference.box_lite.settings import Settings, default_file_text
 
 if TYPE_CHECKING:
     from reference.box_lite.boxes import BoxManager
 
 PROG = "hermes-box"
-WORKSPACE = "/home/agent/workspace"
+WORKSPACE = WORKSPACE_INSIDE
 
 
 class Context:
@@ -179,10 +179,19 @@ def cmd_stop(ctx: Context, args: argparse.Namespace) -> int:
     return 0
 
 
+def box_home_path(arg: str) -> str:
+    """An argument that reached us still reading ``~`` or ``~/...`` was quoted so that the box's home is
+    meant, as a remote shell would read it: it names /home/agent, never the caller's home."""
+    if arg == "~" or arg.startswith("~/"):
+        return HOME_INSIDE + arg[1:]
+    return arg
+
+
 def cmd_exec(ctx: Context, args: argparse.Namespace) -> int:
     argv = list(args.after_dashes if args.after_dashes is not None else args.argv)
     if not argv:
         raise BadInput("exec needs a command", "nothing follows the box name", f"run `{PROG} exec NAME -- CMD ARGS...`")
+    argv = [box_home_path(arg) for arg in argv]
     env = _env_pairs(args.env)
     if args.tty and not os.isatty(0):
         raise BadInput("exec --tty needs a terminal", "its standard input is not a terminal", "leave out --tty")
@@ -473,7 +482,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cwd", default=WORKSPACE, help=f"directory inside the box (default {WORKSPACE})")
     p.add_argument("--env", action="append", metavar="KEY=VALUE", help="extra environment variable (repeatable)")
     p.add_argument("-t", "--tty", action="store_true", help="give the command a terminal (stdin must be one)")
-    p.add_argument("argv", nargs="*", metavar="-- CMD ...", help="the command and its arguments, after --")
+    p.add_argument(
+        "argv",
+        nargs="*",
+        metavar="-- CMD ...",
+        help="the command and its arguments, after --; a quoted ~/ means the box's home",
+    )
 
     p = add("stop", cmd_stop, "stop every process of the box, keeping its state")
     p.add_argument("name")

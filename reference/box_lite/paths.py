@@ -26,6 +26,9 @@ from reference.box_lite.errors import BadInput
 
 APP = "hermes-box"
 HOME_ENV = "HERMES_BOX_HOME"
+# Inside every box: the box user's home (a part of /data) and its workspace.
+HOME_INSIDE = "/home/agent"
+WORKSPACE_INSIDE = HOME_INSIDE + "/workspace"
 
 NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 

@@ -70,7 +70,7 @@ def test_the_seed_workflow(hermes_box: HermesBox, box_home: Path, tmp_path: Path
     assert "data/home/workspace/f" in listing
 
     hermes_box("load", str(archive), "beta")
-    shown = hermes_box("exec", "beta", "--", "cat", "/home/agent/workspace/f")
+    shown = hermes_box("exec", "beta", "--", "cat", "~/workspace/f")
     assert shown.stdout == "precious\n"
     assert hermes_box("exec", "beta", "--", "sh", "-c", "cat ~/workspace/f").stdout == "precious\n"
 
