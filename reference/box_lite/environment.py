@@ -163,8 +163,8 @@ class BoxLiteEnvironment(PassthroughEnvironment, CleanupOffThread, BaseEnvironme
     def _broken_text(self, consequence: str) -> str:
         return (
             f"box {self._box} is broken (the error state: its daemon ended without a stop, or its files and the "
-            f"registry disagree); {consequence}. Run `hermes-box doctor {self._box}`, then `hermes-box stop "
-            f"{self._box}` and `hermes-box start {self._box}`, or `hermes-box rm {self._box}` to start over"
+            f"registry disagree); {consequence}. See `hermes-box doctor {self._box}`, then start it again with "
+            f"`hermes-box start {self._box}` (its /data is kept), or remove it with `hermes-box rm {self._box}`"
         )
 
     # -- file sync -----------------------------------------------------------------------
