@@ -579,9 +579,56 @@ def _fake_note(run: Any, args: Any) -> None:
         )
 
 
-def _create(run: Any, task: str) -> Any:
-    """The task's environment as Hermes makes a persistent one: save finds the task's sandbox, load keeps it."""
-    return run.create(task, persistent=True, track=True)
+def _hermes_home(args: Any) -> Path | None:
+    """The Hermes home the backend sees: --hermes-home; with --live the user's own (HERMES_HOME, else
+    ~/.hermes), so the backend reads the user's terminal settings and reaches the sandbox the user's
+    Hermes uses for the task; None (the run's private home) for a fake."""
+    if args.hermes_home:
+        return Path(args.hermes_home).expanduser().resolve()
+    if args.live:
+        return Path(os.environ.get("HERMES_HOME") or "~/.hermes").expanduser()
+    return None
+
+
+class _Backend:
+    """One command's backend: the kit's run (started on first use), the Hermes home it sees, the
+    task's environment; everything undone by ``stack`` in order (environment, home, run)."""
+
+    def __init__(self, args: Any, stack: contextlib.ExitStack) -> None:
+        self.args, self.stack = args, stack
+        self.home = _hermes_home(args)  # read before the run sets its own HERMES_HOME
+
+    def environment(self) -> Any:
+        """The task's environment as Hermes makes a persistent one: save finds the task's sandbox,
+        load leaves it in place."""
+        run = self.stack.enter_context(_kit_run(self.args))
+        _fake_note(run, self.args)
+        if self.home is not None:
+            self._use_home(run, self.home)
+        env = run.create(self.args.task, persistent=True, track=False)
+        self.stack.callback(run.release, env)
+        return env
+
+    def _use_home(self, run: Any, home: Path) -> None:
+        import yaml
+
+        private = os.environ.get("HERMES_HOME")
+        os.environ["HERMES_HOME"] = str(home)
+        self.stack.callback(_put_back, "HERMES_HOME", private)
+        try:
+            data = yaml.safe_load((home / "config.yaml").read_text("utf-8")) or {}
+        except (OSError, yaml.YAMLError):
+            data = {}
+        terminal = data.get("terminal") if isinstance(data, dict) else None
+        for key, value in (terminal if isinstance(terminal, dict) else {}).items():
+            run.terminal_config.setdefault(key, value)  # --backend-config's terminal keys win
+
+
+def _put_back(name: str, value: str | None) -> None:
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
 
 
 def _describe(figures: Figures) -> str:
@@ -628,9 +675,8 @@ def _save_command(args: Any) -> int:
     archive_io.check_new_output(out)
     passphrase = archive_io.obtain_passphrase(confirm=True)
     progress = progress_for()
-    with archive_io.withheld_from_children(), _kit_run(args) as run:
-        _fake_note(run, args)
-        env = _create(run, args.task)
+    with archive_io.withheld_from_children(), contextlib.ExitStack() as stack:
+        env = _Backend(args, stack).environment()
         result = save(
             env,
             out,
@@ -641,6 +687,14 @@ def _save_command(args: Any) -> int:
             progress=progress,
         )
     print(f"saved {result.root} of task {args.task} on {args.backend} to {result.out}")
+    if not result.tree.entries:
+        print(
+            f"note: the workspace is empty. If files were expected, the backend made a new sandbox for task "
+            f"{args.task} in this command: a fake started by the command is new, a backend may name a task's "
+            "sandbox by the Hermes home (--hermes-home) or never reattach to another process's sandbox "
+            "(docs/workspace-transfer.md)",
+            file=sys.stderr,
+        )
     print(f"  {result.tree.summary()}" + ("; verified against the sandbox" if result.verified else "; not verified"))
     if result.skipped:
         print(f"  left out (not files, dirs or links): {', '.join(result.skipped[:5])}")
@@ -654,17 +708,11 @@ def _load_command(args: Any) -> int:
     passphrase = archive_io.obtain_passphrase(confirm=False)
     progress = progress_for()
     with archive_io.withheld_from_children(), contextlib.ExitStack() as stack:
-
-        def environment() -> Any:
-            # Called once the archive has passed validation: a refused archive starts no backend.
-            run = stack.enter_context(_kit_run(args))
-            _fake_note(run, args)
-            return _create(run, args.task)
-
+        backend = _Backend(args, stack)  # started only once the archive has passed validation
         result = load(
             archive,
             passphrase,
-            environment,
+            backend.environment,
             path=args.path,
             force=args.force,
             verify=not args.no_verify,
@@ -719,6 +767,13 @@ def add_parser(sub: Any) -> None:
             "--fake-control",
             metavar="ADDRESS",
             help="use the fake started with `fake serve` at this control address (its sandboxes outlive the command)",
+        )
+        p.add_argument(
+            "--hermes-home",
+            metavar="DIR",
+            help="the Hermes home the backend sees (its config.yaml terminal settings, the files Hermes "
+            "syncs); default with --live: $HERMES_HOME or ~/.hermes, as your Hermes sees it; "
+            "otherwise a private one",
         )
         p.add_argument("--host", default="auto", choices=["auto", "builtin", "hermes"], help=argparse.SUPPRESS)
         p.add_argument("--no-verify", action="store_true", help="skip listing and hashing the tree in the sandbox")

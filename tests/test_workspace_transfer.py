@@ -474,9 +474,12 @@ def test_cli_load_then_save_through_a_served_fake_gives_back_the_same_tree(tmp_p
     archive = tmp_path / "made-here.tar.gz.gpg"
     archives.write_tree(tree, archive, kind="workspace", name="made-here", passphrase=PASSPHRASE)
     digest = ws.archive_io.read_tree(archive, PASSPHRASE).digest()
-    proc, control = _serve("upstash", tmp_path / "fake")
+    proc, control = _serve("cloudflare", tmp_path / "fake")
+    home = tmp_path / "hermes-home"  # cloudflare_sandbox names a task's workspace by the Hermes home and the task
+    home.mkdir()
     try:
-        common = ["--backend", "upstash_box", "--task", "kit-ws-cli", "--fake-control", control]
+        common = ["--backend", "cloudflare_sandbox", "--task", "kit-ws-cli", "--fake-control", control]
+        common += ["--hermes-home", home]
         secret = {"BOX_PASSPHRASE": "correct horse battery staple"}
         loaded = _cli("workspace", "load", archive, *common, env=secret)
         assert loaded.returncode == 0, loaded.stderr
