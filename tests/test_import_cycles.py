@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("conformance", "fakes", "reference")
+PACKAGES = ("conformance", "fakes", "reference", "isolation", "archives")
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("conformance", "fakes", "reference", "isolation", "tests", "docs")
+PACKAGES = ("conformance", "fakes", "reference", "isolation", "archives", "tests", "docs")
 SUFFIXES = {".py", ".md", ".ts", ".yaml", ".toml"}
 # "issue 7" not preceded by "Hermes " and not part of a list of Hermes issue numbers (5+ digits).
 PROJECT_ISSUE = re.compile(r"(?<!Hermes )\bissues? #?\d{1,3}\b(?!\d)", re.IGNORECASE)
