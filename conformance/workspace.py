@@ -289,7 +289,7 @@ def save(
         fetched = progress.phase("fetching the workspace", meta["size"])
         reader = io.BufferedReader(_ChunkReader(shell.iter_file(pack, meta["size"], meta["sha"], fetched)))
         stream: Any = gzip.GzipFile(fileobj=reader, mode="rb") if compressed else reader
-        archive_io.write_workspace(out, stream, name=name, passphrase=passphrase)
+        payload = archive_io.write_workspace(out, stream, name=name, passphrase=passphrase)
         tree, verified = expected if expected is not None else wt.Tree(), False
         if expected is not None:
             progress.phase("checking the archive")
@@ -306,7 +306,7 @@ def save(
         skipped = list(expected.skipped) if expected is not None else []
         if not skipped and meta["special"]:
             skipped = [f"{meta['special']} socket(s), FIFO(s) or device(s)"]
-        figures = _figures(shell, tree.file_bytes, meta["size"], started, compressed)
+        figures = _figures(shell, payload, meta["size"], started, compressed)
         return SaveResult(out, root, tree, verified, skipped, figures)
     finally:
         _remove_tmp(shell, probe)
@@ -687,7 +687,7 @@ def _save_command(args: Any) -> int:
             progress=progress,
         )
     print(f"saved {result.root} of task {args.task} on {args.backend} to {result.out}")
-    if not result.tree.entries:
+    if result.verified and not result.tree.entries:
         print(
             f"note: the workspace is empty. If files were expected, the backend made a new sandbox for task "
             f"{args.task} in this command: a fake started by the command is new, a backend may name a task's "
@@ -695,7 +695,11 @@ def _save_command(args: Any) -> int:
             "(docs/workspace-transfer.md)",
             file=sys.stderr,
         )
-    print(f"  {result.tree.summary()}" + ("; verified against the sandbox" if result.verified else "; not verified"))
+    print(
+        f"  {result.tree.summary()}; verified against the sandbox"
+        if result.verified
+        else "  not verified (--no-verify)"
+    )
     if result.skipped:
         print(f"  left out (not files, dirs or links): {', '.join(result.skipped[:5])}")
     print(f"  {_describe(result.figures)}")
