@@ -9,7 +9,7 @@ import secrets
 
 import pytest
 
-from conformance.checks._support import locate, out, rc, run
+from conformance.checks._support import locate, not_applicable, out, rc, run
 
 DUMP = "env; echo ---; cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n'"
 
@@ -118,7 +118,8 @@ def test_credentials_never_reach_the_logs(kit):
 @pytest.mark.clause("env.secret-scope")
 def test_credential_comes_from_the_secret_scope(kit, monkeypatch):
     var = getattr(kit.fake, "credential_var", None)
-    assert var, "the fake service names no credential variable"
+    if not var:  # a backend with no account (box_lite's boxes are made on this machine)
+        not_applicable("the backend authenticates with no credential: its fake issues none")
     scope = importlib.import_module("agent.secret_scope")
     scoped = os.environ[var]
     monkeypatch.setenv(var, "kit-decoy-" + secrets.token_hex(8))
