@@ -26,12 +26,11 @@ import subprocess
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from tools.environments.base import BaseEnvironment
 from tools.environments.base_output import _ThreadedProcessHandle
 
-from reference.box_lite.provider import PASSPHRASE_VAR, BoxSettings
 from reference.common import tar_transfer
 from reference.common.errors import ConnectionErrors
 from reference.common.finalize import CleanupOffThread
@@ -55,6 +54,19 @@ connection_error = ConnectionErrors("box_lite", "run `hermes-box ls` and `hermes
 # remove the same box at once (other processes are kept apart by the box manager's own lock).
 _NAMES_LOCK = threading.Lock()
 _NAME_LOCKS: dict[str, threading.Lock] = {}
+
+
+class Settings(Protocol):
+    """What an environment is made with (the provider's BoxSettings)."""
+
+    @property
+    def box(self) -> str | None: ...  # a configured box, used as is; None: one box per task
+
+    @property
+    def persistent(self) -> bool: ...
+
+    @property
+    def network(self) -> bool | None: ...  # None: box.env's NETWORK
 
 
 def _name_lock(name: str) -> threading.Lock:
@@ -95,10 +107,18 @@ def _feed(proc: Any, payload: bytes) -> threading.Thread:
 
 
 class BoxLiteEnvironment(PassthroughEnvironment, CleanupOffThread, BaseEnvironment):
-    passthrough_blocked = frozenset({PASSPHRASE_VAR})
-
-    def __init__(self, *, manager: Any, settings: BoxSettings, task_id: str, cwd: str, timeout: int):
+    def __init__(
+        self,
+        *,
+        manager: Any,
+        settings: Settings,
+        task_id: str,
+        cwd: str,
+        timeout: int,
+        blocked: frozenset[str] = frozenset(),
+    ):
         self._manager, self._settings, self._task_id = manager, settings, task_id
+        self.passthrough_blocked = blocked  # never forwarded into the box, whatever the passthrough list says
         self._owned = settings.box is None  # a configured box belongs to the user
         # The prompt-time probe never keeps or reuses a task box.
         self._persistent = settings.persistent and not (self._owned and task_id == PROBE_TASK_ID)

@@ -183,6 +183,7 @@ class BoxLiteProvider(ReferenceProvider):
             task_id=task_id,
             cwd=cwd or self.default_cwd,
             timeout=timeout,
+            blocked=self.strip_env_keys,
         )
 
 
