@@ -24,7 +24,6 @@ import contextlib
 import logging
 import subprocess
 import threading
-import time
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -37,6 +36,7 @@ from reference.common.finalize import CleanupOffThread
 from reference.common.naming import sandbox_name
 from reference.common.passthrough import PassthroughEnvironment
 from reference.common.plugin import PROBE_TASK_ID
+from reference.common.retry import RATE_LIMITED_ATTEMPTS, retry
 from reference.common.stdin import encode_stdin, report_stdin_error
 
 logger = logging.getLogger("reference.box_lite")
@@ -45,7 +45,6 @@ PREFIX = "hermes"
 HOME = "/home/agent"
 HERMES_DIR = f"{HOME}/.hermes"
 TRANSFER_TIMEOUT_S = 300.0
-LOCK_WAIT_S = 20.0  # how long a start, stop or remove waits while another process holds the box's lock
 _MAX_TRACKED = 256
 
 connection_error = ConnectionErrors("box_lite", "run `hermes-box ls` and `hermes-box doctor NAME` to see the box")
@@ -75,18 +74,16 @@ def _name_lock(name: str) -> threading.Lock:
 
 
 def _patiently(action: Any, name: str, **kwargs: Any) -> Any:
-    """``action(name, **kwargs)``, tried again while another process (``hermes-box save``, say) holds the
-    box's lock, for up to LOCK_WAIT_S; then the BoxLocked naming the holder."""
+    """``action(name, **kwargs)``; while another process holds the box's lock (a ``hermes-box save``, say)
+    the call was refused before it did anything, so it is asked again on the common budget for refusals
+    (reference.common.retry); then the BoxLocked naming the holder."""
     from reference.box_lite.errors import BoxLocked
 
-    deadline = time.monotonic() + LOCK_WAIT_S
-    while True:
-        try:
-            return action(name, **kwargs)
-        except BoxLocked:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.1)
+    return retry(
+        lambda: action(name, **kwargs),
+        attempts=RATE_LIMITED_ATTEMPTS,
+        retryable=lambda exc: isinstance(exc, BoxLocked),
+    )
 
 
 def _not_started(why: str) -> _ThreadedProcessHandle:

@@ -190,3 +190,39 @@ def test_the_archive_passphrase_never_reaches_a_box(create, provider, terminal, 
     assert "BOX_PASSPHRASE" in provider.strip_env_keys
     text = out(create("secret").execute("env; cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n'"))
     assert "kit-passphrase-5f1e" not in text and "BOX_PASSPHRASE" not in text
+
+
+def test_a_box_locked_by_another_command_is_asked_again_then_named(create, manager, box_home, monkeypatch):
+    import subprocess
+    import sys
+
+    from reference.common import retry
+
+    env = create("locked", persistent=True)
+    name = env.box_name
+    env.cleanup()  # stopped: the next environment must start it, which takes the lock
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys\n"
+            "from reference.box_lite.locks import BoxLock\n"
+            "from reference.box_lite.paths import BoxHome\n"
+            f"with BoxLock(BoxHome.at({str(box_home)!r}), {name!r}, 'save'):\n"
+            "    print('held', flush=True)\n"
+            "    sys.stdin.read()\n",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        monkeypatch.setattr(retry, "BACKOFF_S", 0.001)  # the number of attempts is the point, not the pauses
+        with pytest.raises(connection_error()) as raised:
+            create("locked", persistent=True)
+        assert f"PID {holder.pid}" in str(raised.value) and "save" in str(raised.value)
+        assert manager.state(name) == "stopped"
+    finally:
+        holder.communicate("", timeout=30)
+    assert out(create("locked", persistent=True).execute("echo started")) == "started"
