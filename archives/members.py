@@ -50,6 +50,17 @@ def describe_bytes(count: int) -> str:
     return f"{count} bytes"
 
 
+def link_escape(rel: str, target: str) -> str | None:
+    """How a symbolic link at ``rel`` (relative to the tree's root) to ``target`` would leave the tree:
+    "absolute" (an empty target counts), "outside" (resolved from the link's directory, it climbs out
+    of the root), or None when it stays inside.  The rule for writing, reading and for a caller that
+    checks a tree before archiving it."""
+    if not target or target.startswith("/"):
+        return "absolute"
+    resolved = posixpath.normpath(posixpath.join(posixpath.dirname(rel), target))
+    return "outside" if resolved == ".." or resolved.startswith("../") else None
+
+
 def normalize(name: str) -> str:
     """A member name without leading ``./``, empty or ``.`` components and trailing ``/``."""
     absolute = name.startswith("/")
@@ -171,15 +182,15 @@ class Checker:
                 )
 
     def _check_symlink(self, rel: str, target: str, shown: str) -> None:
-        if not target or target.startswith("/"):
+        escape = link_escape(rel, target)
+        if escape == "absolute":
             raise EscapingLink(
                 shown,
                 f"the symbolic link {shown!r} points to the absolute path {target!r}",
                 "a restored link must stay inside the archived tree; an absolute target could reach the host",
                 "make the link relative to a path inside the tree, or remove it before archiving",
             )
-        resolved = posixpath.normpath(posixpath.join(posixpath.dirname(rel), target))
-        if resolved == ".." or resolved.startswith("../"):
+        if escape == "outside":
             raise EscapingLink(
                 shown,
                 f"the symbolic link {shown!r} points outside the archived tree ({target!r})",
