@@ -2,11 +2,15 @@
 
 The archive format is ``archives`` (OpenPGP AES-256 of a gzipped tar, ``manifest.json`` then
 ``data/``); a box's /data is the payload, so ``~/workspace/f`` is ``data/home/workspace/f``.
+A box's backups are ``backups/NAME-<UTC time>.tar.gz.gpg`` (``-2``, ``-3``... for more in one
+second); ``latest_backup`` is the one reading of those names.
 
 - ``save`` takes the box's lock, freezes the box's processes while its /data is read (a stopped
   box needs nothing), writes ``backups/NAME-<UTC time>.tar.gz.gpg`` (or ``out``; an existing file
   is never replaced), then decrypts and lists the written archive to verify it; an archive that
-  fails verification, or a save that is interrupted, leaves no file.
+  fails verification, or a save that is interrupted, leaves no file.  A symbolic link that is
+  absolute or leads out of /data cannot be archived (load would refuse it): save names such links
+  and how to fix them, and ``unsaveable_links`` lists them beforehand (the doctor warns).
 - ``load`` decrypts and validates the whole archive before any box exists; only then does the
   box manager create the box, whose ``populate`` step restores the archive into the new, empty
   /data with fail-fast extraction; provisioning then refreshes the managed assets.  On any
@@ -19,10 +23,10 @@ No plaintext is ever written to a temporary file: the tar.gz streams between gpg
 process through pipes; the only partial files are ciphertext (mode 0600, removed on failure),
 the box's own /data, and the extraction directory (removed on failure).
 
-Signals: the first HUP, INT or TERM raises ``BoxInterrupted`` (exit 128+N) wherever the work is;
-later ones are noted and ignored so the cleanup runs to its end.  The requests that freeze and
-thaw the box run with those signals held (delivered right after), so a signal cannot leave the
-box frozen.
+Signals (``interrupts.Interrupts``): the first HUP, INT or TERM raises ``BoxInterrupted`` (exit
+128+N) wherever the work is; later ones are noted so the cleanup runs to its end.  Archive errors
+become the box manager's: a refused input is ``ArchiveRefused`` (exit 2), a failure here (gpg
+missing or failing, /data unreadable) a ``BoxError`` (exit 1).
 
 For tests, ``HERMES_BOX_TEST_PAUSE=STAGE`` makes the operation stop at that named stage (it says
 ``hermes-box: paused at STAGE`` on stderr) until a signal arrives or a minute passes; the stages
@@ -31,26 +35,31 @@ are listed in ``STAGES``.
 
 from __future__ import annotations
 
+import datetime as dt
 import os
-import signal
+import re
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import archives
-from reference.box_lite.errors import ArchiveRefused, BoxExists, BoxInterrupted, BoxNotFound
-from reference.box_lite.paths import BoxHome, check_name
+from archives.members import link_escape
+from reference.box_lite.errors import ArchiveRefused, BoxError, BoxExists
+from reference.box_lite.interrupts import Interrupts
+from reference.box_lite.paths import DATA_INSIDE, BoxHome, check_name, inside
+from reference.box_lite.records import STAMP_FORMAT, human_age
 
 if TYPE_CHECKING:
     from reference.box_lite.boxes import BoxInfo, BoxManager
     from reference.box_lite.settings import Settings
 
 SUFFIX = ".tar.gz.gpg"
+NAME_STAMP = "%Y%m%d-%H%M%SZ"  # the UTC second in a backup's name: names sort by time, no ':' in them
+_STEM = re.compile(r"(?P<stamp>\d{8}-\d{6}Z)(?:-(?P<count>[1-9]\d*))?")
 PAUSE_ENV = "HERMES_BOX_TEST_PAUSE"
 PAUSE_SECONDS = 60.0
 STAGES = (
@@ -68,9 +77,129 @@ STAGES = (
     "extract:writing",  # the extraction directory is being written
 )
 _FIRST_DATA = 1024 * 1024
+LINK_SCAN_S = 5.0  # how long save spends listing the links it refused
+LINK_FIX = (
+    "make each such link relative to a path inside /data, or replace it by a copy of its target; "
+    "a Python virtual environment: make it again with `python3 -m venv --copies DIR`"
+)
+# Archive errors that mean the operation failed here rather than that its input was refused.
+_FAILURES = (archives.GpgFailed, archives.GpgUnavailable, archives.SourceError)
 
 Progress = Callable[[int, "int | None"], None]
 """``progress(done_bytes, total_bytes | None)``, as the command line's progress bar takes it."""
+
+
+# -- the backups of a box ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Backup:
+    """One of a box's backups: ``backups/NAME-<UTC time>[-N].tar.gz.gpg``."""
+
+    path: Path
+    when: dt.datetime
+    count: int = 1  # N of the Nth backup made in that second
+
+    @property
+    def when_text(self) -> str:
+        return self.when.strftime(STAMP_FORMAT)
+
+    @property
+    def age_seconds(self) -> float:
+        return max(0.0, (dt.datetime.now(dt.UTC) - self.when).total_seconds())
+
+    @property
+    def age_text(self) -> str:
+        return human_age(self.age_seconds)
+
+
+def new_backup_path(home: BoxHome, name: str) -> Path:
+    """``backups/NAME-<UTC time>.tar.gz.gpg``, with ``-2``, ``-3``... if that second is taken."""
+    base = f"{name}-{dt.datetime.now(dt.UTC).strftime(NAME_STAMP)}"
+    candidate = home.backups_dir / f"{base}{SUFFIX}"
+    count = 1
+    while os.path.lexists(candidate):
+        count += 1
+        candidate = home.backups_dir / f"{base}-{count}{SUFFIX}"
+    return candidate
+
+
+def latest_backup(home: BoxHome, name: str) -> Backup | None:
+    """Box ``name``'s most recent backup under ``backups/``, None if it has none.
+
+    Only names ``new_backup_path`` makes count, read whole: box ``alpha`` never takes box
+    ``alpha-2``'s ``alpha-2-<time>.tar.gz.gpg`` for one of its own.
+    """
+    prefix = f"{check_name(name)}-"
+    try:
+        entries = list(home.backups_dir.iterdir())
+    except OSError:
+        return None
+    found: list[Backup] = []
+    for path in entries:
+        if not (path.name.startswith(prefix) and path.name.endswith(SUFFIX)) or not path.is_file():
+            continue
+        match = _STEM.fullmatch(path.name[len(prefix) : -len(SUFFIX)])
+        if match is None:
+            continue
+        try:
+            when = dt.datetime.strptime(match["stamp"], NAME_STAMP).replace(tzinfo=dt.UTC)
+        except ValueError:
+            continue  # digits that are no time
+        found.append(Backup(path, when, int(match["count"] or 1)))
+    return max(found, key=lambda b: (b.when, b.count)) if found else None
+
+
+@dataclass(frozen=True)
+class LinkScan:
+    """The symbolic links under a box's /data that no archive holds: (path inside the box, target)."""
+
+    links: list[tuple[str, str]]
+    complete: bool  # False: the time allowed ran out before all of /data was seen
+    entries: int  # how many entries were looked at
+
+
+def unsaveable_links(data: Path, *, seconds: float | None = None) -> LinkScan:
+    """The links under ``data`` (a box's /data) that save would refuse: absolute, or leading out of
+    /data (``archives.members.link_escape``, the rule every archive is read and written by).
+
+    Links are not followed.  ``seconds`` bounds the walk (``complete`` says whether it got through).
+    """
+    deadline = None if seconds is None else time.monotonic() + seconds
+    found: list[tuple[str, str]] = []
+    entries = 0
+    stack = [(data, "")]
+    while stack:
+        if deadline is not None and time.monotonic() > deadline:
+            return LinkScan(found, False, entries)
+        folder, rel = stack.pop()
+        try:
+            listing = os.scandir(folder)
+        except OSError:
+            continue
+        with listing:
+            for entry in listing:
+                entries += 1
+                sub = f"{rel}/{entry.name}" if rel else entry.name
+                try:
+                    if entry.is_symlink():
+                        target = os.readlink(entry.path)
+                        if link_escape(sub, target) is not None:
+                            found.append((inside(sub), target))
+                    elif entry.is_dir(follow_symlinks=False):
+                        stack.append((Path(entry.path), sub))
+                except OSError:
+                    continue
+    return LinkScan(found, True, entries)
+
+
+def describe_links(links: list[tuple[str, str]]) -> str:
+    """``PATH -> TARGET`` of the first few links, and how many more."""
+    shown = ", ".join(f"{path} -> {target}" for path, target in links[:3])
+    return shown + (f" and {len(links) - 3} more" if len(links) > 3 else "")
+
+
+# -- save, load, extract -------------------------------------------------------------------------
 
 
 def save(
@@ -82,56 +211,49 @@ def save(
     progress: Progress | None = None,
 ) -> Path:
     """Write an encrypted, verified archive of box ``name``'s /data; returns its path."""
-    check_name(name)
-    if manager.state(name) is None:
-        raise BoxNotFound(
-            f"no box named {name}",
-            f"nothing is registered or stored under {manager.home.describe()}",
-            "list the boxes with hermes-box ls",
-        )
+    manager.require(check_name(name))
     data = manager.data_dir(name)
     if not data.is_dir():
         raise ArchiveRefused(f"box {name} has no /data to save", f"{data} is missing", "the box cannot be saved")
     if out is not None:
         _refuse_existing(Path(out))
-    secret = passphrase or archives.Passphrase.obtain(confirm=True)
+    with _as_box_errors():
+        secret = passphrase or archives.Passphrase.obtain(confirm=True)
     limits = _limits(manager.settings)
     manager.home.ensure()
-    with _interruptible(), manager.lock(name, "save"):
+    with Interrupts() as interrupts, manager.lock(name, "save"):
         _pause("save:locked")
-        target = Path(out) if out is not None else _new_archive_path(manager.home, name)
+        target = Path(out) if out is not None else new_backup_path(manager.home, name)
         published = False
-        held = _Held()
         try:
-            held.hold()  # a signal during the freeze or the thaw waits, so the box is never left frozen
-            try:
-                with manager.quiesce(name):
-                    held.release()
-                    try:
-                        _pause("save:quiesced")
-                        archives.write_tree(
-                            data,
-                            target,
-                            kind="box",
-                            name=name,
-                            passphrase=secret,
-                            limits=limits,
-                            progress=_watch(progress, {"archive": "save:writing"}),
-                            tools={"hermes-box": "box_lite"},
-                        )
-                    finally:
-                        held.hold()
-            finally:
-                held.release()
+            with manager.quiesce(name), _as_box_errors():
+                _pause("save:quiesced")
+                try:
+                    archives.write_tree(
+                        data,
+                        target,
+                        kind="box",
+                        name=name,
+                        passphrase=secret,
+                        limits=limits,
+                        progress=_watch(progress, {"archive": "save:writing"}),
+                        tools={"hermes-box": "box_lite"},
+                    )
+                except archives.EscapingLink as exc:
+                    raise _unsaveable(name, data, exc) from exc
             published = True
             _pause("save:written")
-            archives.verify(
-                target, secret, kind="box", limits=limits, progress=_watch(progress, {"verify": "save:verifying"})
-            )
+            with _as_box_errors(target):
+                archives.verify(
+                    target, secret, kind="box", limits=limits, progress=_watch(progress, {"verify": "save:verifying"})
+                )
+            interrupts.settled = True
         except BaseException:
+            interrupts.settled = True
             if published:
                 _remove_ours(target)
             raise
+    interrupts.deliver_late()
     return target
 
 
@@ -144,27 +266,25 @@ def load(
     progress: Progress | None = None,
 ) -> BoxInfo:
     """Validate ``archive`` whole, then create box ``new_name`` with the archive as its /data."""
-    check_name(new_name)
     archive = Path(archive)
-    if manager.state(new_name) is not None or manager.home.box_dir(new_name).exists():
+    if manager.exists(check_name(new_name)):
         raise BoxExists(
             f"box {new_name} already exists",
             "load creates a new box and never restores over one",
             f"choose another name, or remove it first: hermes-box rm {new_name}",
         )
-    secret = passphrase or archives.Passphrase.obtain()
+    with _as_box_errors(archive):
+        secret = passphrase or archives.Passphrase.obtain()
     limits = _limits(manager.settings)
-    with _interruptible():
-        try:
+    with Interrupts() as interrupts:
+        with _as_box_errors(archive):
             checked = archives.verify(
                 archive, secret, kind="box", limits=limits, progress=_watch(progress, {"verify": "load:validating"})
             )
-        except archives.ArchiveError as exc:
-            raise _refused(exc, archive) from exc
         _pause("load:validated")
 
         def populate(data_dir: Path) -> None:
-            try:
+            with _as_box_errors(archive):
                 archives.extract(
                     archive,
                     data_dir,
@@ -174,14 +294,15 @@ def load(
                     progress=_watch(progress, {"extract": "load:restoring"}),
                     validated=checked,
                 )
-            except archives.ArchiveError as exc:
-                raise _refused(exc, archive) from exc
 
         def step(done: str) -> None:
             if done in ("provisioned", "registered"):
                 _pause(f"load:{done}")
 
-        return manager.create(new_name, populate=populate, progress=step)
+        info = manager.create(new_name, populate=populate, progress=step)
+        interrupts.settled = True
+    interrupts.deliver_late()
+    return info
 
 
 def extract(
@@ -198,53 +319,63 @@ def extract(
     secret material (credentials, sessions, private work): the caller says so.
     """
     archive = Path(archive)
-    secret = passphrase or archives.Passphrase.obtain()
-    limits = archives.Limits(max_bytes=settings.save_size_limit) if settings is not None else archives.DEFAULT_LIMITS
+    with _as_box_errors(archive):
+        secret = passphrase or archives.Passphrase.obtain()
+    limits = _limits(settings)
     home.ensure()
-    with _interruptible():
+    with Interrupts() as interrupts:
         dest = _new_directory(home.backups_dir, _stem(archive))
         try:
-            archives.extract(
-                archive,
-                dest,
-                secret,
-                limits=limits,
-                progress=_watch(progress, {"validate": "extract:validating", "extract": "extract:writing"}),
-                with_manifest=True,
-            )
-        except BaseException as exc:
+            with _as_box_errors(archive):
+                archives.extract(
+                    archive,
+                    dest,
+                    secret,
+                    limits=limits,
+                    progress=_watch(progress, {"validate": "extract:validating", "extract": "extract:writing"}),
+                    with_manifest=True,
+                )
+            interrupts.settled = True
+        except BaseException:
+            interrupts.settled = True
             archives.remove_tree(dest)
-            if isinstance(exc, archives.ArchiveError):
-                raise _refused(exc, archive) from exc
             raise
+    interrupts.deliver_late()
     return dest
 
 
 # -- helpers -------------------------------------------------------------------------------------
 
 
-def _limits(settings: Settings) -> archives.Limits:
-    return archives.Limits(max_bytes=settings.save_size_limit)
+def _limits(settings: Settings | None) -> archives.Limits:
+    return archives.DEFAULT_LIMITS if settings is None else archives.Limits(max_bytes=settings.save_size_limit)
 
 
-def _refused(exc: archives.ArchiveError, archive: Path) -> ArchiveRefused:
-    """The archive's refusal as the box manager's error (bad input: exit 2), naming the archive."""
-    return ArchiveRefused(f"{archive.name}: {exc.what}", exc.why, exc.fix)
+@contextmanager
+def _as_box_errors(archive: Path | None = None) -> Iterator[None]:
+    """The archive package's errors as the box manager's (what, why and fix kept; ``archive`` named):
+    a refused input is ArchiveRefused (exit 2), a failure here a BoxError (exit 1)."""
+    try:
+        yield
+    except archives.ArchiveError as exc:
+        what = f"{archive.name}: {exc.what}" if archive is not None else exc.what
+        raise (BoxError if isinstance(exc, _FAILURES) else ArchiveRefused)(what, exc.why, exc.fix) from exc
 
 
-def _stamp() -> str:
-    return datetime.now(UTC).strftime("%Y%m%d-%H%M%SZ")
-
-
-def _new_archive_path(home: BoxHome, name: str) -> Path:
-    """``backups/NAME-<UTC time>.tar.gz.gpg``, with ``-2``, ``-3``... if that second is taken."""
-    base = f"{name}-{_stamp()}"
-    candidate = home.backups_dir / f"{base}{SUFFIX}"
-    count = 1
-    while os.path.lexists(candidate):
-        count += 1
-        candidate = home.backups_dir / f"{base}-{count}{SUFFIX}"
-    return candidate
+def _unsaveable(name: str, data: Path, refused: archives.EscapingLink) -> ArchiveRefused:
+    """Save's refusal of box ``name``: every link no archive holds (as far as a short walk finds them)."""
+    links = unsaveable_links(data, seconds=LINK_SCAN_S).links
+    if links:
+        count = f"{len(links)} symbolic links" if len(links) > 1 else "a symbolic link"
+        what = f"box {name} cannot be saved: {count} under {DATA_INSIDE} would not restore ({describe_links(links)})"
+    else:
+        what = f"box {name} cannot be saved: {refused.what}"
+    return ArchiveRefused(
+        what,
+        f"an archive keeps only links that stay inside {DATA_INSIDE}: an absolute link, or one leading out of "
+        f"{DATA_INSIDE}, would point at whatever the machine restoring it has there, so load refuses them",
+        f"{LINK_FIX}; then save again (`hermes-box doctor {name}` lists such links)",
+    )
 
 
 def _stem(archive: Path) -> str:
@@ -268,6 +399,7 @@ def _new_directory(parent: Path, stem: str) -> Path:
 
 
 def _refuse_existing(path: Path) -> None:
+    """Before any passphrase is asked: ``out`` must be new (the archive writer refuses it again)."""
     if os.path.lexists(path):
         raise BoxExists(
             f"{path} already exists",
@@ -316,44 +448,3 @@ def _pause(stage: str) -> None:
     deadline = time.monotonic() + PAUSE_SECONDS
     while time.monotonic() < deadline:
         time.sleep(0.05)
-
-
-_WATCHED = (signal.SIGHUP, signal.SIGINT, signal.SIGTERM)
-
-
-class _Held:
-    """HUP, INT and TERM blocked while held; one that arrived meanwhile is delivered on release."""
-
-    def __init__(self) -> None:
-        self._previous: set[int | signal.Signals] | None = None
-
-    def hold(self) -> None:
-        if self._previous is None:
-            self._previous = signal.pthread_sigmask(signal.SIG_BLOCK, _WATCHED)
-
-    def release(self) -> None:
-        if self._previous is not None:
-            previous, self._previous = self._previous, None
-            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
-
-
-@contextmanager
-def _interruptible() -> Iterator[None]:
-    """HUP, INT and TERM raise BoxInterrupted once; later ones are ignored so cleanup can finish."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    fired: list[int] = []
-
-    def handler(signum: int, _frame: Any) -> None:
-        if not fired:
-            fired.append(signum)
-            raise BoxInterrupted(signum)
-        fired.append(signum)
-
-    previous = {signum: signal.signal(signum, handler) for signum in _WATCHED}
-    try:
-        yield
-    finally:
-        for signum, old in previous.items():
-            signal.signal(signum, old)

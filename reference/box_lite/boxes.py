@@ -33,16 +33,12 @@ with ``USER=agent``, ``HOME=/home/agent``, a standard PATH and, by default,
 from __future__ import annotations
 
 import contextlib
-import errno
-import fcntl
-import json
 import os
 import secrets
 import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -50,23 +46,24 @@ from pathlib import Path
 from typing import IO, Any
 
 from reference.box_lite import control, provision
+from reference.box_lite.backup import Backup, latest_backup
 from reference.box_lite.errors import (
     BoxBroken,
     BoxError,
     BoxExists,
-    BoxInterrupted,
     BoxNotFound,
     BoxNotRunning,
     BoxStartFailed,
     ControlError,
 )
-from reference.box_lite.locks import BoxLock, remove_lock_file
-from reference.box_lite.paths import BoxHome, check_name
-from reference.box_lite.registry import Registry, publish_atomic, utc_now
+from reference.box_lite.interrupts import Held, Interrupts
+from reference.box_lite.locks import BoxLock, flock_held, remove_lock_file
+from reference.box_lite.paths import HOME_INSIDE, WORKSPACE_INSIDE, BoxDir, BoxHome, check_name
+from reference.box_lite.records import json_bytes, mark_stopped, publish_atomic, read_object, utc_now
+from reference.box_lite.registry import Registry
 from reference.box_lite.settings import Settings
 
-HOME_INSIDE = "/home/agent"
-WORKSPACE_INSIDE = HOME_INSIDE + "/workspace"
+DAEMON_MODULE = "reference.box_lite.daemon"
 BOX_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 DAEMON_START_TIMEOUT_S = 60.0
 DAEMON_EXIT_TIMEOUT_S = 15.0
@@ -85,7 +82,7 @@ class BoxInfo:
     created_at: str | None
     network: bool
     data_dir: Path
-    last_backup: Path | None
+    last_backup: Backup | None
 
 
 def box_env(name: str, extra: dict[str, str] | None = None, *, tty: bool = False) -> dict[str, str]:
@@ -123,39 +120,6 @@ class _Made:
             self.ready_fd = -1
 
 
-class _Signals:
-    """HUP, INT and TERM raise BoxInterrupted in the main thread for the block (a no-op elsewhere);
-    once ``cleaning`` is set, further ones are only noted, so the cleanup runs to its end."""
-
-    WATCHED = (signal.SIGHUP, signal.SIGINT, signal.SIGTERM)
-
-    def __init__(self) -> None:
-        self.cleaning = False
-        self.received: list[int] = []
-        self._previous: dict[int, Any] = {}
-
-    def _handler(self, signum: int, _frame: object) -> None:
-        self.received.append(signum)
-        if not self.cleaning:
-            raise BoxInterrupted(signum)
-
-    def __enter__(self) -> _Signals:
-        if threading.current_thread() is threading.main_thread():
-            for signum in self.WATCHED:
-                self._previous[signum] = signal.signal(signum, self._handler)
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        for signum, previous in self._previous.items():
-            signal.signal(signum, previous)
-
-    def deliver_late(self) -> None:
-        """A signal that came after the work was done (and so interrupted nothing): delivered now, with
-        the handlers the caller had (a CLI exits 128+N as usual, the box stays as made)."""
-        if self.received and self._previous:
-            signal.raise_signal(self.received[0])
-
-
 class BoxManager:
     """Boxes under one ``BoxHome`` (see the module docstring)."""
 
@@ -177,56 +141,70 @@ class BoxManager:
     # -- what exists --------------------------------------------------------------------------------
     def data_dir(self, name: str) -> Path:
         """The host directory that is the box's /data."""
-        return self.home.box_data(name)
+        return self.home.box(name).data
 
     def box_json(self, name: str) -> dict[str, Any] | None:
         """The box's box.json, None when missing or unreadable."""
-        try:
-            data = json.loads(self.home.box_json(name).read_text("utf-8"))
-        except (OSError, ValueError):
+        return read_object(self.home.box(name).record)
+
+    def intact(self, name: str) -> dict[str, Any] | None:
+        """box.json of a box whose directory is whole (box.json naming it, and its /data); else None."""
+        info = self.box_json(name)
+        if info is None or info.get("name") != name or not self.data_dir(name).is_dir():
             return None
-        return data if isinstance(data, dict) else None
+        return info
 
     def daemon_pid(self, name: str) -> int | None:
-        """The pid of the box's live daemon, None when none runs."""
-        path = self.home.daemon_pid_file(name)
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        except OSError:
+        """The pid of the box's live daemon (it holds daemon.pid's flock), None when none runs."""
+        path = self.home.run(name).daemon_pid
+        if not flock_held(path):
             return None
         try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-            except OSError as exc:
-                if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
-                    return None
-                try:
-                    return int(os.pread(fd, 32, 0).split()[0])
-                except (ValueError, IndexError):
-                    return None
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            return None
-        finally:
-            os.close(fd)
+            return int(path.read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            return None  # the daemon has the flock and is writing its pid: not serving yet
+
+    def exists(self, name: str) -> bool:
+        """Whether box ``name`` is registered or has a directory."""
+        return self.registry.get(name) is not None or self.home.box(name).root.exists()
+
+    def require(self, name: str) -> str:
+        """``name`` if a box of that name exists (in any state), else BoxNotFound."""
+        if not self.exists(name):
+            raise BoxNotFound(
+                f"there is no box named {name}",
+                f"no such box in {self.home.describe()}",
+                f"list boxes with `hermes-box ls`, or create it with `hermes-box new {name}`",
+            )
+        return name
+
+    def disagreements(self, name: str) -> list[str]:
+        """What keeps box ``name``'s registry entry, directory and box.json from agreeing (none: a whole box)."""
+        entry = self.registry.get(name)
+        box = self.home.box(name)
+        found = [] if entry is not None else ["the box is not in registry.json"]
+        if not box.root.is_dir():
+            return [*found, f"its directory {box.root} is missing"]
+        info = self.box_json(name)
+        if info is None:
+            found.append("box.json is missing or unreadable")
+        elif info.get("name") != name:
+            found.append(f"box.json names {info.get('name')!r}")
+        elif entry is not None and _nonce(entry) not in (None, _nonce(info)):
+            found.append("the registry entry is of another box of that name (another creation nonce)")
+        if not box.data.is_dir():
+            found.append("its data directory is missing")
+        return found
 
     def state(self, name: str) -> str | None:
         """ "running" | "stopped" | "broken", or None when there is no such box (see the module)."""
-        check_name(name)
-        entry = self.registry.get(name)
-        exists = self.home.box_dir(name).is_dir()
-        if entry is None and not exists:
+        if not self.exists(check_name(name)):
             return None
-        info = self.box_json(name) if exists else None
-        consistent = (
-            entry is not None
-            and info is not None
-            and info.get("name") == name
-            and self.data_dir(name).is_dir()
-            and _nonce(entry) in (None, _nonce(info))
-        )
+        whole = not self.disagreements(name)
         if self.daemon_pid(name) is not None:
-            return "running" if consistent else "broken"
-        if consistent and info is not None and info.get("stopped_cleanly") is True:
+            return "running" if whole else "broken"
+        info = self.box_json(name)
+        if whole and info is not None and info.get("stopped_cleanly") is True:
             return "stopped"
         return "broken"
 
@@ -235,7 +213,7 @@ class BoxManager:
         names = set(self.registry.names())
         if self.home.boxes_dir.is_dir():
             for entry in self.home.boxes_dir.iterdir():
-                if (entry / "box.json").is_file():
+                if BoxDir(entry).record.is_file():
                     with contextlib.suppress(BoxError):
                         names.add(check_name(entry.name))
         return sorted(names)
@@ -249,25 +227,12 @@ class BoxManager:
             created_at=info.get("created_at") or entry.get("created_at"),
             network=bool(info.get("network", entry.get("network", True))),
             data_dir=self.data_dir(name),
-            last_backup=self.last_backup(name),
+            last_backup=latest_backup(self.home, name),
         )
 
     def boxes(self) -> list[BoxInfo]:
         """Every box (registered or on disk) with its state and most recent backup."""
         return [self.info(name) for name in self.names()]
-
-    def last_backup(self, name: str) -> Path | None:
-        """The newest ``backups/NAME-<UTC time>.tar.gz.gpg`` (names sort by time), None if none."""
-        prefix, suffix = f"{name}-", ".tar.gz.gpg"
-        try:
-            found = [
-                p
-                for p in self.home.backups_dir.iterdir()
-                if p.name.startswith(prefix) and p.name.endswith(suffix) and p.name[len(prefix)].isdigit()
-            ]
-        except (OSError, IndexError):
-            return None
-        return max(found, key=lambda p: p.name) if found else None
 
     # -- locks ----------------------------------------------------------------------------------
     def lock(self, name: str, action: str) -> BoxLock:
@@ -295,21 +260,21 @@ class BoxManager:
         step = progress or (lambda _: None)
         self.home.ensure()
         made = _Made()
-        with _Signals() as signals, self.lock(name, "create"):
+        with Interrupts() as interrupts, self.lock(name, "create"):
             try:
                 self._create(name, net, populate, step, made)
-                signals.cleaning = True
+                interrupts.settled = True
             except BaseException:
-                signals.cleaning = True
+                interrupts.settled = True
                 self._undo(name, made)
                 raise
             finally:
                 made.close()
-        signals.deliver_late()
+        interrupts.deliver_late()
         return self.info(name)
 
     def _create(self, name: str, network: bool, populate: Populate | None, step: Progress, made: _Made) -> None:
-        box_dir = self.home.box_dir(name)
+        box = self.home.box(name)
         if self.registry.get(name) is not None:
             raise BoxExists(
                 f"box {name} already exists",
@@ -317,14 +282,14 @@ class BoxManager:
                 f"choose another name, or remove it: hermes-box rm {name}",
             )
         try:
-            box_dir.mkdir(mode=0o700)
+            box.root.mkdir(mode=0o700)
         except FileExistsError:
             raise BoxExists(
-                f"{box_dir} already exists",
+                f"{box.root} already exists",
                 "a directory of that name is there and this command did not make it; it is left as it is",
-                f"choose another name, or move {box_dir} away if it is no longer needed",
+                f"choose another name, or move {box.root} away if it is no longer needed",
             ) from None
-        st = box_dir.stat()
+        st = box.root.stat()
         made.dir = (st.st_dev, st.st_ino)
         record = {
             "format": 1,
@@ -334,19 +299,18 @@ class BoxManager:
             "network": network,
             "stopped_cleanly": True,
         }
-        publish_atomic(box_dir / "box.json", _json(record))
+        publish_atomic(box.record, json_bytes(record))
         made.marked = True
         uid, gid = self._ids()
-        data = box_dir / "data"
-        for path in (data, box_dir / "tmp", box_dir / "managed"):
+        for path in (box.data, box.tmp, box.managed):
             path.mkdir(mode=0o755)
         step("directory")
         if populate is not None:
-            populate(data)
+            populate(box.data)
             step("populated")
-        data.chmod(0o755)
-        provision.own_tree(data, uid, gid)
-        provision.provision(box_dir, name, self.settings.render(), uid, gid)
+        box.data.chmod(0o755)
+        provision.own_tree(box.data, uid, gid)
+        provision.provision(box, name, self.settings.render(), uid, gid)
         step("provisioned")
         with self.registry.update() as boxes:
             if name in boxes:
@@ -372,7 +336,7 @@ class BoxManager:
                 if entry is not None and _nonce(entry) == made.nonce:
                     del boxes[name]
         if made.dir is not None:
-            box_dir = self.home.box_dir(name)
+            box_dir = self.home.box(name).root
             try:
                 st = box_dir.lstat()
                 same = (st.st_dev, st.st_ino) == made.dir
@@ -396,15 +360,15 @@ class BoxManager:
         Interrupted by HUP, INT or TERM (main thread), it leaves the box stopped and raises BoxInterrupted.
         """
         made = _Made()
-        with _Signals() as signals, self.lock(name, "start"):
+        with Interrupts() as interrupts, self.lock(name, "start"):
             try:
                 self._require(name)
                 if self.daemon_pid(name) is not None:
                     return
                 self._launch(name, made, lambda _: None)
-                signals.cleaning = True
+                interrupts.settled = True
             except BaseException:
-                signals.cleaning = True
+                interrupts.settled = True
                 if made.launched:
                     with contextlib.suppress(BoxError):
                         self._abort_launch(name, made)
@@ -412,31 +376,21 @@ class BoxManager:
                 raise
             finally:
                 made.close()
-        signals.deliver_late()
+        interrupts.deliver_late()
 
     def stop(self, name: str, *, grace: float | None = None) -> None:
         """Stop every process of box ``name`` (SIGTERM, ``grace`` s, then SIGKILL), keeping its state."""
-        with self.lock(name, "stop"):
-            if self.state(name) is None:
-                raise _not_found(name)
+        with self.lock(self.require(name), "stop"):
             self._halt(name, grace)
             self._forget_runtime(name)
-            if self.box_json(name) is not None:
-                self._mark_stopped(name)
+            mark_stopped(self.home.box(name).record, clean=True)
 
     def _require(self, name: str) -> dict[str, Any]:
         """box.json of a box that can be started (registered, directory and /data present)."""
-        entry = self.registry.get(name)
-        info = self.box_json(name)
-        if entry is None and info is None and not self.home.box_dir(name).exists():
-            raise _not_found(name)
-        if info is None or info.get("name") != name or not self.data_dir(name).is_dir():
-            raise BoxBroken(
-                f"box {name} cannot start",
-                f"its directory {self.home.box_dir(name)} or box.json is missing or damaged",
-                f"remove it (hermes-box rm {name} --force) and restore a backup with hermes-box load",
-            )
-        if entry is None:
+        info = self.intact(self.require(name))
+        if info is None:
+            raise _damaged(name, "cannot start", self.home.box(name).root)
+        if self.registry.get(name) is None:
             raise BoxBroken(
                 f"box {name} cannot start", "it is not in the registry", f"register it again: hermes-box repair {name}"
             )
@@ -450,9 +404,9 @@ class BoxManager:
         (``_abort_launch``): a daemon is never left to start a box unseen.
         """
         self._end_remnants(name)
-        run_dir = self.home.run_dir(name)
-        run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        log_path = self.home.daemon_log(name)
+        run = self.home.run(name)
+        run.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        log_path = run.log
         with contextlib.suppress(FileNotFoundError):
             if log_path.stat().st_size > LOG_LIMIT:
                 log_path.unlink()
@@ -463,11 +417,11 @@ class BoxManager:
                 argv = [
                     sys.executable,
                     "-m",
-                    "reference.box_lite.daemon",
+                    DAEMON_MODULE,
                     "--box-dir",
-                    str(self.home.box_dir(name)),
+                    str(self.home.box(name).root),
                     "--run-dir",
-                    str(run_dir),
+                    str(run.root),
                     "--ready-fd",
                     str(ready_w),
                     name,
@@ -506,10 +460,11 @@ class BoxManager:
     def _halt(self, name: str, grace: float | None = None) -> None:
         """End the box's daemon and every process of the box; verified, or a BoxError saying what is left."""
         grace = self.settings.stop_timeout if grace is None else grace
-        pid_file = self.home.daemon_pid_file(name)
+        run = self.home.run(name)
+        pid_file = run.daemon_pid
         if self.daemon_pid(name) is not None:
             try:
-                control.stop(self.home.control_socket(name), name=name, grace=grace)
+                control.stop(run.control_socket, name=name, grace=grace)
                 answered = True
             except BoxError:
                 answered = False  # not answering: ended by signal below
@@ -532,7 +487,7 @@ class BoxManager:
 
     def _end_remnants(self, name: str) -> None:
         """The box init a dead daemon left (if it still runs: it ends at once with its daemon): ended."""
-        path = self.home.run_dir(name) / "init.pid"
+        path = self.home.run(name).init_pid
         try:
             pid, pidns = (int(x) for x in path.read_text().split()[:2])
         except (OSError, ValueError):
@@ -561,17 +516,10 @@ class BoxManager:
         """The runtime files of a stopped daemon (the lock and the log stay)."""
         if self.daemon_pid(name) is not None:
             return
-        for leaf in ("control.sock", "init.pid", "daemon.pid"):
+        run = self.home.run(name)
+        for path in (run.control_socket, run.init_pid, run.daemon_pid):
             with contextlib.suppress(FileNotFoundError):
-                (self.home.run_dir(name) / leaf).unlink()
-
-    def _mark_stopped(self, name: str) -> None:
-        info = self.box_json(name)
-        if info is None:
-            return
-        info["stopped_cleanly"] = True
-        info["state_at"] = utc_now()
-        publish_atomic(self.home.box_json(name), _json(info))
+                path.unlink()
 
     # -- remove -------------------------------------------------------------------------------------------
     def remove(self, name: str) -> None:
@@ -579,12 +527,9 @@ class BoxManager:
 
         A directory that is not a box (no box.json naming it) is refused, not deleted.
         """
-        with self.lock(name, "remove") as lock:
-            entry = self.registry.get(name)
-            box_dir = self.home.box_dir(name)
+        with self.lock(self.require(name), "remove") as lock:
+            box_dir = self.home.box(name).root
             info = self.box_json(name)
-            if entry is None and not box_dir.exists():
-                raise _not_found(name)
             if box_dir.exists() and (info is None or info.get("name") != name):
                 raise BoxBroken(
                     f"{box_dir} is not box {name}'s directory",
@@ -596,12 +541,11 @@ class BoxManager:
             if box_dir.exists():
                 _rmtree(box_dir)
             self.registry.remove(name)
-            log_path = self.home.daemon_log(name)
             with contextlib.suppress(FileNotFoundError):
-                log_path.unlink()
+                self.home.run(name).log.unlink()
             remove_lock_file(lock)
         with contextlib.suppress(OSError):
-            self.home.run_dir(name).rmdir()
+            self.home.run(name).root.rmdir()
 
     # -- commands ----------------------------------------------------------------------------------------
     def popen(
@@ -624,10 +568,9 @@ class BoxManager:
         box's /dev/null).  With ``tty`` the command gets a terminal of the box's
         own (``BoxCommand.pty`` is its master; see ``control.interact``).
         """
-        check_name(name)
         return control.BoxCommand(
             list(argv),
-            control=self.home.control_socket(name),
+            control=self.home.run(name).control_socket,
             box=name,
             tty=tty,
             env=box_env(name, env, tty=tty),
@@ -645,47 +588,50 @@ class BoxManager:
 
     def processes(self, name: str) -> list[dict[str, Any]]:
         """The running box's processes: host ``pid``, ``box_pid``, ``state`` and ``argv``."""
-        answer = control.request(self.home.control_socket(name), {"op": "processes"}, name=name)
+        answer = control.request(self.home.run(name).control_socket, {"op": "processes"}, name=name)
         return list(answer.get("processes") or [])
 
     def signal(self, name: str, command_id: int, signum: int) -> int:
         """Signal the tree of a command (by its ``BoxCommand.ident``); how many processes got it."""
         message = {"op": "signal", "id": command_id, "sig": int(signum)}
-        answer = control.request(self.home.control_socket(name), message, name=name)
+        answer = control.request(self.home.run(name).control_socket, message, name=name)
         return int(answer.get("count") or 0)
 
     @contextlib.contextmanager
     def quiesce(self, name: str) -> Iterator[None]:
         """Stop (SIGSTOP) every process of the running box for the block, continue them after.
 
-        A stopped box needs nothing: the block just runs.
+        A stopped box needs nothing: the block just runs.  HUP, INT and TERM are held while the box is
+        frozen and while it is thawed (a signal that came meanwhile is delivered inside the block, or
+        after the thaw), so a signal never leaves the box frozen.
         """
-        sock = self.home.control_socket(name)
+        sock = self.home.run(name).control_socket
         if self.daemon_pid(name) is None:
             yield
             return
-        control.request(sock, {"op": "freeze"}, name=name)
+        held = Held()
+        held.hold()
         try:
-            yield
+            control.request(sock, {"op": "freeze"}, name=name)
+            try:
+                held.release()
+                yield
+            finally:
+                held.hold()
+                with contextlib.suppress(BoxNotRunning, ControlError):
+                    control.request(sock, {"op": "thaw"}, name=name)
         finally:
-            with contextlib.suppress(BoxNotRunning, ControlError):
-                control.request(sock, {"op": "thaw"}, name=name)
+            held.release()
 
     # -- repair ------------------------------------------------------------------------------------------
     def refresh_assets(self, name: str) -> None:
         """Rewrite the managed assets (and register a box whose registry entry is lost), keeping /data."""
-        with self.lock(name, "repair"):
-            info = self.box_json(name)
-            if info is None or info.get("name") != name or not self.data_dir(name).is_dir():
-                if self.registry.get(name) is None and not self.home.box_dir(name).exists():
-                    raise _not_found(name)
-                raise BoxBroken(
-                    f"box {name} cannot be repaired",
-                    f"its directory {self.home.box_dir(name)} or box.json is missing or damaged, so /data is lost",
-                    f"remove it (hermes-box rm {name} --force) and restore a backup with hermes-box load",
-                )
+        with self.lock(self.require(name), "repair"):
+            info = self.intact(name)
+            if info is None:
+                raise _damaged(name, "cannot be repaired", self.home.box(name).root)
             uid, gid = self._ids()
-            provision.provision(self.home.box_dir(name), name, self.settings.render(), uid, gid)
+            provision.provision(self.home.box(name), name, self.settings.render(), uid, gid)
             with self.registry.update() as boxes:
                 entry = boxes.get(name)
                 if entry is None or _nonce(entry) not in (None, _nonce(info)):
@@ -697,10 +643,6 @@ class BoxManager:
 
 
 # -- helpers ----------------------------------------------------------------------------------------------
-def _json(data: dict[str, Any]) -> bytes:
-    return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode("utf-8")
-
-
 def _nonce(record: dict[str, Any] | None) -> str | None:
     """The creating call's nonce in a registry entry or a box.json (None if it has none)."""
     if not isinstance(record, dict):
@@ -710,8 +652,12 @@ def _nonce(record: dict[str, Any] | None) -> str | None:
     return nonce if isinstance(nonce, str) else None
 
 
-def _not_found(name: str) -> BoxNotFound:
-    return BoxNotFound(f"no box named {name}", "it is neither registered nor on disk", "list boxes with: hermes-box ls")
+def _damaged(name: str, consequence: str, box_dir: Path) -> BoxBroken:
+    return BoxBroken(
+        f"box {name} {consequence}",
+        f"its directory {box_dir} or box.json is missing or damaged, so its /data is lost",
+        f"remove it (hermes-box rm {name} --force) and restore a backup with hermes-box load",
+    )
 
 
 def _daemon_env() -> dict[str, str]:
@@ -740,26 +686,16 @@ def _read_until_eof(fd: int, timeout: float) -> str:
 def _wait_free(pid_file: Path, timeout: float) -> bool:
     """Wait until no process holds ``pid_file``'s flock (the daemon has exited); whether it is free."""
     deadline = time.monotonic() + timeout
-    while True:
-        try:
-            fd = os.open(pid_file, os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError:
-            return True
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-            return True
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
+    while flock_held(pid_file):
         if time.monotonic() >= deadline:
             return False
         time.sleep(0.02)
+    return True
 
 
 def _is_daemon(pid: int) -> bool:
     try:
-        return b"reference.box_lite.daemon" in Path(f"/proc/{pid}/cmdline").read_bytes()
+        return DAEMON_MODULE.encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return False
 

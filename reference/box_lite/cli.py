@@ -26,7 +26,8 @@ from pathlib import Path
 from types import FrameType
 from typing import IO, TYPE_CHECKING, Any
 
-from reference.box_lite.errors import BadInput, BoxError, BoxInterrupted, BoxNotFound
+from reference.box_lite.errors import BadInput, BoxError, BoxInterrupted
+from reference.box_lite.interrupts import WATCHED, raise_interrupted
 from reference.box_lite.paths import HOME_INSIDE, WORKSPACE_INSIDE, BoxHome, check_name
 from reference.box_lite.settings import Settings, default_file_text
 
@@ -34,7 +35,6 @@ if TYPE_CHECKING:
     from reference.box_lite.boxes import BoxManager
 
 PROG = "hermes-box"
-WORKSPACE = WORKSPACE_INSIDE
 
 
 class Context:
@@ -61,15 +61,8 @@ class Context:
         return self._manager
 
     def known(self, name: str) -> str:
-        """``name`` if a box of that name exists (state known), else BoxNotFound."""
-        check_name(name)
-        if self.manager.state(name) is None:
-            raise BoxNotFound(
-                f"there is no box named {name}",
-                f"no such box in {self.home.describe()}",
-                f"list boxes with `{PROG} ls`, or create it with `{PROG} new {name}`",
-            )
-        return name
+        """``name`` if a box of that name exists (in any state), else BoxNotFound."""
+        return self.manager.require(check_name(name))
 
     def running(self, name: str) -> str:
         """Start ``name`` if it is stopped; a broken box is an error naming the repair."""
@@ -102,10 +95,9 @@ def cmd_new(ctx: Context, args: argparse.Namespace) -> int:
     if not ctx.home.settings_file.exists():
         ctx.home.config_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         ctx.home.settings_file.write_text(default_file_text())
-    network = None if args.network is None else args.network
-    info = ctx.manager.create(name, network=network)
+    info = ctx.manager.create(name, network=args.network)
     publish_manifest(ctx.home)
-    net = "on" if getattr(info, "network", True) else "off (loopback only)"
+    net = "on" if info.network else "off (loopback only)"
     note(f"created box {name} (network {net}); its /data is {ctx.manager.data_dir(name)}")
     if args.no_doctor:
         return 0
@@ -113,37 +105,30 @@ def cmd_new(ctx: Context, args: argparse.Namespace) -> int:
 
 
 def cmd_ls(ctx: Context, args: argparse.Namespace) -> int:
-    from reference.box_lite.doctor import backup_age_text, latest_backup
-
-    rows: list[dict[str, Any]] = []
-    for info in ctx.manager.boxes():
-        name = str(info.name)
-        backup = latest_backup(ctx.home, name)
-        rows.append(
-            {
-                "name": name,
-                "state": str(info.state),
-                "network": bool(getattr(info, "network", True)),
-                "created_at": getattr(info, "created_at", None),
-                "last_backup": str(backup.path) if backup else None,
-                "last_backup_at": backup.when_text if backup else None,
-                "last_backup_age_s": round(backup.age_seconds) if backup else None,
-            }
-        )
+    boxes = ctx.manager.boxes()
     if args.json:
+        rows = [
+            {
+                "name": info.name,
+                "state": str(info.state),
+                "network": info.network,
+                "created_at": info.created_at,
+                "last_backup": str(info.last_backup.path) if info.last_backup else None,
+                "last_backup_at": info.last_backup.when_text if info.last_backup else None,
+                "last_backup_age_s": round(info.last_backup.age_seconds) if info.last_backup else None,
+            }
+            for info in boxes
+        ]
         print(json.dumps({"home": str(ctx.home.root or ctx.home.config_dir), "boxes": rows}, indent=2))
         return 0
-    if not rows:
+    if not boxes:
         note(f"no boxes in {ctx.home.describe()}; create one with `{PROG} new NAME`")
         return 0
     table = [("NAME", "STATE", "LAST BACKUP", "AGE")]
-    for row in rows:
-        if row["last_backup"]:
-            table.append(
-                (row["name"], row["state"], Path(row["last_backup"]).name, backup_age_text(row["last_backup_age_s"]))
-            )
-        else:
-            table.append((row["name"], row["state"], "never", "-"))
+    for info in boxes:
+        backup = info.last_backup
+        last, age = (backup.path.name, backup.age_text) if backup else ("never", "-")
+        table.append((info.name, str(info.state), last, age))
     widths = [max(len(r[i]) for r in table) for i in range(4)]
     for r in table:
         print("  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip())
@@ -231,13 +216,13 @@ def cmd_enter(ctx: Context, args: argparse.Namespace) -> int:
         why = "--no-tmux" if args.no_tmux else "TMUX=off in box.env"
         script = f"echo 'hermes-box: a plain login shell ({why}); no persistent session'; {login}"
     else:
-        tmux = shlex.join(["tmux", "new-session", "-A", "-s", name, "-c", WORKSPACE])
+        tmux = shlex.join(["tmux", "new-session", "-A", "-s", name, "-c", WORKSPACE_INSIDE])
         script = (
             f"if command -v tmux >/dev/null 2>&1; then exec {tmux}; fi; "
             "echo 'hermes-box: tmux is not installed in the box: a plain login shell, no persistent session'; "
             f"{login}"
         )
-    command = ctx.manager.popen(name, ["sh", "-c", script], env={"SHELL": shell}, cwd=WORKSPACE, tty=True)
+    command = ctx.manager.popen(name, ["sh", "-c", script], env={"SHELL": shell}, cwd=WORKSPACE_INSIDE, tty=True)
     return _exit_status(interact(command))
 
 
@@ -259,12 +244,10 @@ def cmd_repair(ctx: Context, args: argparse.Namespace) -> int:
 
 
 def cmd_rm(ctx: Context, args: argparse.Namespace) -> int:
-    from reference.box_lite.doctor import backup_age_text, latest_backup
-
     name = ctx.known(args.name)
-    backup = latest_backup(ctx.home, name)
+    backup = ctx.manager.info(name).last_backup
     if backup is not None:
-        note(f"most recent backup of {name}: {backup.path} ({backup_age_text(backup.age_seconds)} old)")
+        note(f"most recent backup of {name}: {backup.path} ({backup.age_text} old)")
     else:
         note(f"no backup of {name} found in {ctx.home.backups_dir}: its /data will be lost")
     if not args.force:
@@ -479,7 +462,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("exec", cmd_exec, "run one command in the box and exit with its exit code")
     p.add_argument("name")
-    p.add_argument("--cwd", default=WORKSPACE, help=f"directory inside the box (default {WORKSPACE})")
+    p.add_argument("--cwd", default=WORKSPACE_INSIDE, help=f"directory inside the box (default {WORKSPACE_INSIDE})")
     p.add_argument("--env", action="append", metavar="KEY=VALUE", help="extra environment variable (repeatable)")
     p.add_argument("-t", "--tty", action="store_true", help="give the command a terminal (stdin must be one)")
     p.add_argument(
@@ -518,10 +501,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _raise_on_signal(signum: int, frame: FrameType | None) -> None:
-    raise BoxInterrupted(signum)
-
-
 def _print_error(what: str, why: str, fix: str, stream: IO[str]) -> None:
     stream.write(f"error: {what}" + (f" — {fix}" if fix else "") + "\n")
     if why:
@@ -547,36 +526,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(name)s: %(message)s",
         stream=sys.stderr,
     )
-    for signum in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(signum, _raise_on_signal)
+    for signum in WATCHED:  # each ends the command as 128+N, after the interrupted work cleaned up
+        signal.signal(signum, raise_interrupted)
     try:
         ctx = Context(BoxHome.resolve(args.home), args.debug)
         return int(args.func(ctx, args))
-    except BoxInterrupted as exc:
-        if args.debug:
-            traceback.print_exc()
-        _print_error(exc.what, exc.why, exc.fix or "what the command had made was cleaned up", sys.stderr)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        if args.debug:
-            traceback.print_exc()
-        _print_error("interrupted by SIGINT", "", "what the command had made was cleaned up", sys.stderr)
-        return 130
     except BoxError as exc:
         if args.debug:
             traceback.print_exc()
-        _print_error(exc.what, exc.why, exc.fix, sys.stderr)
+        fix = exc.fix or ("what the command had made was cleaned up" if isinstance(exc, BoxInterrupted) else "")
+        _print_error(exc.what, exc.why, fix, sys.stderr)
         return exc.exit_code
     except Exception as exc:
-        from archives.errors import ArchiveError, GpgFailed, GpgUnavailable, SourceError
-
-        failures = (GpgFailed, GpgUnavailable, SourceError)  # the rest refuse the input: exit 2
-
-        if isinstance(exc, ArchiveError):
-            if args.debug:
-                traceback.print_exc()
-            _print_error(exc.what, exc.why, exc.fix, sys.stderr)
-            return 1 if isinstance(exc, failures) else 2
         if isinstance(exc, OSError) and not args.debug:
             _print_error(
                 f"{exc.strerror or exc}", str(exc.filename or ""), "rerun with --debug for details", sys.stderr

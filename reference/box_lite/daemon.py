@@ -31,8 +31,9 @@ managed/, box.json) and ``--run-dir R`` (its runtime files), or ``--home H``
 for both under a relocated home (the box manager passes the two directories,
 which also serves XDG homes), ``--ready-fd N``
 (optional: a pipe the daemon writes ``ok`` or the reason it failed to, then
-closes) and the box name.  It imports little (the engine and the standard
-library), so a box starts in a fraction of a second.
+closes) and the box name.  It imports little (the engine, the standard
+library and the box manager's stdlib-only paths, records and control
+modules), so a box starts in a fraction of a second.
 """
 
 from __future__ import annotations
@@ -40,7 +41,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import json
 import os
 import select
 import signal
@@ -53,10 +53,10 @@ from typing import Any
 
 from isolation import Bind, BoxFile, BoxSpec, IsolationError, NamespaceBox, NamespaceDriver
 from isolation.box_init import Channel
+from reference.box_lite.control import socket_address
+from reference.box_lite.paths import DATA_INSIDE, ENV_FILE_INSIDE, HOME_INSIDE, BoxDir, BoxHome, RunDir
+from reference.box_lite.records import mark_stopped, publish_atomic, read_object
 
-HOME_INSIDE = "/home/agent"
-ENV_FILE_INSIDE = "/etc/hermes-box.env"
-ENV_FILE_NAME = "hermes-box.env"  # in the box's managed/ directory
 STOP_TIMEOUT_S = 10.0
 SIGNAL_GRACE_S = 2.0  # how long a stop by signal lets the box's processes end after SIGTERM
 CLAIM_ATTEMPTS = 50
@@ -74,47 +74,22 @@ def log(message: str) -> None:
         sys.stderr.flush()
 
 
-def write_atomic(path: Path, data: bytes, mode: int = 0o600) -> None:
-    """Publish ``data`` at ``path`` whole (temp file in the same directory, fsync, rename)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+def read_box_json(box: BoxDir) -> dict[str, Any]:
+    info = read_object(box.record)
+    if info is None:
+        raise DaemonError(f"cannot read {box.record} (missing, unreadable or not a JSON object)")
+    return info
 
 
-def read_box_json(box_dir: Path) -> dict[str, Any]:
-    try:
-        data = json.loads((box_dir / "box.json").read_text("utf-8"))
-    except (OSError, ValueError) as exc:
-        raise DaemonError(f"cannot read {box_dir / 'box.json'}: {exc}") from exc
-    if not isinstance(data, dict):
-        raise DaemonError(f"{box_dir / 'box.json'} is not a JSON object")
-    return data
-
-
-def mark_stopped(box_dir: Path, clean: bool) -> None:
-    """Record in box.json whether the box was stopped cleanly (False while it runs)."""
-    data = read_box_json(box_dir)
-    data["stopped_cleanly"] = clean
-    data["state_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    write_atomic(box_dir / "box.json", (json.dumps(data, indent=2, sort_keys=True) + "\n").encode())
-
-
-def box_spec(name: str, box_dir: Path, network: bool) -> BoxSpec:
-    data = box_dir / "data"
-    managed_env = box_dir / "managed" / ENV_FILE_NAME
-    files = (BoxFile(managed_env, ENV_FILE_INSIDE),) if managed_env.is_file() else ()
+def box_spec(name: str, box: BoxDir, network: bool) -> BoxSpec:
+    files = (BoxFile(box.env_file, ENV_FILE_INSIDE),) if box.env_file.is_file() else ()
     return BoxSpec(
         hostname=name,
         binds=(
-            Bind(data, "/data"),
-            Bind(data / "home", HOME_INSIDE),
-            Bind(box_dir / "tmp", "/tmp"),
-            Bind(box_dir / "tmp", "/var/tmp"),
+            Bind(box.data, DATA_INSIDE),
+            Bind(box.home, HOME_INSIDE),
+            Bind(box.tmp, "/tmp"),
+            Bind(box.tmp, "/var/tmp"),
         ),
         files=files,
         network=network,
@@ -183,10 +158,10 @@ class Command:
 
 
 class Daemon:
-    def __init__(self, name: str, box_dir: Path, run_dir: Path):
+    def __init__(self, name: str, box: BoxDir, run: RunDir):
         self.name = name
-        self.box_dir = box_dir
-        self.run_dir = run_dir
+        self.box_dir = box
+        self.run_dir = run
         self.driver = NamespaceDriver(spares=0, probe=False)
         self.box: NamespaceBox | None = None
         self.commands: dict[int, Command] = {}
@@ -202,8 +177,8 @@ class Daemon:
     # -- start ------------------------------------------------------------------------------------
     def claim(self) -> None:
         """Hold daemon.pid's flock (one daemon per box) and publish this pid in it."""
-        self.run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd = os.open(self.run_dir / "daemon.pid", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        self.run_dir.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(self.run_dir.daemon_pid, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         for attempt in range(CLAIM_ATTEMPTS):  # a state probe holds a shared lock for a moment
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -220,40 +195,39 @@ class Daemon:
         self.pid_fd = fd
 
     def start_box(self) -> None:
-        info = read_box_json(self.box_dir)
+        box_dir = self.box_dir
+        info = read_box_json(box_dir)
         if info.get("name") not in (None, self.name):
-            raise DaemonError(f"{self.box_dir / 'box.json'} is box {info.get('name')!r}, not {self.name!r}")
+            raise DaemonError(f"{box_dir.record} is box {info.get('name')!r}, not {self.name!r}")
         network = bool(info.get("network", True))
-        data, tmp = self.box_dir / "data", self.box_dir / "tmp"
-        for path in (data, data / "home", tmp):
+        for path in (box_dir.data, box_dir.home, box_dir.tmp):
             path.mkdir(mode=0o755, parents=True, exist_ok=True)
-        empty_dir(tmp)
+        empty_dir(box_dir.tmp)
         uid, gid = self.driver.box_uid, self.driver.box_gid
         if os.geteuid() == 0:
-            for path in (data, data / "home", tmp):
+            for path in (box_dir.data, box_dir.home, box_dir.tmp):
                 os.chown(path, uid, gid)
-        os.chmod(tmp, 0o1777)
+        os.chmod(box_dir.tmp, 0o1777)
         try:
-            self.box = self.driver.start(box_spec(self.name, self.box_dir, network))
+            self.box = self.driver.start(box_spec(self.name, box_dir, network))
         except IsolationError as exc:
             raise DaemonError(str(exc)) from exc
         pidns = self.box.pidns[1] if self.box.pidns else 0
-        write_atomic(self.run_dir / "init.pid", f"{self.box.init_pid} {pidns}\n".encode())
-        mark_stopped(self.box_dir, clean=False)
+        publish_atomic(self.run_dir.init_pid, f"{self.box.init_pid} {pidns}\n".encode())
+        if not mark_stopped(box_dir.record, clean=False):
+            raise DaemonError(f"cannot record the start in {box_dir.record}")
         log(f"box {self.name} started: init {self.box.init_pid}, {self.driver.available()[1]}")
 
     def listen(self) -> None:
-        path = self.run_dir / "control.sock"
+        path = self.run_dir.control_socket
         with contextlib.suppress(FileNotFoundError):
             path.unlink()  # a dead daemon's (this one holds daemon.pid's flock: no other runs)
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         old = os.umask(0o177)
-        # A path longer than an AF_UNIX address holds (a deep home) is named through its directory's descriptor.
-        fd = os.open(path.parent, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
-            listener.bind(str(path) if len(os.fsencode(str(path))) < 100 else f"/proc/self/fd/{fd}/{path.name}")
+            with socket_address(path) as address:
+                listener.bind(address)
         finally:
-            os.close(fd)
             os.umask(old)
         os.chmod(path, 0o600)
         listener.listen(64)
@@ -474,7 +448,7 @@ class Daemon:
         if self.listener is not None:
             self.listener.close()
         with contextlib.suppress(FileNotFoundError):
-            (self.run_dir / "control.sock").unlink()
+            self.run_dir.control_socket.unlink()
         left: list[int] = []
         if self.box is not None:
             if clean and self.grace > 0:
@@ -483,11 +457,14 @@ class Daemon:
         if left:
             log(f"box {self.name}: processes {left} outlived its init")
         with contextlib.suppress(FileNotFoundError):
-            (self.run_dir / "init.pid").unlink()
+            self.run_dir.init_pid.unlink()
         try:
-            mark_stopped(self.box_dir, clean=clean and not left)
-        except (DaemonError, OSError) as exc:
-            log(f"box {self.name}: could not record the stop: {exc}")
+            recorded = mark_stopped(self.box_dir.record, clean=clean and not left)
+        except OSError as exc:
+            recorded = False
+            log(f"box {self.name}: {exc}")
+        if not recorded:
+            log(f"box {self.name}: could not record the stop in {self.box_dir.record}")
         log(f"box {self.name} stopped ({'cleanly' if clean and not left else 'not cleanly'})")
         with self.lock:
             waiters, self.stop_waiters = self.stop_waiters, []
@@ -497,7 +474,7 @@ class Daemon:
             conn.close()
 
 
-def _arguments(argv: list[str]) -> tuple[str, Path, Path, int]:
+def _arguments(argv: list[str]) -> tuple[str, BoxDir, RunDir, int]:
     options: dict[str, str] = {}
     rest: list[str] = []
     it = iter(argv)
@@ -507,16 +484,14 @@ def _arguments(argv: list[str]) -> tuple[str, Path, Path, int]:
         else:
             rest.append(arg)
     if len(rest) == 1 and options.get("--home") and not (options.get("--box-dir") or options.get("--run-dir")):
-        from reference.box_lite.paths import BoxHome
-
         home = BoxHome.at(options["--home"])
-        options.update({"--box-dir": str(home.box_dir(rest[0])), "--run-dir": str(home.run_dir(rest[0]))})
+        options.update({"--box-dir": str(home.box(rest[0]).root), "--run-dir": str(home.run(rest[0]).root)})
     if len(rest) != 1 or not options.get("--box-dir") or not options.get("--run-dir"):
         raise SystemExit(
             "usage: python -m reference.box_lite.daemon (--home H | --box-dir D --run-dir R) [--ready-fd N] NAME"
         )
     ready = int(options.get("--ready-fd") or -1)
-    return rest[0], Path(options["--box-dir"]), Path(options["--run-dir"]), ready
+    return rest[0], BoxDir(Path(options["--box-dir"])), RunDir(Path(options["--run-dir"])), ready
 
 
 def _tell(ready: int, text: str) -> None:
@@ -532,7 +507,7 @@ def _interrupted(signum: int, _frame: object) -> None:
 
 
 def main(argv: list[str]) -> int:
-    name, box_dir, run_dir, ready = _arguments(argv)
+    name, box, run, ready = _arguments(argv)
     if ready != -1:
         os.set_inheritable(ready, False)
     # Detach: the launcher reaps this process at once; the daemon goes on in a child it never waits for.
@@ -541,7 +516,7 @@ def main(argv: list[str]) -> int:
     os.chdir("/")
     for signum in (signal.SIGTERM, signal.SIGHUP):  # until the box serves: give up cleanly, as for Ctrl-C
         signal.signal(signum, _interrupted)
-    daemon = Daemon(name, box_dir, run_dir)
+    daemon = Daemon(name, box, run)
     try:
         daemon.claim()
         daemon.start_box()
@@ -552,7 +527,7 @@ def main(argv: list[str]) -> int:
         if daemon.box is not None:
             daemon.driver.stop(daemon.box, STOP_TIMEOUT_S)
             with contextlib.suppress(FileNotFoundError):
-                (run_dir / "init.pid").unlink()
+                run.init_pid.unlink()
         _tell(ready, why)
         return 1
     _tell(ready, "ok")

@@ -4,23 +4,21 @@ Checks, in order: the box's state; isolation (its own PID namespace, host
 paths invisible, system directories read-only); ``/data`` (writable from
 inside and the same directory the host keeps, and durable: the marker written
 inside at the last ``stop`` is found after the start); the tmux session;
-registry consistency; the box's lock; the most recent backup and its age.
+registry consistency; the box's lock; links under /data that save would
+refuse; the most recent backup and its age.
 
 The whole doctor takes at most ``DOCTOR_TIMEOUT`` seconds (box.env, default
 5): each in-box check runs one short shell script with its own timeout,
 clipped to what is left of that budget, and is killed when it overruns; a
 check that cannot run in time says so.  A "fail" row makes the doctor exit 1;
-"warn" (no recent backup, tmux missing, the lock held by a live command) and
+"warn" (no recent backup, links save would refuse, tmux missing, the lock held by a live command) and
 "skip" (a stopped box's in-box checks) do not.
 """
 
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
-import json
 import os
-import re
 import secrets
 import subprocess
 import tempfile
@@ -32,9 +30,10 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from reference.box_lite import locks
+from reference.box_lite.backup import LINK_FIX, describe_links, latest_backup, unsaveable_links
 from reference.box_lite.errors import BoxError
-from reference.box_lite.paths import BoxHome
-from reference.box_lite.registry import Registry, publish_atomic, utc_now
+from reference.box_lite.paths import DATA_INSIDE, HOME_INSIDE, WORKSPACE_INSIDE, BoxHome
+from reference.box_lite.records import json_bytes, publish_atomic, read_object, utc_now
 from reference.box_lite.settings import Settings
 
 if TYPE_CHECKING:
@@ -43,7 +42,7 @@ if TYPE_CHECKING:
 CHECK_TIMEOUT_S = 2.5
 PROBE = ".hermes-box-probe"
 NO_ANSWER = "did not answer"
-MARKER_DIR = "/data/.hermes-box"
+MARKER_DIR = f"{DATA_INSIDE}/.hermes-box"
 STOP_MARKER = f"{MARKER_DIR}/stop-marker"
 STOP_RECORD = "stop-marker.json"  # host side, in the box's directory: what the last stop wrote
 
@@ -75,53 +74,6 @@ class Report:
             "seconds": round(self.seconds, 3),
             "checks": [{"name": c.name, "status": c.status, "detail": c.detail, "fix": c.fix} for c in self.checks],
         }
-
-
-# --- backups -------------------------------------------------------------------------------------
-
-_STAMP = re.compile(r"^(\d{8})[-T]?(\d{6})Z?(?:[-.]\d+)?$")
-
-
-@dataclass(frozen=True)
-class Backup:
-    path: Path
-    when: dt.datetime
-
-    @property
-    def when_text(self) -> str:
-        return self.when.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-    @property
-    def age_seconds(self) -> float:
-        return max(0.0, (dt.datetime.now(dt.UTC) - self.when).total_seconds())
-
-
-def latest_backup(home: BoxHome, name: str) -> Backup | None:
-    """The newest ``backups/NAME-<UTC time>.tar.gz.gpg`` (time from the name, else the file's mtime)."""
-    try:
-        entries = list(home.backups_dir.iterdir())
-    except OSError:
-        return None
-    found: list[Backup] = []
-    prefix, suffix = f"{name}-", ".tar.gz.gpg"
-    for path in entries:
-        fname = path.name
-        if not (fname.startswith(prefix) and fname.endswith(suffix)) or not path.is_file():
-            continue
-        stamp = fname[len(prefix) : -len(suffix)]
-        match = _STAMP.fullmatch(stamp)
-        if match is None:
-            continue  # another box's backup whose name starts with this one's ("alpha-2-...")
-        try:
-            when = dt.datetime.strptime(match.group(1) + match.group(2), "%Y%m%d%H%M%S").replace(tzinfo=dt.UTC)
-        except ValueError:
-            when = dt.datetime.fromtimestamp(path.stat().st_mtime, dt.UTC)
-        found.append(Backup(path, when))
-    return max(found, key=lambda b: (b.when, b.path.name)) if found else None
-
-
-def backup_age_text(seconds: float | None) -> str:
-    return "-" if seconds is None else locks.human_age(seconds)
 
 
 # --- running short scripts in the box ------------------------------------------------------------
@@ -198,7 +150,7 @@ def write_stop_marker(manager: BoxManager, home: BoxHome, name: str, timeout: fl
     The doctor's durability check looks for this marker after the next start.  Best effort: a box that
     does not answer in ``timeout`` gets no marker (the record is removed so no stale one is compared).
     """
-    record = home.box_dir(name) / STOP_RECORD
+    record = home.box(name).root / STOP_RECORD
     nonce = secrets.token_hex(8)
     script = f"mkdir -p {MARKER_DIR} && printf %s {nonce} > {STOP_MARKER}.tmp && mv {STOP_MARKER}.tmp {STOP_MARKER}"
     try:
@@ -209,7 +161,7 @@ def write_stop_marker(manager: BoxManager, home: BoxHome, name: str, timeout: fl
         with contextlib.suppress(OSError):
             record.unlink()
         return False
-    publish_atomic(record, (json.dumps({"nonce": nonce, "written_at": utc_now()}) + "\n").encode())
+    publish_atomic(record, json_bytes({"nonce": nonce, "written_at": utc_now()}))
     return True
 
 
@@ -224,10 +176,9 @@ def _host_ns(kind: str) -> str:
 
 
 def _isolation(manager: BoxManager, home: BoxHome, name: str, budget: Budget) -> Check:
-    sentinel_dir = home.run_dir(name)
-    sentinel = sentinel_dir / f".doctor-{secrets.token_hex(6)}"
+    sentinel = home.run(name).root / f".doctor-{secrets.token_hex(6)}"
     candidates = {str(sentinel), str(home.config_dir), str(home.boxes_dir), str(Path.home())}
-    inside = ("/", "/data", "/home", "/home/agent", "/tmp")
+    inside = ("/", DATA_INSIDE, "/home", HOME_INSIDE, "/tmp")
     hidden = sorted(
         p for p in candidates if p not in inside and not any(p == d or p.startswith(d + "/") for d in ("/usr", "/etc"))
     )
@@ -281,11 +232,11 @@ def _data(manager: BoxManager, home: BoxHome, name: str, budget: Budget) -> Chec
     probe = f"{MARKER_DIR}/doctor-probe-{nonce}"
     script = (
         f"mkdir -p {MARKER_DIR} && printf %s {nonce} > {probe} && "
-        "test -d /home/agent/workspace -a -w /home/agent/workspace && echo workspace=ok; "
+        f"test -d {WORKSPACE_INSIDE} -a -w {WORKSPACE_INSIDE} && echo workspace=ok; "
         f"echo marker=$(cat {STOP_MARKER} 2>/dev/null)"
     )
     code, out = run_in_box(manager, name, script, budget.timeout(CHECK_TIMEOUT_S))
-    host_probe = manager.data_dir(name) / probe.removeprefix("/data/")
+    host_probe = manager.data_dir(name) / probe.removeprefix(DATA_INSIDE + "/")
     try:
         seen = host_probe.read_text() if host_probe.exists() else None
     finally:
@@ -299,12 +250,9 @@ def _data(manager: BoxManager, home: BoxHome, name: str, budget: Budget) -> Chec
         return Check("/data", FAIL, why, fix)
     lines = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
     if lines.get("workspace") != "ok":
-        return Check("/data", FAIL, "~/workspace (/home/agent/workspace) is missing or not writable", fix)
-    try:
-        record = json.loads((home.box_dir(name) / STOP_RECORD).read_text())
-    except (OSError, ValueError):
-        record = None
-    if not isinstance(record, dict) or "nonce" not in record:
+        return Check("/data", FAIL, f"~/workspace ({WORKSPACE_INSIDE}) is missing or not writable", fix)
+    record = read_object(home.box(name).root / STOP_RECORD)
+    if record is None or "nonce" not in record:
         return Check("/data", OK, "writable from inside and kept on the host; no stop recorded yet to prove durability")
     if lines.get("marker") != record["nonce"]:
         return Check(
@@ -341,29 +289,13 @@ def _tmux(manager: BoxManager, name: str, settings: Settings, budget: Budget) ->
     return Check("tmux session", OK, f"no session yet (`hermes-box enter {name}` starts {name})")
 
 
-def _registry(manager: BoxManager, home: BoxHome, name: str) -> Check:
-    fix = f"run `hermes-box repair {name}`"
+def _registry(manager: BoxManager, name: str) -> Check:
     try:
-        entry = Registry(home).get(name)
+        problems = manager.disagreements(name)
     except BoxError as exc:
         return Check("registry", FAIL, exc.what + (f": {exc.why}" if exc.why else ""), exc.fix)
-    problems = []
-    if entry is None:
-        problems.append("the box is not in registry.json")
-    box_dir = home.box_dir(name)
-    if not box_dir.is_dir():
-        problems.append(f"its directory {box_dir} is missing")
-    else:
-        try:
-            info = json.loads(home.box_json(name).read_text())
-            if info.get("name") != name:
-                problems.append(f"box.json names {info.get('name')!r}")
-        except (OSError, ValueError, AttributeError):
-            problems.append("box.json is missing or unreadable")
-        if not manager.data_dir(name).is_dir():
-            problems.append("its data directory is missing")
     if problems:
-        return Check("registry", FAIL, "; ".join(problems), fix)
+        return Check("registry", FAIL, "; ".join(problems), f"run `hermes-box repair {name}`")
     return Check("registry", OK, "registered, directory and box.json agree")
 
 
@@ -375,13 +307,34 @@ def _lock(home: BoxHome, name: str) -> Check:
     return Check("lock", OK, text)
 
 
+def _links(manager: BoxManager, name: str, budget: Budget) -> Check:
+    """The links under /data that save would refuse, found on the host side before a save fails."""
+    seconds = budget.timeout(CHECK_TIMEOUT_S)
+    scan = unsaveable_links(manager.data_dir(name), seconds=seconds)
+    if scan.links:
+        count = len(scan.links)
+        more = "" if scan.complete else " (at least: not all of /data was seen in time)"
+        return Check(
+            "/data links",
+            WARN,
+            f"{count} symbolic link{'s' if count > 1 else ''} under {DATA_INSIDE} absolute or leading out of it{more}: "
+            f"save will refuse {'them' if count > 1 else 'it'} ({describe_links(scan.links)})",
+            LINK_FIX,
+        )
+    if not scan.complete:
+        return Check(
+            "/data links", OK, f"no link save would refuse among the {scan.entries} entries seen in {seconds:.1f} s"
+        )
+    return Check("/data links", OK, f"every symbolic link under {DATA_INSIDE} stays inside it (save keeps them)")
+
+
 def _backup(home: BoxHome, name: str, settings: Settings) -> Check:
     latest = latest_backup(home, name)
     fix = f"run `hermes-box save {name}`"
     if latest is None:
         return Check("backup", WARN, f"no backup in {home.backups_dir}", fix)
     age = latest.age_seconds
-    detail = f"{latest.path.name} ({locks.human_age(age)} old)"
+    detail = f"{latest.path.name} ({latest.age_text} old)"
     if age > settings.backup_max_age_days * 86400:
         return Check("backup", WARN, f"{detail}, older than {settings.backup_max_age_days:g} days", fix)
     return Check("backup", OK, detail)
@@ -423,8 +376,10 @@ def run_doctor(manager: BoxManager, home: BoxHome, settings: Settings, name: str
         )
     else:
         report.checks.append(Check("state", FAIL, state or "unknown", f"run `hermes-box repair {name}`"))
-    report.checks.append(_registry(manager, home, name))
+    report.checks.append(_registry(manager, name))
     report.checks.append(_lock(home, name))
+    if manager.data_dir(name).is_dir():
+        report.checks.append(_links(manager, name, budget))
     report.checks.append(_backup(home, name, settings))
     report.seconds = time.monotonic() - started
     return report

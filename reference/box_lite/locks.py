@@ -28,14 +28,13 @@ import shlex
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any
 
 from reference.box_lite.errors import BoxLocked
 from reference.box_lite.paths import BoxHome
+from reference.box_lite.records import human_age, parse_stamp, utc_now
 
 
 @dataclass(frozen=True)
@@ -52,9 +51,8 @@ class Holder:
 
     def age(self) -> str:
         """How long ago ``since`` was, in words (``3 min``), or '' when unknown."""
-        try:
-            then = dt.datetime.strptime(self.since, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC)
-        except ValueError:
+        then = parse_stamp(self.since)
+        if then is None:
             return ""
         return human_age((dt.datetime.now(dt.UTC) - then).total_seconds())
 
@@ -62,17 +60,6 @@ class Holder:
         age = self.age()
         when = f"since {self.since}" + (f" ({age} ago)" if age else "")
         return f"PID {self.pid} running `{self.command}` ({self.action}) {when}"
-
-
-def human_age(seconds: float) -> str:
-    seconds = max(0.0, seconds)
-    if seconds < 90:
-        return f"{int(seconds)} s"
-    if seconds < 90 * 60:
-        return f"{int(seconds // 60)} min"
-    if seconds < 48 * 3600:
-        return f"{int(seconds // 3600)} h"
-    return f"{int(seconds // 86400)} days"
 
 
 def pid_alive(pid: int) -> bool:
@@ -122,7 +109,7 @@ class BoxLock:
     def __init__(self, home: BoxHome, name: str, action: str) -> None:
         self.name = name
         self.action = action
-        self.path = home.lock_file(name)
+        self.path = home.run(name).lock
         self.recovered: Holder | None = None
         self._owned = False
 
@@ -155,7 +142,7 @@ class BoxLock:
         previous = read_holder(self.path)
         if previous is not None and previous.pid != os.getpid():
             self.recovered = previous  # its owner exited (or closed it) without clearing the record
-        record = {"pid": os.getpid(), "action": self.action, "command": command_line(), "since": _now()}
+        record = {"pid": os.getpid(), "action": self.action, "command": command_line(), "since": utc_now()}
         data = (json.dumps(record) + "\n").encode("utf-8")
         os.ftruncate(fd, 0)
         os.pwrite(fd, data, 0)
@@ -222,33 +209,28 @@ class BoxLock:
         return self._owned
 
 
-def holds(home: BoxHome, name: str) -> bool:
-    """Whether this process holds box ``name``'s lock."""
-    with _held_guard:
-        return str(home.lock_file(name)) in _held
-
-
 def lock_state(home: BoxHome, name: str) -> tuple[str, Holder | None]:
     """("free" | "held" | "stale", holder) for box ``name`` without taking or disturbing its lock.
 
     "stale": the file records a holder but no process holds the flock (its owner exited; the next
     command recovers it).  Held is read from /proc/locks (the kernel's list of flocks).
     """
-    path = home.lock_file(name)
+    path = home.run(name).lock
     try:
         st = os.stat(path)
     except FileNotFoundError:
         return "free", None
     holder = read_holder(path)
-    held = _flock_held(st)
+    held = _listed_in_proc_locks(st)
     if held is None:  # no /proc/locks: probe with a shared lock, released at once
-        held = _probe(path)
+        held = flock_held(path)
     if held:
         return "held", holder
     return ("stale", holder) if holder is not None else ("free", None)
 
 
-def _flock_held(st: os.stat_result) -> bool | None:
+def _listed_in_proc_locks(st: os.stat_result) -> bool | None:
+    """Whether the kernel lists an flock on the file with ``st``; None when /proc/locks cannot be read."""
     ident = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
     try:
         lines = Path("/proc/locks").read_text().splitlines()
@@ -264,15 +246,21 @@ def _flock_held(st: os.stat_result) -> bool | None:
     return False
 
 
-def _probe(path: Path) -> bool:
+def flock_held(path: Path) -> bool:
+    """Whether some process holds an exclusive flock on ``path`` (a missing file: no).
+
+    Probes with a shared flock taken and dropped at once: an exclusive ``LOCK_NB`` taker racing the
+    probe fails for that moment, so callers that must not disturb a lock (``lock_state``) read
+    /proc/locks first, and the daemon retries its claim of daemon.pid.
+    """
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return False
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except OSError:
-        return True
+    except OSError as exc:
+        return exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN)
     finally:
         os.close(fd)
     return False
@@ -285,10 +273,6 @@ def remove_lock_file(lock: BoxLock) -> None:
             os.unlink(lock.path)
 
 
-def _now() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def describe(state: tuple[str, Holder | None]) -> str:
     """A line for doctor and errors: ``free``, ``held by PID ...``, ``stale record of PID ...``."""
     kind, holder = state
@@ -297,17 +281,3 @@ def describe(state: tuple[str, Holder | None]) -> str:
     if kind == "stale" and holder is not None:
         return f"free (stale record of exited PID {holder.pid}, recovered by the next command)"
     return kind
-
-
-def as_dict(holder: Holder | None) -> dict[str, Any] | None:
-    if holder is None:
-        return None
-    return {"pid": holder.pid, "action": holder.action, "command": holder.command, "since": holder.since}
-
-
-@contextlib.contextmanager
-def locked(home: BoxHome, name: str, action: str) -> Iterator[BoxLock]:
-    """``with locked(home, name, "save"):`` the box's lock for the block."""
-    lock = BoxLock(home, name, action)
-    with lock:
-        yield lock

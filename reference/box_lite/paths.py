@@ -9,9 +9,13 @@ and ``$XDG_RUNTIME_DIR/hermes-box``).  Resolving a home creates nothing;
 Layout, with a home H (XDG equivalents in the class docstring):
 
 - H/config/box.env, registry.json, runtime-manifest
-- H/data/boxes/NAME/{data,tmp,managed,box.json}
+- H/data/boxes/NAME/{data,tmp,managed,box.json}   (``BoxDir``)
 - H/backups/
-- H/run/NAME/{control.sock,daemon.pid,lock,daemon.log}
+- H/run/NAME/{control.sock,daemon.pid,init.pid,lock,daemon.log}   (``RunDir``)
+
+and, inside every box, the paths its directories appear at (``DATA_INSIDE``...).
+This module imports only the standard library (platformdirs when XDG is
+resolved), so the box daemon can use it and still start quickly.
 """
 
 from __future__ import annotations
@@ -26,9 +30,14 @@ from reference.box_lite.errors import BadInput
 
 APP = "hermes-box"
 HOME_ENV = "HERMES_BOX_HOME"
-# Inside every box: the box user's home (a part of /data) and its workspace.
+
+# Inside every box: its durable /data, the box user's home (a part of /data), its workspace, and the
+# read-only copy of the settings.
+DATA_INSIDE = "/data"
 HOME_INSIDE = "/home/agent"
 WORKSPACE_INSIDE = HOME_INSIDE + "/workspace"
+ENV_FILE_INSIDE = "/etc/hermes-box.env"
+_HOME_IN_DATA = "home"  # /home/agent is this directory of /data
 
 NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 
@@ -43,6 +52,14 @@ def check_name(name: str) -> str:
         "a name is 1 to 63 characters: lowercase letters, digits and '-', starting with a letter or digit",
         "choose a name such as 'alpha' or 'work-2'",
     )
+
+
+def inside(rel: str) -> str:
+    """Where the path ``rel`` (relative to a box's /data) is seen inside the box: under /home/agent for
+    the box user's home (where it was made, most likely), else under /data."""
+    if rel == _HOME_IN_DATA or rel.startswith(_HOME_IN_DATA + "/"):
+        return HOME_INSIDE + rel[len(_HOME_IN_DATA) :]
+    return f"{DATA_INSIDE}/{rel}" if rel else DATA_INSIDE
 
 
 @dataclass(frozen=True)
@@ -113,43 +130,85 @@ class BoxHome:
     def manifest_file(self) -> Path:
         return self.config_dir / "runtime-manifest"
 
-    # One box's persistent directories.
+    # One box's directories.
     @property
     def boxes_dir(self) -> Path:
         return self.data_dir / "boxes"
 
-    def box_dir(self, name: str) -> Path:
-        return self.boxes_dir / check_name(name)
+    def box(self, name: str) -> BoxDir:
+        """Box ``name``'s persistent directory (a BadInput for an invalid name)."""
+        return BoxDir(self.boxes_dir / check_name(name))
 
-    def box_data(self, name: str) -> Path:
-        """The host directory that is the box's /data."""
-        return self.box_dir(name) / "data"
-
-    def box_tmp(self, name: str) -> Path:
-        return self.box_dir(name) / "tmp"
-
-    def box_managed(self, name: str) -> Path:
-        return self.box_dir(name) / "managed"
-
-    def box_json(self, name: str) -> Path:
-        return self.box_dir(name) / "box.json"
-
-    # One box's runtime files.
-    def run_dir(self, name: str) -> Path:
-        return self.runtime_dir / check_name(name)
-
-    def control_socket(self, name: str) -> Path:
-        return self.run_dir(name) / "control.sock"
-
-    def daemon_pid_file(self, name: str) -> Path:
-        return self.run_dir(name) / "daemon.pid"
-
-    def lock_file(self, name: str) -> Path:
-        return self.run_dir(name) / "lock"
-
-    def daemon_log(self, name: str) -> Path:
-        return self.run_dir(name) / "daemon.log"
+    def run(self, name: str) -> RunDir:
+        """Box ``name``'s runtime directory (a BadInput for an invalid name)."""
+        return RunDir(self.runtime_dir / check_name(name))
 
     def describe(self) -> str:
         """One line for messages: the relocated home, or the XDG config directory."""
         return str(self.root) if self.root is not None else f"{self.config_dir} (XDG)"
+
+
+@dataclass(frozen=True)
+class BoxDir:
+    """A box's persistent directory, ``data_dir/boxes/NAME``, and what it holds."""
+
+    root: Path
+
+    @property
+    def data(self) -> Path:
+        """The box's /data (what save archives)."""
+        return self.root / "data"
+
+    @property
+    def home(self) -> Path:
+        """The box user's home, /home/agent inside: a part of /data."""
+        return self.data / _HOME_IN_DATA
+
+    @property
+    def tmp(self) -> Path:
+        """The box's /tmp (and /var/tmp), emptied at each start."""
+        return self.root / "tmp"
+
+    @property
+    def managed(self) -> Path:
+        """Host copies of the managed assets."""
+        return self.root / "managed"
+
+    @property
+    def env_file(self) -> Path:
+        """The host copy of /etc/hermes-box.env."""
+        return self.managed / "hermes-box.env"
+
+    @property
+    def record(self) -> Path:
+        """box.json: what the box is (name, created_at, created_by, network) and how it last stopped."""
+        return self.root / "box.json"
+
+
+@dataclass(frozen=True)
+class RunDir:
+    """A box's runtime directory, ``runtime_dir/NAME``: its daemon's files and its lock."""
+
+    root: Path
+
+    @property
+    def control_socket(self) -> Path:
+        return self.root / "control.sock"
+
+    @property
+    def daemon_pid(self) -> Path:
+        """The daemon's pid, flock-held by the daemon for its whole life."""
+        return self.root / "daemon.pid"
+
+    @property
+    def init_pid(self) -> Path:
+        """The box init's host pid and PID namespace inode, while the box runs."""
+        return self.root / "init.pid"
+
+    @property
+    def lock(self) -> Path:
+        return self.root / "lock"
+
+    @property
+    def log(self) -> Path:
+        return self.root / "daemon.log"

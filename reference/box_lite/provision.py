@@ -21,12 +21,14 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
-ENV_FILE_NAME = "hermes-box.env"
+from reference.box_lite.paths import HOME_INSIDE, WORKSPACE_INSIDE, BoxDir
+
 BEGIN = "# >>> hermes-box managed block (refreshed by `hermes-box repair`; edits inside it are replaced) >>>"
 END = "# <<< hermes-box managed block <<<"
 
+_WORKSPACE = str(PurePosixPath(WORKSPACE_INSIDE).relative_to(HOME_INSIDE))  # ~/workspace, in the home
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -118,10 +120,9 @@ def _replace(name: str, folder: int, text: str, uid: int, gid: int, mode: int = 
     os.replace(tmp, name, src_dir_fd=folder, dst_dir_fd=folder)
 
 
-def write_env_file(managed: Path, text: str) -> Path:
+def write_env_file(path: Path, text: str) -> None:
     """The host copy of /etc/hermes-box.env, rewritten in place (same inode: a running box sees it)."""
-    managed.mkdir(mode=0o755, parents=True, exist_ok=True)
-    path = managed / ENV_FILE_NAME
+    path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     try:
         data = text.encode("utf-8")
@@ -130,17 +131,16 @@ def write_env_file(managed: Path, text: str) -> Path:
         os.fchmod(fd, 0o644)
     finally:
         os.close(fd)
-    return path
 
 
-def provision(box_dir: Path, name: str, env_text: str, uid: int, gid: int) -> None:
-    """Write or refresh every managed asset of the box in ``box_dir`` (see the module docstring)."""
-    write_env_file(box_dir / "managed", env_text)
-    data = os.open(box_dir / "data", _DIR_FLAGS)
+def provision(box: BoxDir, name: str, env_text: str, uid: int, gid: int) -> None:
+    """Write or refresh every managed asset of ``box`` (see the module docstring)."""
+    write_env_file(box.env_file, env_text)
+    data = os.open(box.data, _DIR_FLAGS)
     try:
-        home = _open_dir("home", data, uid, gid)
+        home = _open_dir(box.home.name, data, uid, gid)  # /home/agent, a directory of /data
         try:
-            os.close(_open_dir("workspace", home, uid, gid))
+            os.close(_open_dir(_WORKSPACE, home, uid, gid))
             for filename, block in ((".profile", profile_block(name)), (".bashrc", bashrc_block(name))):
                 _replace(filename, home, with_block(_read_regular(filename, home), block), uid, gid)
         finally:

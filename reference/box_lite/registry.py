@@ -3,11 +3,9 @@
 ``registry.json`` (config_dir) names every box this home manages and what it
 was made with; ``runtime-manifest`` (config_dir) records the versions of the
 tools Box Lite runs with, for diagnosis (archives carry a copy).  Both are
-mode 0600 and replaced whole: written to a temporary file in the same
-directory, fsynced, then renamed over the old one, so a reader sees the old
-file or the new one, never a part.  Writers that read, change and write the
-registry hold an exclusive flock on a sibling lock file for the whole update,
-so two commands registering boxes at once both land.  A file that is not the
+mode 0600 and replaced whole (``records.publish_atomic``).  Writers that read,
+change and write the registry hold an exclusive flock on a sibling lock file
+for the whole update, so two commands registering boxes at once both land.  A file that is not the
 JSON this module wrote is a BoxError saying so and how to recover, never
 silently replaced.
 """
@@ -15,7 +13,6 @@ silently replaced.
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import fcntl
 import json
 import os
@@ -23,56 +20,15 @@ import platform
 import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from reference.box_lite.errors import BoxError
 from reference.box_lite.paths import BoxHome, check_name
+from reference.box_lite.records import json_bytes, publish_atomic, utc_now
 
 FORMAT = 1
-
-
-def utc_now() -> str:
-    """Now as UTC ISO 8601 with seconds (``2026-06-25T12:00:00Z``)."""
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def publish_atomic(path: Path, data: bytes, mode: int = 0o600) -> None:
-    """Replace ``path`` with ``data`` so that a reader sees the old or the new file, never a part.
-
-    The temporary file is made in the same directory with ``mode`` from the start, fsynced, renamed
-    over ``path``, and the directory is fsynced so the rename survives a crash; on any failure the
-    temporary file is removed and ``path`` is unchanged.
-    """
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.fchmod(fd, mode)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    _fsync_dir(path.parent)
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def read_json(path: Path, what: str, fix: str) -> dict[str, Any] | None:
@@ -92,10 +48,6 @@ def read_json(path: Path, what: str, fix: str) -> dict[str, Any] | None:
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise BoxError(f"the {what} {path} is corrupt", f"it is not a format-{FORMAT} Box Lite file", fix)
     return data
-
-
-def _dumps(data: dict[str, Any]) -> bytes:
-    return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode("utf-8")
 
 
 class Registry:
@@ -147,7 +99,7 @@ class Registry:
             if json.dumps(boxes, sort_keys=True) != before or not self.path.exists():
                 data["boxes"] = boxes
                 data["updated_at"] = utc_now()
-                publish_atomic(self.path, _dumps(data))
+                publish_atomic(self.path, json_bytes(data))
         finally:
             os.close(fd)  # closing the descriptor releases the flock
 
@@ -214,5 +166,5 @@ class RuntimeManifest:
             "tools": tools if tools is not None else tool_versions(),
             "executable": sys.executable,
         }
-        publish_atomic(self.path, _dumps(data))
+        publish_atomic(self.path, json_bytes(data))
         return data

@@ -102,7 +102,7 @@ def test_save_writes_a_verified_archive_that_gpg_and_tar_read(
     assert path.parent == box_home / "backups"
     assert path.name.startswith("alpha-") and path.name.endswith(".tar.gz.gpg")
     assert path.stat().st_mode & 0o777 == 0o600
-    assert manager.last_backup(alpha) == path
+    assert (last := manager.info(alpha).last_backup) is not None and last.path == path
     listing = subprocess.run(["tar", "tz"], input=gpg_decrypt(path, tmp_path / "g"), capture_output=True).stdout
     names = listing.decode().split()
     assert names[0] == "manifest.json" and "data/home/workspace/f" in names
@@ -248,7 +248,8 @@ def test_extract_writes_a_new_private_directory_under_backups(manager: BoxManage
     assert json.loads((first / "manifest.json").read_text())["name"] == "alpha"
     assert (first / "data" / "home" / "workspace" / "f").read_text() == "precious\n"
     assert os.readlink(first / "data" / "home" / "workspace" / "link") == "f"
-    assert manager.last_backup(alpha) == path, "an extracted directory is not taken for a backup"
+    last = manager.info(alpha).last_backup
+    assert last is not None and last.path == path, "an extracted directory is not taken for a backup"
 
 
 def test_a_refused_extract_leaves_no_directory(manager: BoxManager, box_home: Path, tmp_path: Path):

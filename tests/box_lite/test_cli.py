@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from isolation import NamespaceDriver
-from reference.box_lite.doctor import latest_backup
+from reference.box_lite.backup import latest_backup, new_backup_path
+from reference.box_lite.boxes import BoxManager
 from reference.box_lite.paths import BoxHome
 
 _OK, _WHY = NamespaceDriver(spares=0).available()
@@ -130,6 +131,33 @@ def test_latest_backup_is_the_newest_of_this_box_only(tmp_path: Path) -> None:
     assert found.when_text == "2026-01-02T00:00:00Z"
     other = latest_backup(home, "alpha-2")
     assert other is not None and other.path.name == "alpha-2-20270101-000000Z.tar.gz.gpg"
+
+
+def test_ls_rows_take_a_box_s_own_backups_only(tmp_path: Path) -> None:
+    """What `ls`, `rm` and the doctor report (BoxInfo.last_backup): a box never takes the backups of a
+    box whose name extends its own (beta has none, though beta-2 has one), and the tenth save of one
+    second beats the second."""
+    home = BoxHome.at(tmp_path).ensure()
+    for fname in (
+        "alpha-20260101-000000Z.tar.gz.gpg",
+        "alpha-20260101-000000Z-2.tar.gz.gpg",
+        "alpha-20260101-000000Z-10.tar.gz.gpg",
+        "alpha-2-20260601-000000Z.tar.gz.gpg",
+        "alpha-2-x.tar.gz.gpg",
+        "beta-2-20260601-000000Z.tar.gz.gpg",
+    ):
+        (home.backups_dir / fname).write_bytes(b"x")
+    manager = BoxManager(home)
+    alpha, alpha_2 = manager.info("alpha").last_backup, manager.info("alpha-2").last_backup
+    assert alpha is not None and alpha.path.name == "alpha-20260101-000000Z-10.tar.gz.gpg"
+    assert alpha_2 is not None and alpha_2.path.name == "alpha-2-20260601-000000Z.tar.gz.gpg"
+    assert manager.info("beta").last_backup is None
+    # the names save makes are the names read back
+    made = new_backup_path(home, "alpha-2")
+    made.write_bytes(b"x")
+    newest = latest_backup(home, "alpha-2")
+    assert newest is not None and newest.path == made
+    assert latest_backup(home, "alpha") == alpha
 
 
 # --- with boxes ---------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from reference.box_lite.errors import BadInput, BoxError
-from reference.box_lite.paths import BoxHome, check_name
+from reference.box_lite.paths import BoxHome, check_name, inside
 from reference.box_lite.settings import KEYS, Settings, default_file_text, parse_size
 
 
@@ -56,10 +56,21 @@ def test_ensure_makes_private_directories(tmp_path: Path) -> None:
 
 def test_box_paths_follow_the_layout(tmp_path: Path) -> None:
     home = BoxHome.at(tmp_path)
-    assert home.box_data("alpha") == tmp_path / "data" / "boxes" / "alpha" / "data"
-    assert home.box_json("alpha") == tmp_path / "data" / "boxes" / "alpha" / "box.json"
-    assert home.control_socket("alpha") == tmp_path / "run" / "alpha" / "control.sock"
-    assert home.lock_file("alpha") == tmp_path / "run" / "alpha" / "lock"
+    box, run = home.box("alpha"), home.run("alpha")
+    assert box.data == tmp_path / "data" / "boxes" / "alpha" / "data"
+    assert box.home == box.data / "home"
+    assert box.record == tmp_path / "data" / "boxes" / "alpha" / "box.json"
+    assert box.env_file == tmp_path / "data" / "boxes" / "alpha" / "managed" / "hermes-box.env"
+    assert run.control_socket == tmp_path / "run" / "alpha" / "control.sock"
+    assert run.lock == tmp_path / "run" / "alpha" / "lock"
+    assert run.daemon_pid == tmp_path / "run" / "alpha" / "daemon.pid"
+
+
+def test_paths_relative_to_data_are_named_as_the_box_sees_them() -> None:
+    assert inside("home/workspace/.venv/bin/python") == "/home/agent/workspace/.venv/bin/python"
+    assert inside("home") == "/home/agent"
+    assert inside("homework/x") == "/data/homework/x"
+    assert inside("") == "/data"
 
 
 @pytest.mark.parametrize("name", ["alpha", "a", "work-2", "0x", "a" * 63])
@@ -74,7 +85,7 @@ def test_invalid_names_are_bad_input_with_a_fix(name: str, tmp_path: Path) -> No
     assert "not a valid box name" in info.value.what
     assert "alpha" in info.value.fix
     with pytest.raises(BadInput):
-        BoxHome.at(tmp_path).box_dir(name)
+        BoxHome.at(tmp_path).box(name)
 
 
 def test_missing_settings_file_gives_defaults(tmp_path: Path) -> None:

@@ -15,7 +15,8 @@ import pytest
 from reference.box_lite.errors import BoxError, BoxLocked
 from reference.box_lite.locks import BoxLock, lock_state, read_holder
 from reference.box_lite.paths import BoxHome
-from reference.box_lite.registry import Registry, RuntimeManifest, publish_atomic
+from reference.box_lite.records import publish_atomic
+from reference.box_lite.registry import Registry, RuntimeManifest
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -155,13 +156,13 @@ def test_a_lock_whose_owner_was_killed_is_recovered(tmp_path: Path) -> None:
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     # The record of the dead owner is still in the file; the kernel released its flock.
-    holder = read_holder(home.lock_file("alpha"))
+    holder = read_holder(home.run("alpha").lock)
     assert holder is not None and holder.pid == proc.pid and not holder.alive()
     assert lock_state(home, "alpha")[0] == "stale"
     lock = BoxLock(home, "alpha", "stop")
     with lock:
         assert lock.recovered is not None and lock.recovered.pid == proc.pid
-        mine = read_holder(home.lock_file("alpha"))
+        mine = read_holder(home.run("alpha").lock)
         assert mine is not None and mine.pid == os.getpid() and mine.action == "stop"
         assert lock_state(home, "alpha")[0] == "held"
     assert lock_state(home, "alpha") == ("free", None)
