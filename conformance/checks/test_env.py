@@ -9,7 +9,7 @@ import secrets
 
 import pytest
 
-from conformance.checks._support import locate, not_applicable, out, rc, run
+from conformance.checks._support import locate, not_applicable, out, rc, run, unverified
 
 DUMP = "env; echo ---; cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n'"
 
@@ -117,6 +117,8 @@ def test_credentials_never_reach_the_logs(kit):
 
 @pytest.mark.clause("env.secret-scope")
 def test_credential_comes_from_the_secret_scope(kit, monkeypatch):
+    if kit.fake is None:
+        unverified("a live run: the kit does not know which variable holds the vendor's credential")
     var = getattr(kit.fake, "credential_var", None)
     if not var:  # a backend with no account (box_lite's boxes are made on this machine)
         not_applicable("the backend authenticates with no credential: its fake issues none")
