@@ -11,7 +11,6 @@ import nothing from Hermes itself.
 from __future__ import annotations
 
 import importlib
-import importlib.resources
 import importlib.util
 import logging
 from collections.abc import Callable
@@ -68,6 +67,8 @@ def register_provider(ctx: Any, backend: str, load: Callable[[], Any]) -> None:
 
 def required_hermes(backend: str) -> str | None:
     """The ``requires_hermes`` floor of ``reference.<backend>``'s plugin.yaml (">=0.21.3"), or None."""
+    import importlib.resources  # only here: every plugin's __init__ (and Box Lite's daemon) imports this module
+
     import yaml
 
     try:
