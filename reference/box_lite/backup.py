@@ -170,7 +170,7 @@ def unsaveable_links(data: Path, *, seconds: float | None = None) -> LinkScan:
     entries = 0
     stack = [(data, "")]
     while stack:
-        if deadline is not None and time.monotonic() > deadline:
+        if deadline is not None and time.monotonic() >= deadline:
             return LinkScan(found, False, entries)
         folder, rel = stack.pop()
         try:

@@ -312,13 +312,14 @@ def _links(manager: BoxManager, name: str, budget: Budget) -> Check:
     seconds = budget.timeout(CHECK_TIMEOUT_S)
     scan = unsaveable_links(manager.data_dir(name), seconds=seconds)
     if scan.links:
-        count = len(scan.links)
+        many = len(scan.links) > 1
         more = "" if scan.complete else " (at least: not all of /data was seen in time)"
+        what = f"{len(scan.links)} symbolic link{'s' if many else ''} under {DATA_INSIDE}{more}"
+        are = "are absolute or lead" if many else "is absolute or leads"
         return Check(
             "/data links",
             WARN,
-            f"{count} symbolic link{'s' if count > 1 else ''} under {DATA_INSIDE} absolute or leading out of it{more}: "
-            f"save will refuse {'them' if count > 1 else 'it'} ({describe_links(scan.links)})",
+            f"{what} {are} out of it: save will refuse {'them' if many else 'it'} ({describe_links(scan.links)})",
             LINK_FIX,
         )
     if not scan.complete:

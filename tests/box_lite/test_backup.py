@@ -111,6 +111,33 @@ def test_save_writes_a_verified_archive_that_gpg_and_tar_read(
     assert sh(manager, alpha, "cat ~/workspace/f") == "precious\n", "the box runs on after its save"
 
 
+def test_unsaveable_links_are_those_the_archive_rule_refuses(tmp_path: Path):
+    """Absolute links and links climbing out of /data, named as the box sees them; links are not followed."""
+    data = tmp_path / "data"
+    (data / "home" / "workspace" / "sub").mkdir(parents=True)
+    links = {
+        "home/workspace/ok": "f",  # inside
+        "home/workspace/sub/deep": "../../../y",  # data/y: inside
+        "home/workspace/abs": "/usr/bin/python3",
+        "home/workspace/up": "../../../x",  # data/../x
+        "linkdir": "/etc",  # a link to a directory: refused, never walked into
+        "top": "../outside",
+    }
+    for rel, target in links.items():
+        os.symlink(target, data / rel)
+    scan = backup.unsaveable_links(data)
+    assert scan.complete
+    assert sorted(scan.links) == [
+        ("/data/linkdir", "/etc"),
+        ("/data/top", "../outside"),
+        ("/home/agent/workspace/abs", "/usr/bin/python3"),
+        ("/home/agent/workspace/up", "../../../x"),
+    ]
+    with pytest.raises(archives.EscapingLink):  # the archive writer refuses the same tree
+        archives.write_tree(data, tmp_path / "a.gpg", kind="box", name="t", passphrase=PASS)
+    assert not backup.unsaveable_links(data, seconds=0).complete
+
+
 def test_save_never_overwrites_and_two_saves_get_two_names(manager: BoxManager, alpha: str, tmp_path: Path):
     taken = tmp_path / "taken.gpg"
     taken.write_text("mine")

@@ -222,6 +222,42 @@ def test_new_ls_exec_stop_start_doctor_repair_rm(box_home: Path) -> None:
 
 
 @needs_boxes
+def test_links_save_would_refuse_are_warned_by_the_doctor_then_named_by_save(box_home: Path) -> None:
+    """A Python venv made without --copies links bin/python to /usr/bin/python3.  No archive keeps
+    such a link (load refuses it), so the doctor warns before any save, and save refuses naming the
+    link, why and the fix, leaving no archive; a link kept inside /data saves."""
+    env = {"BOX_PASSPHRASE": PASSPHRASE}
+    ok(hb(box_home, "new", "alpha", "--no-doctor"))
+    venv = "mkdir -p ~/workspace/.venv/bin && ln -s /usr/bin/python3 ~/workspace/.venv/bin/python"
+    ok(hb(box_home, "exec", "alpha", "--", "sh", "-c", venv))
+
+    code, rows = doctor_rows(box_home, "alpha")
+    links = rows["/data links"]
+    assert code == 0 and links["status"] == "warn", links
+    assert "1 symbolic link under /data" in links["detail"] and "save will refuse it" in links["detail"]
+    assert "/home/agent/workspace/.venv/bin/python -> /usr/bin/python3" in links["detail"]
+    assert "python3 -m venv --copies" in links["fix"]
+
+    refused = hb(box_home, "save", "alpha", env=env)
+    assert_error(
+        refused,
+        2,
+        "box alpha cannot be saved",
+        "/home/agent/workspace/.venv/bin/python -> /usr/bin/python3",
+        "load refuses them",
+        "python3 -m venv --copies DIR",
+        "hermes-box doctor alpha",
+    )
+    assert list((box_home / "backups").iterdir()) == []
+
+    relink = "cd ~/workspace/.venv/bin && touch python3 && ln -sfn python3 python"
+    ok(hb(box_home, "exec", "alpha", "--", "sh", "-c", relink))
+    assert doctor_rows(box_home, "alpha")[1]["/data links"]["status"] == "ok"
+    archive = Path(ok(hb(box_home, "save", "alpha", env=env)).stdout.strip())
+    assert archive.parent == box_home / "backups" and archive.is_file()
+
+
+@needs_boxes
 def test_rm_reports_the_most_recent_backup(box_home: Path) -> None:
     ok(hb(box_home, "new", "alpha", "--no-doctor"))
     backups = box_home / "backups"
