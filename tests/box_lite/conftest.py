@@ -1,7 +1,8 @@
 """Shared fixtures of the Box Lite tests: a temp home, and a teardown that stops every box daemon.
 
 ``box_home`` is an empty Box Lite home under the test's tmp dir, also set as
-``HERMES_BOX_HOME`` (so a ``hermes-box`` subprocess uses it).  At teardown every
+``HERMES_BOX_HOME`` (so a ``hermes-box`` subprocess uses it); ``tmpdir_root`` is
+the archive tests' TMPDIR (nothing may be left in it, nor a child running).  At teardown every
 daemon found under its runtime directory is asked to stop (SIGTERM: a clean
 stop, as ``hermes-box stop``), and the test fails if any daemon or box init
 survives that; survivors are then killed, so no run leaves a process behind.
@@ -18,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.archives.conftest import tmpdir_root  # noqa: F401  # a private TMPDIR, found empty at teardown
 
 DAEMON_MODULE = b"reference.box_lite.daemon"
 STOP_WAIT_S = 15.0

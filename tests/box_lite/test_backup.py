@@ -10,7 +10,6 @@ import json
 import os
 import subprocess
 import tarfile
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -36,15 +35,6 @@ _OK, _WHY = NamespaceDriver(spares=0).available()
 pytestmark = pytest.mark.skipif(not _OK, reason=f"no usable namespaces here: {_WHY}")
 PASS = archives.Passphrase(PASSPHRASE)
 MARK = "PLAINTEXT-MARKER-c41d"
-
-
-@pytest.fixture
-def tmpdir_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    root = tmp_path / "tmpdir"
-    root.mkdir()
-    monkeypatch.setenv("TMPDIR", str(root))
-    monkeypatch.setattr(tempfile, "tempdir", str(root))
-    return root
 
 
 def sh(manager: BoxManager, name: str, script: str) -> str:
