@@ -2,7 +2,8 @@
 
 ``request(socket, message)`` sends one request and returns the answer
 (ping, processes, freeze, thaw, signal, stop).  ``BoxCommand`` runs a command
-in the box and behaves as a ``subprocess.Popen``: ``pid`` (its host pid),
+in the box; it is an ``isolation.BoxPopen`` (the engine's Popen of a command
+started elsewhere), so a ``subprocess.Popen``: ``pid`` (its host pid),
 ``box_pid``, ``poll()``, ``wait(timeout)``, ``communicate()``, ``stdin`` /
 ``stdout`` / ``stderr`` when ``subprocess.PIPE`` is asked, ``send_signal()``,
 ``terminate()`` and ``kill()``.  A signal reaches the command's whole tree in
@@ -23,13 +24,13 @@ import os
 import select
 import signal
 import socket
-import subprocess
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
+from isolation import BoxPopen
 from isolation.box_init import Channel
+from isolation.popen import ExitSlot
 from reference.box_lite.errors import BoxNotRunning, ControlError
 
 CONNECT_TIMEOUT_S = 5.0
@@ -115,172 +116,102 @@ def stop(path: Path, *, name: str = "", grace: float = 0.0, timeout: float = STO
     return bool(answer.get("clean"))
 
 
-class BoxCommand(subprocess.Popen[Any]):
-    """A command running in a box, started by its daemon; a ``subprocess.Popen`` (see the module)."""
+class _CommandLink(ExitSlot):
+    """A command's connection to the box's daemon: its exit status comes on it (the connection closing
+    first, the daemon's death, counts as SIGKILL: the engine has ended every process of the box), and
+    signal requests go out on it, which the daemon sends to the command's whole tree."""
+
+    def __init__(self, channel: Channel, box_pid: int, host_pid: int) -> None:
+        super().__init__(channel.sock, box_pid, host_pid, pidfd=-1)
+        self._channel = channel
+        self._send_lock = threading.Lock()  # sending a signal vs closing the connection
+        self._take(alive=True)  # an exit status that came with the spawn's answer
+
+    def wait(self, timeout: float | None) -> bool:
+        if self.code is None and self._channel.sock.fileno() == -1:
+            return False  # released: no exit status will come
+        return super().wait(timeout)
+
+    def _receive(self) -> None:
+        try:
+            alive = self._channel.fill()
+        except OSError:
+            alive = False
+        self._take(alive)
+
+    def _take(self, alive: bool) -> None:
+        message = self._channel.pending()
+        if message is not None and message.get("op") == "exit":
+            self._finish(int(message["code"]))
+        elif not alive:
+            self._finish(-signal.SIGKILL)
+
+    def _finish(self, code: int) -> None:
+        with self._send_lock:
+            super()._finish(code)
+
+    def signal(self, signum: int) -> None:
+        """Ask the daemon to signal the command's whole tree (nothing once it has exited)."""
+        with self._send_lock:
+            if self.code is None:
+                with contextlib.suppress(OSError):
+                    self._channel.send({"op": "signal", "sig": int(signum)})
+
+    def release(self) -> None:
+        """Close the connection without waiting: the command runs on, its exit status unknown here."""
+        with self._send_lock:
+            self._channel.sock.close()
+
+
+class BoxCommand(BoxPopen):
+    """A command running in a box, started by its daemon: an ``isolation.BoxPopen`` (so a
+    ``subprocess.Popen``) whose exit status and signals go through the daemon (see the module)."""
 
     def __init__(self, args: Any, *, control: Path, box: str = "", tty: bool = False, **kwargs: Any):
         self._control = control
         self._box = box or control.parent.name
-        self._tty = tty
-        self._conn: socket.socket | None = None
-        self._channel: Channel | None = None
-        self._read_lock = threading.Lock()
-        self._send_lock = threading.Lock()
-        self.box_pid: int | None = None
-        self.ident: int | None = None
+        self.ident: int | None = None  # the daemon's id of the command (BoxManager.signal)
         self.pty: int | None = None  # the terminal's master, with tty=True
         if tty:
             kwargs.update(stdin=None, stdout=None, stderr=None)
-        super().__init__(args, **kwargs)
+        super().__init__(args, launch=self._spawn, tty=tty, **kwargs)
 
-    # Popen calls this with its positional arguments; only the descriptors and env/cwd matter here.
-    def _execute_child(
-        self,
-        args: Any,
-        executable: Any,
-        preexec_fn: Any,
-        close_fds: Any,
-        pass_fds: Any,
-        cwd: Any,
-        env: Any,
-        startupinfo: Any,
-        creationflags: Any,
-        shell: Any,
-        p2cread: int,
-        p2cwrite: int,
-        c2pread: int,
-        c2pwrite: int,
-        errread: int,
-        errwrite: int,
-        *rest: Any,
-    ) -> None:
-        argv = [os.fsdecode(a) for a in ([args] if isinstance(args, (str, bytes, os.PathLike)) else args)]
-        if shell:
-            argv = ["/bin/sh", "-c", *argv]
-        if executable is not None:
-            argv[0] = os.fsdecode(executable)
-        environ = {os.fsdecode(k): os.fsdecode(v) for k, v in (env or {}).items()}
-        where = os.fsdecode(cwd) if cwd is not None else "/"
-        devnull = -1
-        try:
-            fds: list[int] = []
-            if not self._tty:
-                for fd in (p2cread, c2pwrite, errwrite):
-                    if fd == -1:
-                        if devnull == -1:
-                            devnull = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
-                        fd = devnull
-                    fds.append(fd)
-            self._start(argv, environ, where, fds)
-        finally:
-            if devnull != -1:
-                os.close(devnull)
-            self._close_pipe_fds(p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite)  # type: ignore[attr-defined]  # Popen's own helper, private so not in typeshed
-        self._child_created = True
-
-    def _start(self, argv: list[str], env: dict[str, str], cwd: str, fds: list[int]) -> None:
+    def _spawn(self, argv: list[str], env: dict[str, str], cwd: str, fds: list[int], tty: bool) -> ExitSlot:
+        """Ask the daemon to start ``argv`` with ``fds`` as its stdin, stdout and stderr (with ``tty``, on a
+        terminal of the box's own, whose master comes back)."""
         conn = connect(self._control, self._box)
         try:
             channel = Channel(conn)
             conn.settimeout(REPLY_TIMEOUT_S)
-            message = {"op": "spawn", "argv": argv, "env": env, "cwd": cwd, "tty": self._tty, "nfds": len(fds)}
+            passed = [] if tty else fds
+            message = {"op": "spawn", "argv": argv, "env": env, "cwd": cwd, "tty": tty, "nfds": len(passed)}
             try:
-                channel.send(message, fds)
+                channel.send(message, passed)
                 answer = channel.receive()
             except OSError as exc:
                 raise ControlError(f"box {self._box}: the command was not started", str(exc), "") from exc
             if answer is None or answer.get("op") != "spawned":
                 why = str(answer.get("message")) if answer else "the daemon closed the connection (box stopping?)"
                 raise ControlError(f"box {self._box}: the command was not started", why, "")
-            if self._tty:
+            if tty:
                 (self.pty,) = channel.take_fds(1)
             conn.settimeout(None)
         except BaseException:
             conn.close()
             raise
-        self._conn, self._channel = conn, channel
-        self.pid = int(answer["pid"])
-        self.box_pid = answer.get("box_pid")
         self.ident = int(answer["id"])
-
-    # -- exit status ----------------------------------------------------------------------------
-    def _await_exit(self, timeout: float | None) -> bool:
-        """True once the exit status is known; reads the command's connection up to ``timeout``."""
-        if self.returncode is not None:
-            return True
-        deadline = None if timeout is None else time.monotonic() + timeout
-        if not self._read_lock.acquire(timeout=-1 if timeout is None else max(timeout, 0)):
-            return self.returncode is not None
-        try:
-            while self.returncode is None:
-                conn, channel = self._conn, self._channel
-                if conn is None or channel is None:
-                    return self.returncode is not None
-                message = channel.pending()
-                if message is None:
-                    left = None if deadline is None else max(0.0, deadline - time.monotonic())
-                    ready, _, _ = select.select([conn], [], [], left)
-                    if not ready:
-                        return False
-                    try:
-                        alive = channel.fill()
-                    except OSError:
-                        alive = False
-                    if not alive:  # the daemon died: the engine ended every process of the box
-                        self._finish(-signal.SIGKILL)
-                    continue
-                if message.get("op") == "exit":
-                    self._finish(int(message["code"]))
-            return True
-        finally:
-            self._read_lock.release()
-
-    def _finish(self, code: int) -> None:
-        self.returncode = code
-        with self._send_lock:
-            conn, self._conn = self._conn, None
-        if conn is not None:
-            conn.close()
-
-    def _internal_poll(self, _deadstate: Any = None, *_: Any, **__: Any) -> int | None:
-        if self.returncode is None and self._conn is not None:
-            self._await_exit(0)
-        return self.returncode
-
-    def _wait(self, timeout: float | None) -> int:
-        if not self._await_exit(timeout):
-            assert timeout is not None  # only a bounded wait runs out
-            raise subprocess.TimeoutExpired(self.args, timeout)
-        assert self.returncode is not None
-        return self.returncode
-
-    # -- signals --------------------------------------------------------------------------------
-    def send_signal(self, sig: int) -> None:
-        """Signal the command's whole tree in the box (nothing once it has exited)."""
-        self.poll()
-        if self.returncode is not None:
-            return
-        with self._send_lock:
-            if self._conn is None:
-                return
-            with contextlib.suppress(OSError):
-                Channel(self._conn).send({"op": "signal", "sig": int(sig)})
+        return _CommandLink(channel, int(answer["box_pid"]), int(answer["pid"]))
 
     def close(self) -> None:
         """Let go of the command (it goes on running if it has not exited) and of its terminal."""
-        with self._send_lock:
-            conn, self._conn = self._conn, None
-        if conn is not None:
-            conn.close()
+        if isinstance(self._slot, _CommandLink) and self.returncode is None:
+            self._slot.release()
         if self.pty is not None:
             with contextlib.suppress(OSError):
                 os.close(self.pty)
             self.pty = None
 
     def __del__(self) -> None:
-        conn = getattr(self, "_conn", None)
-        if conn is not None:
-            conn.close()
         pty = getattr(self, "pty", None)
         if pty is not None:
             with contextlib.suppress(OSError):
