@@ -28,16 +28,22 @@ class ExitSlot:
 
     Whoever waits reads the socket itself (no thread in between); the init
     closes it after the exit report, or dies, which counts as SIGKILL: the
-    kernel ended every process of the box with it.
+    kernel ended every process of the box with it.  ``channel`` is the
+    socket's Channel when the caller has read from it already (the exit
+    report may be among what it read).
     """
 
-    def __init__(self, sock: socket.socket, box_pid: int, host_pid: int, pidfd: int):
+    def __init__(
+        self, sock: socket.socket, box_pid: int, host_pid: int, pidfd: int, channel: box_init.Channel | None = None
+    ):
         self.box_pid = box_pid
         self.host_pid = host_pid
         self.code: int | None = None
         self._sock = sock
+        self._channel = channel if channel is not None else box_init.Channel(sock)  # kept: a part-read frame too
         self._pidfd = pidfd
         self._lock = threading.Lock()  # one reader of the socket at a time; pidfd use vs close
+        self._take(alive=True)  # an exit report the given channel has already read
 
     def wait(self, timeout: float | None) -> bool:
         """True once the exit status is known; waits up to ``timeout`` (None: for ever, 0: not at all)."""
@@ -58,12 +64,14 @@ class ExitSlot:
             self._lock.release()
 
     def _receive(self) -> None:
-        channel = box_init.Channel(self._sock)
         try:
-            alive = channel.fill()
-            message = channel.pending() if alive else None
+            alive = self._channel.fill()
         except OSError:
-            alive, message = False, None
+            alive = False
+        self._take(alive)
+
+    def _take(self, alive: bool) -> None:
+        message = self._channel.pending()
         if message is not None and message.get("op") == "exit":
             self._finish(int(message["code"]))
         elif not alive:

@@ -122,29 +122,13 @@ class _CommandLink(ExitSlot):
     signal requests go out on it, which the daemon sends to the command's whole tree."""
 
     def __init__(self, channel: Channel, box_pid: int, host_pid: int) -> None:
-        super().__init__(channel.sock, box_pid, host_pid, pidfd=-1)
-        self._channel = channel
         self._send_lock = threading.Lock()  # sending a signal vs closing the connection
-        self._take(alive=True)  # an exit status that came with the spawn's answer
+        super().__init__(channel.sock, box_pid, host_pid, pidfd=-1, channel=channel)
 
     def wait(self, timeout: float | None) -> bool:
-        if self.code is None and self._channel.sock.fileno() == -1:
+        if self.code is None and self._sock.fileno() == -1:
             return False  # released: no exit status will come
         return super().wait(timeout)
-
-    def _receive(self) -> None:
-        try:
-            alive = self._channel.fill()
-        except OSError:
-            alive = False
-        self._take(alive)
-
-    def _take(self, alive: bool) -> None:
-        message = self._channel.pending()
-        if message is not None and message.get("op") == "exit":
-            self._finish(int(message["code"]))
-        elif not alive:
-            self._finish(-signal.SIGKILL)
 
     def _finish(self, code: int) -> None:
         with self._send_lock:
@@ -160,7 +144,7 @@ class _CommandLink(ExitSlot):
     def release(self) -> None:
         """Close the connection without waiting: the command runs on, its exit status unknown here."""
         with self._send_lock:
-            self._channel.sock.close()
+            self._sock.close()
 
 
 class BoxCommand(BoxPopen):
