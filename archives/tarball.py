@@ -251,7 +251,7 @@ class ForwardReader(io.RawIOBase):
 
 
 def remove_tree(path: Path) -> None:
-    """Remove ``path`` and everything under it, whatever modes extraction had set on directories."""
+    """Remove ``path`` and everything under it, whatever modes its directories have (read-only ones too)."""
     if not os.path.lexists(path):
         return
     if os.path.islink(path) or not os.path.isdir(path):

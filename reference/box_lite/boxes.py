@@ -35,7 +35,6 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
-import shutil
 import signal
 import subprocess
 import sys
@@ -45,6 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from archives import remove_tree
 from reference.box_lite import control, provision
 from reference.box_lite.backup import Backup, latest_backup
 from reference.box_lite.errors import (
@@ -347,7 +347,7 @@ class BoxManager:
             if same is None:
                 pass  # already gone
             elif ours and not problems:
-                _rmtree(box_dir)
+                remove_tree(box_dir)
             elif not ours:
                 problems.append(f"{box_dir} no longer carries this command's mark; it was left in place")
         if problems:
@@ -539,7 +539,7 @@ class BoxManager:
             self._halt(name, 0.0)
             self._forget_runtime(name)
             if box_dir.exists():
-                _rmtree(box_dir)
+                remove_tree(box_dir)
             self.registry.remove(name)
             with contextlib.suppress(FileNotFoundError):
                 self.home.run(name).log.unlink()
@@ -698,17 +698,3 @@ def _is_daemon(pid: int) -> bool:
         return DAEMON_MODULE.encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return False
-
-
-def _rmtree(path: Path) -> None:
-    """Delete a box's tree, making read-only directories writable on the way (a box may leave some)."""
-
-    def retry(func: Callable[..., Any], target: str, _exc: object) -> None:
-        with contextlib.suppress(OSError):
-            os.chmod(os.path.dirname(target), 0o700)
-        func(target)
-
-    if sys.version_info >= (3, 12):
-        shutil.rmtree(path, onexc=retry)
-    else:
-        shutil.rmtree(path, onerror=retry)

@@ -55,7 +55,7 @@ from isolation import Bind, BoxFile, BoxSpec, IsolationError, NamespaceBox, Name
 from isolation.box_init import Channel
 from reference.box_lite.control import socket_address
 from reference.box_lite.paths import DATA_INSIDE, ENV_FILE_INSIDE, HOME_INSIDE, BoxDir, BoxHome, RunDir
-from reference.box_lite.records import mark_stopped, publish_atomic, read_object
+from reference.box_lite.records import mark_stopped, publish_atomic, read_object, utc_now
 
 STOP_TIMEOUT_S = 10.0
 SIGNAL_GRACE_S = 2.0  # how long a stop by signal lets the box's processes end after SIGTERM
@@ -68,9 +68,8 @@ class DaemonError(Exception):
 
 
 def log(message: str) -> None:
-    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     with contextlib.suppress(OSError, ValueError):
-        sys.stderr.write(f"{stamp} [{os.getpid()}] {message}\n")
+        sys.stderr.write(f"{utc_now()} [{os.getpid()}] {message}\n")
         sys.stderr.flush()
 
 
