@@ -68,7 +68,6 @@ BOX_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 DAEMON_START_TIMEOUT_S = 60.0
 DAEMON_EXIT_TIMEOUT_S = 15.0
 LOG_LIMIT = 1 << 20  # daemon.log is started afresh beyond this
-STATES = ("running", "stopped", "broken")
 Populate = Callable[[Path], None]
 Progress = Callable[[str], None]
 

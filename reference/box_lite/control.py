@@ -101,14 +101,6 @@ def request(path: Path, message: dict[str, Any], *, name: str = "", timeout: flo
     return answer
 
 
-def ping(path: Path, *, timeout: float = 2.0) -> dict[str, Any] | None:
-    """The daemon's pong (pid, name, init_pid), or None if no daemon answers on ``path``."""
-    try:
-        return request(path, {"op": "ping"}, timeout=timeout)
-    except (BoxNotRunning, ControlError):
-        return None
-
-
 def stop(path: Path, *, name: str = "", grace: float = 0.0, timeout: float = STOP_TIMEOUT_S) -> bool:
     """Ask the daemon to stop its box (SIGTERM to its processes, ``grace`` s for them to exit, then the
     end of the box); True once it answered that every box process has ended."""

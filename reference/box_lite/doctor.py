@@ -5,14 +5,15 @@ paths invisible, system directories read-only); ``/data`` (writable from
 inside and the same directory the host keeps, and durable: the marker written
 inside at the last ``stop`` is found after the start); the tmux session;
 registry consistency; the box's lock; links under /data that save would
-refuse; the most recent backup and its age.
+refuse (read on the host, so a stopped box is checked too); the most recent
+backup and its age.
 
 The whole doctor takes at most ``DOCTOR_TIMEOUT`` seconds (box.env, default
 5): each in-box check runs one short shell script with its own timeout,
 clipped to what is left of that budget, and is killed when it overruns; a
 check that cannot run in time says so.  A "fail" row makes the doctor exit 1;
-"warn" (no recent backup, links save would refuse, tmux missing, the lock held by a live command) and
-"skip" (a stopped box's in-box checks) do not.
+"warn" (no recent backup, links save would refuse, tmux missing, the lock
+held by a live command) and "skip" (a stopped box's in-box checks) do not.
 """
 
 from __future__ import annotations

@@ -74,4 +74,5 @@ class BoxInterrupted(BoxError):
 
 
 class ArchiveRefused(BadInput):
-    """An archive was refused before any box was made (its validation says why)."""
+    """What an archive operation was given was refused (an archive that fails validation, before any
+    box is made; a /data save cannot archive; no usable passphrase); nothing was left behind."""
