@@ -537,28 +537,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         fix = exc.fix or ("what the command had made was cleaned up" if isinstance(exc, BoxInterrupted) else "")
         _print_error(exc.what, exc.why, fix, sys.stderr)
         return exc.exit_code
-    except Exception as exc:
-        if isinstance(exc, OSError) and not args.debug:
-            _print_error(
-                f"{exc.strerror or exc}", str(exc.filename or ""), "rerun with --debug for details", sys.stderr
-            )
-            return 1
-        raise
+    except BrokenPipeError:  # whatever read our stdout went away (`hermes-box ls | head -1`)
+        _drop_stdout()
+        return 1
+    except OSError as exc:
+        if args.debug:
+            raise
+        _print_error(f"{exc.strerror or exc}", str(exc.filename or ""), "rerun with --debug for details", sys.stderr)
+        return 1
     finally:
-        with contextlib.suppress(Exception):
+        try:
             sys.stdout.flush()
+        except BrokenPipeError:
+            _drop_stdout()
 
 
-def entry() -> None:
-    """The console script: exit with main()'s status (a closed stdout pipe is not an error)."""
-    try:
-        code = main()
-    except BrokenPipeError:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        code = 1
-    sys.exit(code)
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null, so that nothing more (not even the flush at exit) writes to a closed pipe."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 if __name__ == "__main__":
-    entry()
+    sys.exit(main())
