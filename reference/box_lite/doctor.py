@@ -169,6 +169,11 @@ def write_stop_marker(manager: BoxManager, home: BoxHome, name: str, timeout: fl
 # --- the checks ----------------------------------------------------------------------------------
 
 
+def _unanswered(check: str, fix: str) -> Check:
+    """The row of an in-box check whose probe got no answer in time (the in-box checks after it are skipped)."""
+    return Check(check, FAIL, f"the box {NO_ANSWER} within {CHECK_TIMEOUT_S:g} s", fix)
+
+
 def _host_ns(kind: str) -> str:
     try:
         return os.readlink(f"/proc/self/ns/{kind}")
@@ -201,7 +206,7 @@ def _isolation(manager: BoxManager, home: BoxHome, name: str, budget: Budget) ->
             sentinel.unlink()
     fix = f"stop and start the box (`hermes-box stop {name}; hermes-box start {name}`), then `hermes-box repair {name}`"
     if code is None:
-        return Check("isolation", FAIL, f"the box {NO_ANSWER} within {CHECK_TIMEOUT_S:g} s", fix)
+        return _unanswered("isolation", fix)
     values = dict(
         line.split("=", 1) for line in out.splitlines() if "=" in line and not line.startswith(("visible", "writable"))
     )
@@ -245,7 +250,7 @@ def _data(manager: BoxManager, home: BoxHome, name: str, budget: Budget) -> Chec
             host_probe.unlink()
     fix = f"run `hermes-box repair {name}` (keeps /data); if /data is lost, restore it: `hermes-box load ARCHIVE NEW`"
     if code is None:
-        return Check("/data", FAIL, f"the box {NO_ANSWER} within {CHECK_TIMEOUT_S:g} s", fix)
+        return _unanswered("/data", fix)
     if code != 0 or seen != nonce:
         why = "not writable from inside" if code != 0 else f"a file written at /data is not in {manager.data_dir(name)}"
         return Check("/data", FAIL, why, fix)
@@ -274,7 +279,9 @@ def _tmux(manager: BoxManager, name: str, settings: Settings, budget: Budget) ->
     )
     code, out = run_in_box(manager, name, script, budget.timeout(CHECK_TIMEOUT_S))
     if code is None:
-        return Check("tmux session", FAIL, f"tmux {NO_ANSWER} within {CHECK_TIMEOUT_S:g} s", f"stop and start {name}")
+        return _unanswered(
+            "tmux session", f"stop and start the box (`hermes-box stop {name}; hermes-box start {name}`)"
+        )
     words = out.split()
     if "missing" in words:
         return Check(
