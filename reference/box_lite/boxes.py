@@ -44,6 +44,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+import isolation
+import reference
 from archives import remove_tree
 from reference.box_lite import control, provision
 from reference.box_lite.backup import Backup, latest_backup
@@ -67,6 +69,7 @@ DAEMON_MODULE = "reference.box_lite.daemon"
 BOX_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 DAEMON_START_TIMEOUT_S = 60.0
 DAEMON_EXIT_TIMEOUT_S = 15.0
+WAIT_FREE_SLICE_S = 0.02  # longest wait between checks that a daemon has let go of daemon.pid
 LOG_LIMIT = 1 << 20  # daemon.log is started afresh beyond this
 Populate = Callable[[Path], None]
 Progress = Callable[[str], None]
@@ -414,9 +417,7 @@ class BoxManager:
             log_fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
             try:
                 argv = [
-                    sys.executable,
-                    "-m",
-                    DAEMON_MODULE,
+                    *_daemon_command(),
                     "--box-dir",
                     str(self.home.box(name).root),
                     "--run-dir",
@@ -660,9 +661,41 @@ def _damaged(name: str, consequence: str, box_dir: Path) -> BoxBroken:
 
 
 def _daemon_env() -> dict[str, str]:
-    """The daemon's environment: enough to import this package, nothing of the caller's secrets."""
-    keep = ("PATH", "LANG", "LC_ALL", "PYTHONPATH", "TZ")
+    """The daemon's environment: locale, time zone and PATH, nothing of the caller's secrets.
+
+    It finds its code through ``_daemon_command``'s explicit path, so no PYTHON* variable is passed
+    (its interpreter runs isolated and would ignore them anyway)."""
+    keep = ("PATH", "LANG", "LC_ALL", "TZ")
     return {k: v for k, v in os.environ.items() if k in keep}
+
+
+def _code_roots() -> list[str]:
+    """The directories holding the daemon's packages (``reference`` and ``isolation``), each once.
+
+    Taken from the imported packages' files, so they are right for an editable install (whose
+    import hook needs site processing, which the daemon skips), a normal install in
+    site-packages and a source tree on PYTHONPATH alike."""
+    roots: list[str] = []
+    for module in (reference, isolation):
+        where = module.__file__
+        if where is None:
+            raise BoxError(f"cannot locate package {module.__name__}", "it has no file", "reinstall hermes-backend-kit")
+        root = os.path.dirname(os.path.dirname(os.path.abspath(where)))
+        if root not in roots:
+            roots.append(root)
+    return roots
+
+
+def _daemon_command() -> list[str]:
+    """The interpreter command that runs ``DAEMON_MODULE``'s ``run``, before the daemon's arguments.
+
+    ``-I -S``: no site processing (no .pth file, one of which imports third-party modules, and no
+    user site) and no PYTHON* variable, which saves most of an interpreter start; the daemon needs
+    only the standard library and this project, whose roots are appended to sys.path after the
+    standard library's (a root may be site-packages: nothing there may shadow a standard module).
+    The command line names ``DAEMON_MODULE``, which is how a daemon is recognised in /proc."""
+    boot = f"import sys; sys.path.extend({_code_roots()!r}); from {DAEMON_MODULE} import run; run()"
+    return [sys.executable, "-I", "-S", "-c", boot]
 
 
 def _read_until_eof(fd: int, timeout: float) -> str:
@@ -683,12 +716,28 @@ def _read_until_eof(fd: int, timeout: float) -> str:
 
 
 def _wait_free(pid_file: Path, timeout: float) -> bool:
-    """Wait until no process holds ``pid_file``'s flock (the daemon has exited); whether it is free."""
+    """Wait until no process holds ``pid_file``'s flock (the daemon has exited); whether it is free.
+
+    Between checks it waits for the exit of the pid the file names (a process's files, so its flock,
+    are released before its exit is reported), at most ``WAIT_FREE_SLICE_S`` at a time: a pid file
+    not yet written, or naming a recycled pid, costs no more than polling would."""
+    import select
+
     deadline = time.monotonic() + timeout
     while flock_held(pid_file):
-        if time.monotonic() >= deadline:
+        left = deadline - time.monotonic()
+        if left <= 0:
             return False
-        time.sleep(0.02)
+        pause = min(left, WAIT_FREE_SLICE_S)
+        try:
+            pidfd = os.pidfd_open(int(pid_file.read_bytes().split()[0]))
+        except (OSError, ValueError, IndexError):
+            time.sleep(pause)
+            continue
+        try:
+            select.select([pidfd], [], [], pause)
+        finally:
+            os.close(pidfd)
     return True
 
 

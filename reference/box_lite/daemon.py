@@ -534,7 +534,13 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-if __name__ == "__main__":
+def run() -> None:
+    """The daemon process: ``main`` with its command line, then exit at once (no interpreter teardown
+    waiting for the threads of connections still open)."""
     code = main(sys.argv[1:])
     sys.stderr.flush()
     os._exit(code)
+
+
+if __name__ == "__main__":
+    run()
