@@ -33,7 +33,10 @@ which also serves XDG homes), ``--ready-fd N``
 (optional: a pipe the daemon writes ``ok`` or the reason it failed to, then
 closes) and the box name.  It imports little (the engine, the standard
 library and the box manager's stdlib-only paths, records and control
-modules), so a box starts in a fraction of a second.
+modules), so a box starts in a fraction of a second.  The box manager runs
+it without site processing (``python -I -S``, the project's directories
+appended to sys.path, then ``run()``): nothing it imports may come from
+outside the standard library and this project.
 """
 
 from __future__ import annotations
