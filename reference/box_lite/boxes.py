@@ -689,10 +689,10 @@ def _code_roots() -> list[str]:
 def _daemon_command() -> list[str]:
     """The interpreter command that runs ``DAEMON_MODULE``'s ``run``, before the daemon's arguments.
 
-    ``-I -S``: no site processing (no .pth file, one of which imports third-party modules, and no
-    user site) and no PYTHON* variable, which saves most of an interpreter start; the daemon needs
-    only the standard library and this project, whose roots are appended to sys.path after the
-    standard library's (a root may be site-packages: nothing there may shadow a standard module).
+    ``-I -S``: no site processing (no .pth file, one of which imports third-party modules the daemon
+    never uses, and no user site) and no PYTHON* variable; the daemon needs only the standard
+    library and this project, whose roots are appended to sys.path after the standard library's
+    (a root may be site-packages: nothing there may shadow a standard module).
     The command line names ``DAEMON_MODULE``, which is how a daemon is recognised in /proc."""
     boot = f"import sys; sys.path.extend({_code_roots()!r}); from {DAEMON_MODULE} import run; run()"
     return [sys.executable, "-I", "-S", "-c", boot]
