@@ -411,7 +411,9 @@ class Daemon:
             return 0
         if signum != signal.SIGKILL:
             members = self.tree(command.pid)
-            for pid in members:
+            # The command's own process first: were a child to get the signal first, the command
+            # could see it end and exit by itself before its own signal arrives.
+            for pid in sorted(members, key=lambda pid: pid != command.pid):
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, signum)
             return len(members)
