@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 import archives
-from tests.archives.conftest import child_pids
+from tests.archives.conftest import gpg_children
 from tests.archives.craft import sample_tree
 
 SECRET = "Zq9-unique-secret-passphrase-4411"
@@ -100,18 +100,6 @@ def _read_until(fd: int, marker: bytes) -> bytes:
     return seen
 
 
-def _gpg_children() -> list[int]:
-    found = []
-    for pid in child_pids():
-        try:
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if cmd and os.path.basename(cmd[0]) == b"gpg":
-            found.append(pid)
-    return found
-
-
 def _assert_not_exposed(pid: int) -> None:
     for part in ("cmdline", "environ"):
         content = Path(f"/proc/{pid}/{part}").read_bytes()
@@ -155,9 +143,9 @@ def test_gpg_never_sees_the_passphrase_in_argv_or_environment_while_encrypting_a
         feed.write(raw[:512])  # a header, then the stream stalls: gpg is running and waiting
         feed.flush()
         deadline = time.monotonic() + 60
-        while not _gpg_children() and time.monotonic() < deadline:
+        while not gpg_children() and time.monotonic() < deadline:
             time.sleep(0.05)
-        running = _gpg_children()
+        running = gpg_children()
         assert running, "gpg is running while the stream stalls"
         for pid in running:
             _assert_not_exposed(pid)
@@ -178,7 +166,7 @@ def test_gpg_never_sees_the_passphrase_while_decrypting(
     checked: list[int] = []
 
     def inspect(_stage: str, _done: int, _total: int | None) -> None:
-        for pid in _gpg_children():
+        for pid in gpg_children():
             _assert_not_exposed(pid)
             checked.append(pid)
 
