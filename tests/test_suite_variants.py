@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from fakes.services import FAKES
 from tests.conftest import run_suite
 
 # Each runs whole suites in subprocesses with their own workers; see noxfile.py.
@@ -43,7 +44,7 @@ def test_entry_point_name_must_match_the_manifest(tmp_path, name, verdict):
         (("--backend", "no_such_backend_pkg"), "no module 'no_such_backend_pkg'"),
         (
             ("--fake", "nope"),
-            "unknown fake 'nope' — pass --fake with one of the known fakes: cloudflare, deepinfra, tempdir, upstash",
+            "unknown fake 'nope' — pass --fake with one of the known fakes: " + ", ".join(sorted(FAKES)),
         ),
         (("--live", "--fake", "tempdir"), "--live and --fake exclude each other"),
         (
