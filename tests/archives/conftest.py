@@ -8,27 +8,13 @@ from pathlib import Path
 
 import pytest
 
-
-def child_pids() -> list[int]:
-    """Live processes whose parent is this one (a gpg left running would be one)."""
-    me, found = os.getpid(), []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == me and fields[0] != "Z":
-            found.append(int(entry))
-    return found
+from conformance.leftovers import descendants
 
 
 def gpg_children() -> list[int]:
-    """Children of this process that run gpg."""
+    """Processes below this one that run gpg."""
     found = []
-    for pid in child_pids():
+    for pid in descendants():
         try:
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except OSError:
