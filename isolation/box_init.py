@@ -3,7 +3,9 @@
 Run by the host as ``python -I -S box_init.py FD`` (standard library only:
 once the box's root is in place the host's Python installation may be out of
 view, so everything is imported up front).  FD is a Unix stream socket to the
-host, which speaks the framed JSON protocol of ``Channel``.
+host, which speaks the framed JSON protocol of ``Channel``.  With
+``--forks FD`` it is a fork server instead (``serve_forks``), which forks a
+setup process per request, each then running as if started with its own FD.
 
 A box is made in two steps, so that a spare can wait, ready but for the box's
 own directories:
@@ -810,7 +812,13 @@ def _describe(exc: BaseException) -> str:
 
 
 def main(argv: list[str]) -> int:
-    control = int(argv[1])
+    if argv[1:2] == ["--forks"]:
+        return serve_forks(int(argv[2]))
+    return setup_main(int(argv[1]))
+
+
+def setup_main(control: int) -> int:
+    """The setup process of one box, on control socket ``control``: prepare, then the box."""
     os.set_inheritable(control, False)
     channel = Channel(socket.socket(fileno=control))
     prep = channel.receive()
@@ -870,6 +878,68 @@ def main(argv: list[str]) -> int:
             channel.send({"op": "failed", "stage": step, "message": _describe(exc)})
         return 1
     return _wait(child)
+
+
+def serve_forks(control: int) -> int:
+    """The fork server (``box_init.py --forks FD``): forks one setup process per request.
+
+    A setup process made by a new interpreter pays for the interpreter's start,
+    the imports and the compilation of this file, tens of milliseconds of CPU
+    per box; a fork of this server, itself a fresh interpreter holding nothing
+    but this module, costs well under one and carries the same nothing.  A
+    request is ``fork`` with one descriptor, the new setup process's control
+    socket; the answer is ``forked`` {pid} with a pidfd of it.  The server
+    reaps its children and exits when the host closes its socket (the setup
+    processes it made go on: each ends with its own socket or its box).
+    """
+    os.set_inheritable(control, False)
+    channel = Channel(socket.socket(fileno=control))
+    wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+    poller = select.poll()
+    poller.register(control, select.POLLIN)
+    poller.register(wake_r, select.POLLIN)
+    while True:
+        while (message := channel.pending()) is not None:
+            fds = channel.take_fds(int(message.get("nfds", 0)))
+            if message.get("op") != "fork" or len(fds) != 1:
+                for fd in fds:
+                    os.close(fd)
+                channel.send({"op": "error", "message": f"unknown request {message.get('op')!r}"})
+                continue
+            pid = os.fork()
+            if pid == 0:  # the setup process: nothing of the server's but this module
+                code = 1
+                try:
+                    signal.set_wakeup_fd(-1)
+                    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                    os.close(wake_r)
+                    os.close(wake_w)
+                    channel.sock.close()
+                    os.setsid()
+                    code = setup_main(fds[0])
+                finally:
+                    os._exit(code)
+            os.close(fds[0])
+            pidfd = os.pidfd_open(pid)
+            try:
+                channel.send({"op": "forked", "pid": pid}, [pidfd])
+            finally:
+                os.close(pidfd)
+        try:
+            ready = [fd for fd, _ in poller.poll()]
+        except InterruptedError:
+            continue
+        if wake_r in ready:
+            with contextlib.suppress(BlockingIOError):
+                while os.read(wake_r, 512):
+                    pass
+            with contextlib.suppress(ChildProcessError):
+                while os.waitpid(-1, os.WNOHANG)[0]:
+                    pass
+        if control in ready and not channel.fill():
+            return 0
 
 
 if __name__ == "__main__":

@@ -1,9 +1,13 @@
 """The namespace driver: one init per box owning its user, mount, PID, IPC and UTS namespaces.
 
 ``start`` hands a box's hostname and directories to a setup process
-(``box_init.py``, a fresh interpreter, never a fork of this process, so
-nothing of this process's memory or environment is in the box) that was
-prepared ahead (a spare), and waits until the box's init reports ready.
+(``box_init.py``: a fresh interpreter, or a fork of the driver's fork
+server, itself a fresh interpreter holding only that module; never a fork
+of this process, so nothing of this process's memory or environment is in
+the box) that was prepared ahead (a spare), and waits until the box's init
+reports ready.  A driver that keeps spares forks its setup processes (a
+fork costs a fraction of an interpreter's start); one that starts a single
+box (``spares=0``) starts the interpreter.
 Commands are then started by the init on request (``spawn``): no mounts and
 no namespace set-up per command.  Each command has a socket of its own on
 which the init reports its exit, read by whoever waits for it (no thread in
@@ -37,6 +41,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from isolation import box_init
 from isolation.driver import SYSTEM_DIRS, Bind, BoxFile, BoxSpec, IsolationError, StdStream
@@ -90,7 +95,7 @@ class NamespaceBox:
         self.init_pid = 0
         self.pidns: tuple[int, int] | None = None
         self._alive = False
-        self._setup: subprocess.Popen[bytes] | None = None
+        self._setup: SetupProcess | None = None
         self._channel: box_init.Channel | None = None
         self._init_pidfd = -1
         self._lock = threading.Lock()  # one request on the control socket at a time
@@ -106,7 +111,7 @@ class NamespaceBox:
         return self._alive
 
     # -- start ---------------------------------------------------------------------------------
-    def start(self, launched: tuple[subprocess.Popen[bytes], socket.socket] | None = None) -> None:
+    def start(self, launched: tuple[SetupProcess, socket.socket] | None = None) -> None:
         """Set the box up in a setup process already prepared (a spare), or in a new one."""
         check_files(self.spec.files, self.system_dirs)
         self._setup, ours = launched or launch_setup(prepare_message(self.mode, self.system_dirs))
@@ -285,19 +290,35 @@ def system_entries(system_dirs: Sequence[str]) -> list[dict[str, str]]:
     return entries
 
 
-def launch_setup(prepare: dict) -> tuple[subprocess.Popen[bytes], socket.socket]:
-    """A new setup process (box_init.py), prepared: it waits for its box's hostname and directories."""
+def _interpreter(*args: str, pass_fd: int) -> subprocess.Popen[bytes]:
+    """box_init.py in a fresh interpreter of its own session: no site, no environment but the box's basics."""
+    return subprocess.Popen(
+        [sys.executable, "-I", "-S", _INIT_SCRIPT, *args],
+        pass_fds=[pass_fd],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=_INIT_ENV,
+        start_new_session=True,
+    )
+
+
+def launch_setup(prepare: dict, forks: ForkServer | None = None) -> tuple[SetupProcess, socket.socket]:
+    """A new setup process (box_init.py), prepared: it waits for its box's hostname and directories.
+
+    Forked by ``forks`` when given (a fork server costs a fraction of an interpreter's start), in a
+    new interpreter otherwise or when the fork server fails.
+    """
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        setup = subprocess.Popen(
-            [sys.executable, "-I", "-S", _INIT_SCRIPT, str(theirs.fileno())],
-            pass_fds=[theirs.fileno()],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            env=_INIT_ENV,
-            start_new_session=True,
-        )
+        setup: SetupProcess | None = None
+        if forks is not None:
+            try:
+                setup = forks.fork(theirs.fileno())
+            except (OSError, IsolationError) as exc:
+                logger.warning("isolation: the fork server failed (%s); starting a setup interpreter instead", exc)
+        if setup is None:
+            setup = _interpreter(str(theirs.fileno()), pass_fd=theirs.fileno())
     except BaseException:
         ours.close()
         raise
@@ -310,11 +331,109 @@ def launch_setup(prepare: dict) -> tuple[subprocess.Popen[bytes], socket.socket]
     return setup, ours
 
 
-_exited: list[subprocess.Popen[bytes]] = []
+class SetupProcess(Protocol):
+    """What a box keeps of its setup process: a subprocess.Popen, or a ForkedSetup."""
+
+    pid: int
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+
+class ForkedSetup:
+    """A setup process the fork server made: not this process's child, so watched through a pidfd.
+
+    Its exit status stays with the fork server, which reaps it: ``poll`` and
+    ``wait`` give -1 once it has ended.
+    """
+
+    def __init__(self, pid: int, pidfd: int) -> None:
+        self.pid = pid
+        self._pidfd = pidfd
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None and select.select([self._pidfd], [], [], 0)[0]:
+            self.returncode = -1
+            os.close(self._pidfd)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            select.select([self._pidfd], [], [], timeout)
+            if self.poll() is None:
+                raise subprocess.TimeoutExpired(f"setup process {self.pid}", timeout or 0)
+        return -1
+
+    def __del__(self) -> None:
+        if self.returncode is None:
+            with contextlib.suppress(OSError):
+                os.close(self._pidfd)
+
+
+class ForkServer:
+    """box_init.py's fork server (``--forks``) for one driver: started on first use, again if it died."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._server: subprocess.Popen[bytes] | None = None
+        self._channel: box_init.Channel | None = None
+
+    def fork(self, setup_fd: int) -> ForkedSetup:
+        """A new setup process whose control socket is ``setup_fd`` (sent, not given away)."""
+        with self._lock:
+            channel = self._running()
+            try:
+                channel.send({"op": "fork", "nfds": 1}, [setup_fd])
+                answer = channel.receive()
+            except (OSError, ValueError) as exc:
+                self._stop()
+                raise IsolationError(f"the fork server is unreachable: {exc}") from exc
+            if answer is None or answer.get("op") != "forked":
+                self._stop()
+                why = answer.get("message") if answer else "it exited"
+                raise IsolationError(f"the fork server did not fork: {why}")
+            (pidfd,) = channel.take_fds(1)
+            return ForkedSetup(int(answer["pid"]), pidfd)
+
+    def _running(self) -> box_init.Channel:
+        if self._server is not None and self._channel is not None and self._server.poll() is None:
+            return self._channel
+        self._stop()
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self._server = _interpreter("--forks", str(theirs.fileno()), pass_fd=theirs.fileno())
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        ours.settimeout(START_TIMEOUT_S)
+        self._channel = box_init.Channel(ours)
+        return self._channel
+
+    def _stop(self) -> None:
+        server, channel, self._server, self._channel = self._server, self._channel, None, None
+        if channel is not None:
+            channel.sock.close()  # end of stream: the server exits
+        if server is not None:
+            try:
+                server.wait(5)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait()
+
+    def close(self) -> None:
+        with self._lock:
+            self._stop()
+
+
+_exited: list[SetupProcess] = []
 _exited_lock = threading.Lock()
 
 
-def _reap_later(setup: subprocess.Popen[bytes]) -> None:
+def _reap_later(setup: SetupProcess) -> None:
     """Reap setup processes whose init is gone without waiting for them (they exit right after it)."""
     with _exited_lock:
         _exited.append(setup)
@@ -348,8 +467,10 @@ class NamespaceDriver:
         self._probed = False
         self._lock = threading.Lock()
         # Setup processes started ahead, so a box's start does not wait for an interpreter to load.
-        self._spares: list[tuple[subprocess.Popen[bytes], socket.socket]] = []
+        self._spares: list[tuple[SetupProcess, socket.socket]] = []
         self._spare_count = spares
+        # A driver that keeps spares expects many boxes: their setup processes are forked by a server.
+        self._forks = ForkServer() if spares > 0 else None
         self._refilling = False
 
     # -- availability -------------------------------------------------------------------------
@@ -399,7 +520,7 @@ class NamespaceDriver:
         spare = self._take_spare()
         box = NamespaceBox(spec, self.mode, self.system_dirs)
         try:
-            box.start(spare)
+            box.start(spare or launch_setup(prepare_message(self.mode, self.system_dirs), self._forks))
         except IsolationError:
             if spare is None:
                 raise
@@ -436,7 +557,7 @@ class NamespaceDriver:
                 with self._lock:
                     if len(self._spares) >= self._spare_count:
                         return
-                spare = launch_setup(prepare_message(self.mode, self.system_dirs))
+                spare = launch_setup(prepare_message(self.mode, self.system_dirs), self._forks)
                 with self._lock:
                     self._spares.append(spare)
         except OSError as exc:
@@ -446,7 +567,8 @@ class NamespaceDriver:
                 self._refilling = False
 
     def close(self) -> None:
-        """End the spare setup processes (they also end by themselves when this process exits)."""
+        """End the spare setup processes and the fork server (they also end by themselves when this
+        process exits)."""
         with self._lock:
             spares, self._spares = self._spares, []
             self._spare_count = 0
@@ -454,6 +576,8 @@ class NamespaceDriver:
             sock.close()  # end of stream: the setup process exits
             with contextlib.suppress(subprocess.TimeoutExpired):
                 setup.wait(5)
+        if self._forks is not None:
+            self._forks.close()
 
     def spawn(
         self,
