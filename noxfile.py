@@ -35,6 +35,18 @@ WORKERS = os.environ.get("KIT_WORKERS", "2")
 PATH_OPTIONS = ("--backend", "--backend-config", "--out", "--waivers", "--sign-key", "--bench")
 
 
+def _bytecode(session: nox.Session) -> None:
+    """Every interpreter of the session keeps compiled bytecode in build/pycache, kept between runs.
+
+    A session starts hundreds of interpreters (suite workers, fakes, box daemons, command-line runs);
+    where PYTHONDONTWRITEBYTECODE is set (as on some CI machines) each would compile every module it
+    imports, and pytest rewrite every plugin package, again.  One cache under the project serves them
+    all and writes nothing next to a source.
+    """
+    session.env["PYTHONPYCACHEPREFIX"] = str(ROOT / "build" / "pycache")
+    session.env["PYTHONDONTWRITEBYTECODE"] = None
+
+
 def _project(*extras: str) -> str:
     """The project with ``extras`` and every known backend's SDK extra, as pip spells it."""
     return f".[{','.join(dict.fromkeys([*extras, *backends.EXTRAS]))}]"
@@ -72,6 +84,7 @@ def _resolve(option: str, value: str, invoked_from: str) -> str:
 def conformance(session: nox.Session) -> None:
     """Certify backends with `hermes-backend-kit certify`: every known backend on its fake, or the one
     --backend names.  Each writes report.json, report.md, report.html, junit.xml and badge.json."""
+    _bytecode(session)
     session.install(_project())
     args = _from_caller(list(session.posargs), session.invoked_from)
     if _has_option(args, "--backend"):
@@ -147,6 +160,7 @@ def _ensure_box_tools(session: nox.Session) -> None:
 @nox.session
 def tests(session: nox.Session) -> None:
     """The kit's own tests: contract, host, plugin, tempdir_box and every mutant."""
+    _bytecode(session)
     session.install("-e", ".[dev]")
     _ensure_chromium(session)
     _ensure_box_tools(session)
@@ -189,6 +203,7 @@ def bench(session: nox.Session) -> None:
 
     nox -s bench -- [--quick] [--backends tempdir_box,upstash_box] [--skip-suite]
     """
+    _bytecode(session)
     # The profilers are for bench/PROFILE.md's method (py-spy record / pyinstrument), not the run itself.
     session.install(_project(), "pyinstrument>=4.6", "py-spy>=0.3.14")
     session.run(
@@ -206,6 +221,7 @@ def bench(session: nox.Session) -> None:
 @nox.session(default=False)
 def soak(session: nox.Session) -> None:
     """10,000 commands from 8 threads per reference backend, leak and RSS counts, 1000 random sessions each."""
+    _bytecode(session)
     session.install(_project())
     session.run(
         "python",
@@ -222,6 +238,7 @@ def soak(session: nox.Session) -> None:
 @nox.session
 def host_equivalence(session: nox.Session) -> None:
     """Certify each default backend under hermes-agent 0.19.0 and under the stand-ins; compare verdicts."""
+    _bytecode(session)
     session.install(_project("hermes"))
     for backend in backends.DEFAULT_BACKENDS:
         reports = {}

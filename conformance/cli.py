@@ -21,7 +21,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from conformance import __version__, backends, contract, suite_command
+from conformance import __version__, backends, bytecode, contract, suite_command
 from conformance.errors import KitError, ReportFileError, UsageError
 
 EXIT_CODES = (
@@ -315,6 +315,7 @@ def cmd_certify(args: argparse.Namespace) -> int:
     # workers) leaves nothing behind once the root is removed.
     (run_root / "tmp").mkdir()
     env["TMPDIR"] = str(run_root / "tmp")
+    bytecode.apply(bytecode.run_cache(run_root, env), env)
     if _live_terminal(sys.stdout):
         size = os.get_terminal_size(sys.stdout.fileno())
         env.update(COLUMNS=str(size.columns), LINES=str(size.lines))  # what the live display may fill

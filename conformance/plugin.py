@@ -38,7 +38,7 @@ from typing import Any
 
 import pytest
 
-from conformance import backends, contract, progress, redact, verdicts
+from conformance import backends, bytecode, contract, progress, redact, verdicts
 from conformance.host.abi import HOST_MODES
 from conformance.report import build, junit, table
 from conformance.report.headline import must_failure_lines
@@ -60,6 +60,7 @@ class _KitState:
         self.waivers: list[Any] = []
         self.run: Any = None  # this process's KitRun, once a check asked for it
         self.run_root: Path | None = None  # the run-owned temp root this process made (and removes)
+        self.bytecode_restore: tuple[dict[str, str | None], tuple[str | None, bool]] | None = None
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -260,6 +261,8 @@ def _configure_check_run(config: pytest.Config) -> None:
         # current directory: this run's go under a root of its own, removed at the end.
         state.run_root = Path(tempfile.mkdtemp(prefix="hermes-kit-"))
         config.option.basetemp = str(state.run_root / "pytest")
+        cache = bytecode.run_cache(state.run_root)  # inherited by the workers and the fakes' processes
+        state.bytecode_restore = (bytecode.apply(cache, os.environ), bytecode.use_in_this_process(cache))
     root = state.run_root or (Path(config.option.basetemp).parent if config.option.basetemp else None)
     if root is not None:
         _hypothesis_home(root / "hypothesis")
@@ -387,6 +390,11 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     from conformance import leftovers
 
     leftovers.end_processes_under(state.run_root)
+    if state.bytecode_restore is not None:
+        environ, this_process = state.bytecode_restore
+        bytecode.apply(environ, os.environ)
+        bytecode.restore_in_this_process(this_process)
+        state.bytecode_restore = None
     shutil.rmtree(state.run_root, ignore_errors=True)
     state.run_root = None
 

@@ -695,7 +695,15 @@ def _daemon_command() -> list[str]:
     (a root may be site-packages: nothing there may shadow a standard module).
     The command line names ``DAEMON_MODULE``, which is how a daemon is recognised in /proc."""
     boot = f"import sys; sys.path.extend({_code_roots()!r}); from {DAEMON_MODULE} import run; run()"
-    return [sys.executable, "-I", "-S", "-c", boot]
+    return [sys.executable, "-I", "-S", *_bytecode_flags(), "-c", boot]
+
+
+def _bytecode_flags() -> list[str]:
+    """This process's bytecode settings for the daemon, whose ``-I`` ignores PYTHON* variables: the same
+    cache prefix, or no bytecode written where this process writes none."""
+    if sys.pycache_prefix:
+        return ["-X", f"pycache_prefix={sys.pycache_prefix}"]
+    return ["-B"] if sys.dont_write_bytecode else []
 
 
 def _read_until_eof(fd: int, timeout: float) -> str:

@@ -44,8 +44,9 @@ def test_the_daemon_runs_isolated_without_site_and_without_python_variables(
     monkeypatch.setenv("PYTHONSTARTUP", "/nonexistent-startup.py")
     manager.create("iso")
     argv = _cmdline(_daemon_pid(box_home, "iso"))
-    assert argv[:5] == [sys.executable, "-I", "-S", "-c", argv[4]]
-    assert boxes.DAEMON_MODULE in argv[4]  # how the manager and the tests recognise a daemon
+    flags = boxes._bytecode_flags()
+    assert argv[: 4 + len(flags)] == [sys.executable, "-I", "-S", *flags, "-c"]
+    assert boxes.DAEMON_MODULE in argv[4 + len(flags)]  # how the manager and the tests recognise a daemon
     assert argv[-1] == "iso"
     assert not [k for k in _environ(_daemon_pid(box_home, "iso")) if k.startswith("PYTHON")]
     assert manager.exec("iso", ["sh", "-c", "test -d /data"]) == 0
@@ -54,6 +55,17 @@ def test_the_daemon_runs_isolated_without_site_and_without_python_variables(
     assert _cmdline(_daemon_pid(box_home, "iso"))[1:3] == ["-I", "-S"]
     manager.remove("iso")
     assert box_processes(box_home) == {}
+
+
+def test_the_daemon_follows_this_processs_bytecode_settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """-I makes the daemon ignore PYTHON* variables: the manager passes its own bytecode settings as flags."""
+    monkeypatch.setattr(sys, "pycache_prefix", str(tmp_path))
+    assert boxes._daemon_command()[3:5] == ["-X", f"pycache_prefix={tmp_path}"]
+    monkeypatch.setattr(sys, "pycache_prefix", None)
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
+    assert boxes._daemon_command()[3] == "-B"
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)
+    assert boxes._daemon_command()[3] == "-c"
 
 
 def test_the_daemon_imports_only_the_standard_library_and_the_project() -> None:
