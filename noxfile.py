@@ -31,7 +31,7 @@ nox.options.reuse_existing_virtualenvs = True
 ROOT = Path(__file__).parent
 REPORTS = ROOT / "reports"
 WORKER = ROOT / "reference" / "cloudflare_sandbox" / "worker"
-WORKERS = os.environ.get("KIT_WORKERS", "2")
+WORKERS = os.environ.get("KIT_WORKERS")  # pytest-xdist workers of a certify; default: the backend's own
 PATH_OPTIONS = ("--backend", "--backend-config", "--out", "--waivers", "--sign-key", "--bench")
 
 
@@ -52,8 +52,11 @@ def _project(*extras: str) -> str:
     return f".[{','.join(dict.fromkeys([*extras, *backends.EXTRAS]))}]"
 
 
-def _certify(*args: str) -> tuple[str, ...]:
-    return ("hermes-backend-kit", "certify", "--workers", WORKERS, *args)
+def _certify(*args: str, backend: str | None = None) -> tuple[str, ...]:
+    """certify with KIT_WORKERS workers, or the known backend's own count (bench/PROFILE.md), or certify's default."""
+    known = backends.KNOWN_BACKENDS.get(backend or "")
+    workers = WORKERS or (str(known.workers) if known else None)
+    return ("hermes-backend-kit", "certify", *(("--workers", workers) if workers else ()), *args)
 
 
 def _has_option(args: list[str], name: str) -> bool:
@@ -94,11 +97,17 @@ def conformance(session: nox.Session) -> None:
         return
     # Every backend runs even when one is not certified (certify exits 1 then); the summary at the end
     # fails the session unless all are.  A run that could not start (exit 2 and up) stops here.
-    reports = []
-    for backend in backends.DEFAULT_BACKENDS:
+    import time
+
+    reports, previous = [], ""
+    for number, backend in enumerate(backends.DEFAULT_BACKENDS, 1):
+        session.log(f"backend {number} of {len(backends.DEFAULT_BACKENDS)}: {backend}{previous}")
         out = REPORTS / f"conformance-{backend}"
-        session.run(*_certify("--backend", backend, "--out", str(out), *args), success_codes=[0, 1])
+        started = time.monotonic()
+        session.run(*_certify("--backend", backend, "--out", str(out), *args, backend=backend), success_codes=[0, 1])
+        previous = f" ({backend} took {time.monotonic() - started:.0f} s)"
         reports.append(str(out / "report.json"))
+    session.log(f"{len(reports)} of {len(reports)} backends run{previous}; the summary follows")
     session.run(
         "hermes-backend-kit",
         "report",
@@ -165,7 +174,7 @@ def tests(session: nox.Session) -> None:
     _ensure_chromium(session)
     _ensure_box_tools(session)
     pytest = ("python", "-m", "pytest", "tests", "-p", "no:cacheprovider")
-    session.run(*pytest, "-n", WORKERS, "-m", "not suite", *session.posargs)
+    session.run(*pytest, "-n", WORKERS or "2", "-m", "not suite", *session.posargs)
     # Suite runs bring their own workers and time-bounded checks: one at a time,
     # so two suites never compete for the same two cores.
     session.run(*pytest, "-m", "suite", *session.posargs)
@@ -246,7 +255,7 @@ def host_equivalence(session: nox.Session) -> None:
             out = REPORTS / f"host-{host}-{backend}"
             reports[host] = str(out / "report.json")
             session.run(
-                *_certify("--backend", backend, "--host", host, "--out", str(out), *session.posargs),
+                *_certify("--backend", backend, "--host", host, "--out", str(out), *session.posargs, backend=backend),
                 success_codes=[0, 1],
             )  # failures are compared below, not fatal here
         session.run("hermes-backend-kit", "report", "compare", reports["hermes"], reports["builtin"])

@@ -305,6 +305,8 @@ def cmd_certify(args: argparse.Namespace) -> int:
         cmd.append("--live")
     if args.call_deadline:
         cmd += ["--call-deadline", str(args.call_deadline)]
+    if args.check_costs:
+        cmd += ["--kit-check-costs", str(Path(args.check_costs).resolve())]
     if args.client_faults:
         routes = Path(args.client_faults)
         cmd.append(f"--client-faults={routes.resolve() if routes.suffix in ('.yaml', '.yml') else args.client_faults}")
@@ -360,7 +362,7 @@ def cmd_certify(args: argparse.Namespace) -> int:
     (out / "report.md").write_text(redact.redact(markdown.render(report, contract.load())), "utf-8")
     (out / "report.html").write_text(redact.redact(html.render(report, contract.load(), bench)), "utf-8")
     (out / "badge.json").write_text(redact.redact(json.dumps(markdown.badge(report))) + "\n", "utf-8")
-    written = ["report.json", "report.md", "report.html", "junit.xml", "badge.json"]
+    written = ["report.md", "report.html", "junit.xml", "badge.json"]  # report.json: the run named it already
     if args.sign_key:
         from conformance.report import signing
 
@@ -369,7 +371,7 @@ def cmd_certify(args: argparse.Namespace) -> int:
         except KitError as exc:
             raise type(exc)(f"the report was written but not signed: {exc.what}", exc.fix, exc.why) from exc
         written.append(f"{signature.name} (key {key})")
-    print(f"wrote {', '.join(str(out / n) for n in written)}")
+    print(f"wrote beside it: {', '.join(written)}")
     line = headline(report)
     if report["certified"]:
         print(f"{line}: {report['backend'].get('name')}")
@@ -657,6 +659,12 @@ def build_parser() -> argparse.ArgumentParser:
         "before failing the check (default 60)",
     )
     c.add_argument("--sign-key", metavar="KEY", help="sign report.json with this Ed25519 private key (report.json.sig)")
+    c.add_argument(
+        "--check-costs",
+        metavar="PATH",
+        help="append each check's wall time, CPU seconds and environments created to PATH (JSON lines; "
+        "what `nox -s bench` reads for its suite figures)",
+    )
     c.add_argument(
         "--client-faults",
         nargs="?",

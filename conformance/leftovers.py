@@ -38,7 +38,8 @@ def _under(path: str, root: str) -> bool:
     return path == root or path.startswith(root + "/")
 
 
-def _belongs(pid: int, root: str) -> bool:
+def belongs(pid: int, root: str) -> bool:
+    """Whether process ``pid`` works under ``root`` (its cwd, executable, an argument, HOME, TMPDIR or PWD)."""
     base = f"/proc/{pid}"
     try:
         for link in ("cwd", "exe"):
@@ -95,7 +96,7 @@ def processes_under(root: str | Path) -> list[int]:
                 continue
         except OSError:
             continue
-        if _belongs(pid, root):
+        if belongs(pid, root):
             found.append(pid)
     return found
 

@@ -143,6 +143,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="seconds one check may run before it fails (default: %(default)s)",
     )
     group.addoption(
+        "--kit-check-costs",
+        default=None,
+        metavar="PATH",
+        help="append each check's wall time, CPU seconds and environments created to PATH (JSON lines; "
+        "conformance/check_costs.py)",
+    )
+    group.addoption(
         "--kit-error-file",
         default=None,
         metavar="PATH",
@@ -170,7 +177,13 @@ def pytest_configure(config: pytest.Config) -> None:
         except WaiverError as exc:
             raise pytest.UsageError(*setup_error_lines(config, exc)) from None
     config.pluginmanager.register(_Recorder(config), "hermes-backend-kit-recorder")
-    settings = _hypothesis_settings()
+    if config.option.kit_check_costs and runs_checks(config):
+        from conformance.check_costs import CheckCosts
+
+        config.pluginmanager.register(CheckCosts(config, config.option.kit_check_costs), "hermes-backend-kit-costs")
+    # An xdist controller runs no check: hypothesis (whose whole package pytest rewrites on import, as
+    # a plugin's) is imported only where checks run.
+    settings = None if _dist_controller(config) else _hypothesis_settings()
     if settings is not None:
         settings.register_profile(
             "hermes-backend-kit",
@@ -181,6 +194,11 @@ def pytest_configure(config: pytest.Config) -> None:
             print_blob=True,
             suppress_health_check=list(_hypothesis_health_checks()),
         )
+
+
+def _dist_controller(config: pytest.Config) -> bool:
+    """This process is pytest-xdist's controller: its workers run the checks."""
+    return not hasattr(config, "workerinput") and getattr(config.option, "dist", "no") != "no"
 
 
 def _hypothesis_settings() -> Any:
@@ -264,9 +282,9 @@ def _configure_check_run(config: pytest.Config) -> None:
         cache = bytecode.run_cache(state.run_root)  # inherited by the workers and the fakes' processes
         state.bytecode_restore = (bytecode.apply(cache, os.environ), bytecode.use_in_this_process(cache))
     root = state.run_root or (Path(config.option.basetemp).parent if config.option.basetemp else None)
-    if root is not None:
+    if root is not None and not _dist_controller(config):
         _hypothesis_home(root / "hypothesis")
-    if not worker and getattr(config.option, "dist", "no") != "no" and not config.option.collectonly:
+    if _dist_controller(config) and not config.option.collectonly:
         preflight(config)
     progress.install(config)
 
@@ -325,6 +343,12 @@ def setup_error_lines(config: pytest.Config, exc: BaseException) -> list[str]:
     data = {**error.to_dict(), "traceback": "".join(traceback.format_exception(exc))}
     Path(path).write_text(json.dumps(redact.redact_data(data)) + "\n", "utf-8")
     return []
+
+
+def current_run(config: pytest.Config) -> Any:
+    """This process's KitRun once a check has started it, else None."""
+    state = config.stash.get(_STATE, None)
+    return state.run if state is not None else None
 
 
 def run_options(config: pytest.Config) -> Any:
@@ -569,7 +593,7 @@ class _Recorder:
         report = self.state.report
         if report is None:
             return
-        terminalreporter.section("hermes-backend-kit: verdicts per group")
+        terminalreporter.section("hermes-backend-kit: verdicts per group (clauses)")
         for line in table.render(report):
             terminalreporter.write_line(line)
         if report.get("fake_world"):
@@ -589,6 +613,8 @@ class _Recorder:
             terminalreporter.write_line(f"  {line}")
         if config.option.report:
             terminalreporter.write_line(f"report written to {config.option.report}")
+        # pytest's own last line follows: it counts tests, and every check is one test.
+        terminalreporter.write_line(f"pytest's summary below counts tests: one test per check ({len(self.state.outcomes)} checks)")
 
 
 def redact_report(config: pytest.Config, report: Any) -> None:

@@ -261,11 +261,31 @@ def plain_line(
     name: str, done: int, total: int, passed: int, failed: int, skipped: int, seconds: float, width: int, note: str = ""
 ) -> str:
     counts = f"{done}/{total}"
-    line = f"{name:<{width}}  {counts:>7}  pass {passed} fail {failed} skip {skipped}  {seconds:.1f}s"
+    line = f"{name:<{width}}  {counts:>7} checks  pass {passed} fail {failed} skip {skipped}  {seconds:.1f}s"
     return f"{line}  {note}" if note else line
 
 
 # ------------------------------------------------------------------ the pytest side
+def _status_once(config: pytest.Config) -> None:
+    """pytest-xdist's status line (``bringing up nodes...`` at -q) printed once, not again when collection ends.
+
+    Off a terminal xdist writes the line when its workers start and again when they have collected;
+    the progress's own first line follows it and says what the run holds.
+    """
+    status = config.pluginmanager.get_plugin("terminaldistreporter")
+    show = getattr(status, "ensure_show_status", None)
+    if show is None:
+        return
+    shown: list[bool] = []
+
+    def once() -> None:
+        if not shown:
+            shown.append(True)
+            show()
+
+    status.ensure_show_status = once
+
+
 class Progress:
     """The pytest plugin that feeds a Tally from the run's hooks and shows it."""
 
@@ -289,6 +309,7 @@ class Progress:
         self.quiet_checks = self.mode == "live" or (self.mode == "plain" and self.config.option.verbose <= 0)
         if self.quiet_checks and self.reporter is not None:
             self.reporter.showfspath = False  # before pytest's own hook writes the first check's file name
+        _status_once(self.config)
         self.tally.started_at = self.tally.clock()
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:

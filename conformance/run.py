@@ -99,6 +99,7 @@ class KitRun:
     _environ: EnvironChanges | None = field(default=None, repr=False)
     _create_hung: str | None = field(default=None, repr=False)
     fault_world: Any = field(default=None, repr=False)  # client-side transport faults (conformance.client_faults)
+    created: int = field(default=0, repr=False)  # environments this run has created (conformance.check_costs)
 
     def __repr__(self) -> str:  # shown in tracebacks: never the secrets, config env or fake keys
         return (
@@ -247,6 +248,8 @@ class KitRun:
             and factory.configured_cwd(self.provider, self.terminal_config) is None
         ):
             kwargs["cwd"] = str(self.sandbox.work)  # never the user's home (Hermes's /root) on this machine
+        with self._lock:
+            self.created += 1
         try:
             env = factory.create_environment(
                 self.provider,
@@ -334,10 +337,13 @@ class KitRun:
         world = getattr(self.fake, "world", None)
         if world is None:
             return None
-        return {
+        found = {
             "isolated": "isolation" in set(getattr(world, "capabilities", ()) or ()),
             "paths_note": str(getattr(self.fake, "paths_note", "") or ""),
         }
+        if getattr(self.fake, "local", False):
+            found["local"] = True
+        return found
 
     def close(self) -> None:
         """Clean up leftovers (within CLOSE_BUDGET_S in all), stop the fake, end the run's local

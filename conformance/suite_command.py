@@ -3,7 +3,7 @@
 Every runner builds it here (certify, the bench, the kit's tests), so a
 suite run means the same thing wherever it starts: the checks collected from
 the installed ``conformance.checks`` package, no ``.pytest_cache`` written
-into the caller's directory, quiet output.  Standard library only, like
+into the caller's directory, no plugin that serves no check, quiet output.  Standard library only, like
 conformance/backends.py.
 """
 
@@ -23,7 +23,19 @@ def command(
     ``workers``: pytest-xdist workers (0: none, the checks run in the child itself);
     ``report``: where the certification report goes (the plugin's ``--report``).
     """
-    cmd = [python or sys.executable, "-m", "pytest", "--pyargs", CHECKS_PACKAGE, "-p", "no:cacheprovider", "-q"]
+    # anyio's pytest plugin (anyio comes with httpx) serves no check and costs each process a third of a second.
+    cmd = [
+        python or sys.executable,
+        "-m",
+        "pytest",
+        "--pyargs",
+        CHECKS_PACKAGE,
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "no:anyio",
+        "-q",
+    ]
     if workers:
         cmd += ["-n", str(workers)]
     if report is not None:

@@ -19,6 +19,7 @@ class FakeService:
     secret_vars: frozenset[str] = frozenset()
     credential_var: str | None = None  # the variable whose value authenticates to the service
     paths_note: str = ""  # which paths box commands see (vendor paths or host temp paths), and why
+    local: bool = False  # no service and no boxes: the backend's sandboxes are this machine's, by design
     pid: int | None = None  # the fake's own process, when it runs in one
     control: str | None = None  # that process's control address
     _stop: Callable[[], None] | None = field(default=None, repr=False)

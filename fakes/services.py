@@ -86,7 +86,9 @@ def _tempdir(workdir: Path, options: FakeOptions) -> FakeService:
         world=TempdirWorld(root),
         secret_vars=frozenset({"TEMPDIR_BOX_TOKEN"}),
         credential_var="TEMPDIR_BOX_TOKEN",
-        paths_note="boxes are directories on this machine; commands see host paths",
+        paths_note="tempdir_box makes its sandboxes itself, as directories on this machine, and runs their "
+        "commands as local processes at host paths: nothing to isolate, by design",
+        local=True,
         _stop=lambda: shutil.rmtree(root, ignore_errors=True),
     )
 

@@ -66,7 +66,7 @@ def test_a_local_backend_without_a_world_is_certified_black_box_only():
     clauses = {c["id"]: c for c in report["clauses"]}
     assert all(clauses[cid]["verdict"] == "not-applicable" for cid in TRANSPORT)  # local: no transport
     text = headline(report)
-    assert text.startswith(f"CERTIFIED (black-box profile: {black_box['pass']}/{black_box['pass']} MUST pass")
+    assert text.startswith(f"CERTIFIED (black-box profile: {black_box['pass']}/{black_box['pass']} MUST clauses pass")
     assert text.endswith(f"{len(unverified)} MUST unverified, need the full profile)")
 
 
@@ -103,7 +103,7 @@ def test_a_waived_failure_counts_in_its_profile():
     report = run(DECLARED | WORLD, fail={waiver.clause}, waivers=[waiver])
     full = report["profiles"]["full"]
     assert report["profile"] == "full" and full["waived"] == 1 and full["failing"] == []
-    assert f"{full['pass']}/{full['pass'] + 1} MUST pass, 1 waived" in headline(report)
+    assert f"{full['pass']}/{full['pass'] + 1} MUST clauses pass, 1 waived" in headline(report)
 
 
 def test_unverified_must_clauses_cannot_be_waived_into_a_profile():

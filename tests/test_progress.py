@@ -23,7 +23,7 @@ from conformance.report.headline import must_failure_lines
 from tests.conftest import run_suite
 
 GROUP_LINE = re.compile(
-    r"^(?P<group>[a-z]+)\s+(?P<done>\d+)/(?P<total>\d+)\s+pass (?P<passed>\d+) "
+    r"^(?P<group>[a-z]+)\s+(?P<done>\d+)/(?P<total>\d+) checks\s+pass (?P<passed>\d+) "
     r"fail (?P<failed>\d+) skip (?P<skipped>\d+)\s+\d+\.\d+s(?P<note>.*)$"
 )
 ANSI = re.compile(r"\x1b[\[\]()=>]")  # CSI, OSC, charset and keypad sequences: what a terminal would act on
@@ -127,7 +127,7 @@ def test_a_second_workers_collection_does_not_double_the_totals():
 
 
 def test_plain_line_layout():
-    assert plain_line("exec", 18, 18, 17, 1, 0, 12.34, 6) == "exec      18/18  pass 17 fail 1 skip 0  12.3s"
+    assert plain_line("exec", 18, 18, 17, 1, 0, 12.34, 6) == "exec      18/18 checks  pass 17 fail 1 skip 0  12.3s"
     assert GROUP_LINE.match(plain_line("faults", 1, 9, 1, 0, 0, 1.0, 6, "(stopped)"))
 
 

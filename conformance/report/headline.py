@@ -63,7 +63,7 @@ def certificate(report: dict[str, Any]) -> tuple[str, str]:
     if report["certified"] and profile:
         row = report["profiles"][profile]
         applicable = row["must"] - row["not-applicable"]
-        detail = f"{profile} profile: {row['pass']}/{applicable} MUST pass"
+        detail = f"{profile} profile: {row['pass']}/{applicable} MUST clauses pass"
         if row["waived"]:
             detail += f", {row['waived']} waived"
         if row["not-applicable"]:

@@ -10,7 +10,10 @@ from conformance.report.table import render as table_lines
 
 
 def fake_world_line(world: dict[str, Any]) -> str:
-    """How the fake's boxes ran: isolated (own namespaces) or as host processes (paths_note says why)."""
+    """How the fake's boxes ran: isolated (own namespaces) or as host processes (paths_note says why);
+    for a backend whose sandboxes are this machine's by design (tempdir_box), just that."""
+    if world.get("local"):
+        return f"none (a local backend): {world['paths_note']}"
     if world["isolated"]:
         return f"isolated from this machine; {world['paths_note']}"
     return (

@@ -47,7 +47,7 @@ def render(report: dict[str, Any]) -> list[str]:
             )
         )
         lines.append(
-            f"profile {name}: {row['pass']}/{row['must'] - row['not-applicable']} MUST pass, "
+            f"profile {name}: {row['pass']}/{row['must'] - row['not-applicable']} MUST clauses pass, "
             f"{row['not-applicable']} not applicable, {row['waived']} waived: {state}"
         )
     lines += undeclared_lines(report)

@@ -1,0 +1,116 @@
+"""What each check costs: wall time, CPU seconds of the run's processes, environments created.
+
+With ``--kit-check-costs PATH`` (``certify --check-costs PATH``; ``nox -s
+bench`` asks for it) every process that runs checks appends one JSON line per
+check to PATH: ``{"check", "wall_s", "cpu_s", "envs", "worker"}``.  A check's
+CPU is what the run's processes used between the start of its setup and the
+end of its teardown: this process (the host, the backend's client, every
+thread), everything below it (the fake's process and its boxes, local
+commands), and processes of the run that left that tree (Box Lite's box
+daemons detach: adopted by init or by an ancestor that is a child subreaper,
+they are told apart from other adoptees by the run's directory, as
+``conformance.leftovers`` does).  A detached process that ends within a
+check is not counted: its time went to whoever adopted it (the bench's suite
+figures count it, by kind, for the run as a whole).  Each live process counts its own time and what it reaped of its
+ended children, so nothing is counted twice.  Under xdist two checks run at
+once; each worker's tree is its own, so their figures do not mix.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conformance import leftovers
+
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _stat(pid: int) -> tuple[int, float] | None:
+    """(parent pid, CPU seconds of ``pid`` and of its reaped children); None when it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return int(fields[1]), sum(int(fields[i]) for i in (11, 12, 13, 14)) / _TICK
+
+
+def tree_cpu(root: int, run_dir: str | None = None) -> float:
+    """CPU seconds used so far by process ``root`` and every live process below it, and, with ``run_dir``,
+    by the processes of that run that left the tree (detached: adopted by init or by an ancestor of
+    ``root``, such as a child subreaper) and everything below them."""
+    stats: dict[int, tuple[int, float]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            found = _stat(int(entry))
+            if found is not None:
+                stats[int(entry)] = found
+    children: dict[int, list[int]] = {}
+    for pid, (parent, _) in stats.items():
+        children.setdefault(parent, []).append(pid)
+    ancestors, pid = {1}, root
+    while pid in stats and pid not in ancestors:
+        ancestors.add(pid)
+        pid = stats[pid][0]
+    frontier = [root]
+    if run_dir is not None:
+        adopted = (p for a in ancestors if a != root for p in children.get(a, ()) if p not in ancestors)
+        frontier += [p for p in adopted if leftovers.belongs(p, run_dir)]
+    seen: set[int] = set()
+    while frontier:
+        pid = frontier.pop()
+        if pid in seen or pid not in stats:
+            continue
+        seen.add(pid)
+        frontier.extend(children.get(pid, ()))
+    return sum(stats[pid][1] for pid in seen)
+
+
+class CheckCosts:
+    """The pytest plugin object that measures each check of this process (see the module docstring)."""
+
+    def __init__(self, config: pytest.Config, path: str) -> None:
+        self.config = config
+        self.path = Path(path)
+        self.worker = getattr(config, "workerinput", {}).get("workerid", "main")
+
+    def _run(self) -> Any:
+        from conformance.plugin import current_run
+
+        return current_run(self.config)
+
+    def _cpu(self) -> float:
+        run = self._run()  # its directory finds its detached processes (Box Lite's daemons)
+        return tree_cpu(os.getpid(), os.path.realpath(run.workdir) if run is not None else None)
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+        run = self._run()
+        created = run.created if run is not None else 0
+        cpu, started = self._cpu(), time.monotonic()
+        yield
+        wall = time.monotonic() - started
+        run = self._run()
+        line = {
+            "check": item.nodeid,
+            "wall_s": round(wall, 4),
+            "cpu_s": round(self._cpu() - cpu, 3),
+            "envs": (run.created if run is not None else 0) - created,
+            "worker": self.worker,
+        }
+        with self.path.open("a", encoding="utf-8") as fh:
+            fh.write(json.dumps(line) + "\n")
+
+
+def read(path: str | Path) -> list[dict[str, Any]]:
+    """The lines a run wrote (an empty list when it wrote none)."""
+    try:
+        text = Path(path).read_text("utf-8")
+    except FileNotFoundError:
+        return []
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
