@@ -1,6 +1,6 @@
 """Run a command and report every process of it still running when it has exited.
 
-    python tests/leftovers_probe.py [--private-tmp DIR] [--private-home DIR] [--grace S] -- COMMAND...
+    python tests/leftovers_probe.py [--private-tmp DIR [--keep PATH]...] [--private-home DIR] [--grace S] -- COMMAND...
 
 The probe makes itself a child subreaper (prctl PR_SET_CHILD_SUBREAPER), so
 every process the command started, daemonised or not, stays its descendant.
@@ -11,6 +11,8 @@ leaves nothing, and prints one JSON line: ``{"returncode": N, "left": [...]}``.
 With ``--private-tmp DIR`` (run it under ``unshare --mount``) DIR is bind
 mounted over /tmp first, so everything the command writes to /tmp lands in
 DIR, where the caller can list it without other processes' files in the way.
+Each ``--keep PATH`` below /tmp (the project, its virtualenv) stays visible
+where it is: it is bound onto a mount point made for it in DIR first.
 ``--private-home DIR`` lays an overlay over $HOME: the command sees the
 user's home (and an interpreter installed there) where it always is, and
 everything it writes there lands in DIR/upper instead.
@@ -67,6 +69,7 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--private-tmp")
     parser.add_argument("--private-home")
+    parser.add_argument("--keep", action="append", default=[], help="a path below /tmp that stays visible")
     parser.add_argument("--grace", type=float, default=3.0)
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args()
@@ -83,7 +86,12 @@ def main() -> int:
             check=True,
         )
     if args.private_tmp:
-        subprocess.run(["mount", "--bind", args.private_tmp, "/tmp"], check=True)
+        for keep in args.keep:
+            inside = os.path.relpath(os.path.realpath(keep), "/tmp")
+            point = os.path.join(args.private_tmp, inside)
+            os.makedirs(point, exist_ok=True)
+            subprocess.run(["mount", "--bind", keep, point], check=True)
+        subprocess.run(["mount", "--rbind", args.private_tmp, "/tmp"], check=True)
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
         print(json.dumps({"error": f"prctl failed: errno {ctypes.get_errno()}"}))

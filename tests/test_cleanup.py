@@ -16,6 +16,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -91,7 +92,22 @@ def _namespace_prefix() -> list[str]:
     pytest.skip("cannot create a mount namespace here (neither as root nor in a user namespace)")
 
 
-def _probe(tmp_path: Path, *command: str, timeout: float = 900) -> tuple[dict, Path, Path, str]:
+def _below_tmp(paths: list[Path]) -> list[str]:
+    """The outermost of ``paths`` that lie below /tmp: what a private /tmp must keep visible."""
+    tmp = Path("/tmp").resolve()
+    found = sorted({str(p.resolve()) for p in paths if p.resolve().is_relative_to(tmp) and p.resolve() != tmp})
+    return [p for p in found if not any(p.startswith(q + "/") for q in found if q != p)]
+
+
+def _kept(root: Path) -> list[str]:
+    """The project and the interpreter running it (a clone under /tmp, its .nox virtualenv, a bytecode cache)."""
+    prefix = os.environ.get("PYTHONPYCACHEPREFIX")
+    return _below_tmp([root, Path(sys.prefix), Path(sys.base_prefix), *([Path(prefix)] if prefix else [])])
+
+
+def _probe(
+    tmp_path: Path, *command: str, timeout: float = 900, root: Path = ROOT, env_extra: dict[str, str] | None = None
+) -> tuple[dict, Path, Path, str]:
     """Run ``command`` in the private namespace; (probe result, scratch /tmp, scratch home, output)."""
     scratch_tmp, scratch_home = tmp_path / "tmp", tmp_path / "home"
     scratch_tmp.mkdir(exist_ok=True)
@@ -101,13 +117,16 @@ def _probe(tmp_path: Path, *command: str, timeout: float = 900) -> tuple[dict, P
         for k, v in os.environ.items()
         if not k.startswith(("PYTEST_", "TEMPDIR_BOX_", "HERMES_")) and k not in ("CI", "TMPDIR")
     }
+    env.update(env_extra or {})
+    keep = [arg for path in _kept(root) for arg in ("--keep", path)]
     proc = subprocess.run(
         [
             *_namespace_prefix(),
             sys.executable,
-            str(ROOT / "tests" / "leftovers_probe.py"),
+            str(root / "tests" / "leftovers_probe.py"),
             "--private-tmp",
             str(scratch_tmp),
+            *keep,
             "--private-home",
             str(scratch_home),
             "--",
@@ -146,6 +165,7 @@ def _written_to_home(scratch_home: Path) -> list[str]:
 
 def _nothing_left(result: dict, scratch_tmp: Path, scratch_home: Path, output: str, *, keep: set[str]) -> None:
     assert result["left"] == [], f"processes of the run still running: {result['left']}\n{output[-2000:]}"
+    keep = keep | {Path(p).relative_to(Path("/tmp").resolve()).parts[0] for p in _kept(ROOT)}
     left_in_tmp = {name for name in os.listdir(scratch_tmp) if name not in keep}
     assert not left_in_tmp, f"the run left in /tmp: {sorted(_entries(scratch_tmp))[:20]}"
     written = _written_to_home(scratch_home)
@@ -204,3 +224,25 @@ def test_doctor_leaves_nothing(tmp_path, backend):
     )
     assert result["returncode"] == 0, output[-3000:]
     _nothing_left(result, scratch_tmp, scratch_home, output, keep=set())
+
+
+def test_the_probes_work_from_a_project_under_tmp(tmp_path):
+    """A clone under /tmp (and its virtualenv) stays visible under the probe's private /tmp."""
+    clone = Path(tempfile.mkdtemp(prefix="kit-clone-", dir="/tmp"))
+    try:
+        tracked = subprocess.run(
+            ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True
+        ).stdout.decode().split("\0")
+        for name in filter(None, tracked):
+            if (ROOT / name).is_file():
+                (clone / name).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(ROOT / name, clone / name)
+        probe = "import conformance, isolation; print('from', conformance.__file__)"
+        result, scratch_tmp, scratch_home, output = _probe(
+            tmp_path, sys.executable, "-c", probe, root=clone, env_extra={"PYTHONPATH": str(clone)}, timeout=120
+        )
+        assert result["returncode"] == 0, output[-3000:]
+        assert f"from {clone.resolve()}/conformance/__init__.py" in output, output[-3000:]
+        _nothing_left(result, scratch_tmp, scratch_home, output, keep={clone.name})
+    finally:
+        shutil.rmtree(clone, ignore_errors=True)
