@@ -366,6 +366,11 @@ def _contenders(
     minimal_contenders = {
         name: Contender(client.name, client.cold_start, kits[name][1]) for name, client in clients.items()
     }
+    script = minimal.bootstrap_script()
+    for name, client in clients.items():
+        minimal_contenders[f"{name}+bootstrap"] = Contender(
+            f"{client.name} + session bootstrap", functools.partial(client.cold_start, script), kits[name][1]
+        )
     return contenders, minimal_contenders
 
 
@@ -422,7 +427,9 @@ def main(argv: list[str] | None = None) -> int:
                 f"and {len(minimal_contenders)} minimal clients",
             )
             cold.interleave([*contenders.values(), *minimal_contenders.values()], plan.cold_samples, progress)
-            minimal_figures.update({b: _minimal_entry(c) for b, c in minimal_contenders.items()})
+            minimal_figures.update({b: _minimal_entry(c) for b, c in minimal_contenders.items() if "+" not in b})
+            for name, entry in minimal_figures.items():
+                entry["with_bootstrap"] = _minimal_entry(minimal_contenders[f"{name}+bootstrap"])
             progress("local", "start", "baseline: bash -c through subprocess")
             results.append(measure(local, plan, progress, cold_figure(contenders.get("local"))))
             for name in backends:

@@ -2,8 +2,10 @@
 
 Per reference backend, from one bench run:
 
-- cold start at most 1.1x its vendor's minimal client (minimal.py): what the
-  backend does beyond the vendor's fewest calls costs at most a tenth more;
+- cold start at most 1.1x its vendor's minimal client (minimal.py) running
+  the host's session bootstrap before its first command: what the backend
+  does beyond the vendor's fewest calls and the work Hermes itself requires
+  costs at most a tenth more (the bare minimal client is reported beside it);
 - cold start at most 2x tempdir_box's (the kit's own backend, no network);
 - output of 100 MiB with bounded capture at least 100 MiB/s on its fake.
 
@@ -58,14 +60,19 @@ def evaluate(data: dict[str, Any], minimal: dict[str, dict[str, Any]]) -> dict[s
         size_na = (
             None if stream >= BOUNDED_SIZE else f"measured at {human_size(stream)}, not {human_size(BOUNDED_SIZE)}"
         )
+        with_bootstrap = base.get("with_bootstrap") or {}
         goals[backend] = {
             "cold_start_ms": value,
             "minimal_ms": base.get("cold_start_ms"),
+            "minimal_bootstrap_ms": with_bootstrap.get("cold_start_ms"),
             "tempdir_box_ms": tempdir,
             "minimal_output_mib_s": base.get("output_mib_s"),
             "checks": {
                 "cold_vs_minimal": _check(
-                    _ratio(value, base.get("cold_start_ms")), COLD_VS_MINIMAL_MAX, at_most=True, na=base.get("error")
+                    _ratio(value, with_bootstrap.get("cold_start_ms")),
+                    COLD_VS_MINIMAL_MAX,
+                    at_most=True,
+                    na=with_bootstrap.get("error") or base.get("error") or "no minimal client with the bootstrap",
                 ),
                 "cold_vs_tempdir_box": _check(
                     _ratio(value, tempdir),
@@ -87,19 +94,22 @@ def markdown(data: dict[str, Any]) -> list[str]:
         "## Targets",
         "",
         f"Reference backends on their fakes, one run. Cold start (create to the first result) is measured "
-        f"interleaved with each vendor's minimal client and tempdir_box; targets: at most "
-        f"{COLD_VS_MINIMAL_MAX}x the minimal client, at most {COLD_VS_TEMPDIR_MAX:g}x tempdir_box, and "
+        "interleaved with each vendor's minimal client (bare, and running the host's session bootstrap "
+        f"before `true`) and tempdir_box; targets: at most {COLD_VS_MINIMAL_MAX}x the minimal client with "
+        f"the bootstrap, at most {COLD_VS_TEMPDIR_MAX:g}x tempdir_box, and "
         f"bounded output of {human_size(BOUNDED_SIZE)} at least {BOUNDED_MIN_MIB_S:g} MiB/s. Figures, not "
         "assertions: no test checks them.",
         "",
-        "| backend | cold start | minimal client | vs minimal | tempdir_box | vs tempdir_box | "
+        "| backend | cold start | minimal client | + bootstrap | vs minimal + bootstrap | tempdir_box | "
+        "vs tempdir_box | "
         f"bounded {human_size(BOUNDED_SIZE)} | minimal client's stream |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for backend, goal in goals.items():
         checks = goal["checks"]
         lines.append(
             f"| {backend} | {_ms(goal['cold_start_ms'])} | {_ms(goal['minimal_ms'])} | "
+            f"{_ms(goal.get('minimal_bootstrap_ms'))} | "
             f"{_cell(checks['cold_vs_minimal'], 'x')} | {_ms(goal['tempdir_box_ms'])} | "
             f"{_cell(checks['cold_vs_tempdir_box'], 'x')} | {_cell(checks['bounded_mib_s'], ' MiB/s')} | "
             f"{_rate(goal.get('minimal_output_mib_s'))} |"

@@ -30,6 +30,7 @@ A client reads the fake's address and key from the variables the fake exports
 from __future__ import annotations
 
 import json
+import shlex
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
@@ -54,25 +55,31 @@ class MinimalClient(Protocol):
     name: str
     backend: str  # the reference backend it is the baseline of
 
-    def cold_start(self) -> ColdSample: ...
+    def cold_start(self, bootstrap: str | None = None) -> ColdSample: ...
     def stream(self, size: int) -> float: ...
     def close(self) -> None: ...
 
 
 def _timed(
-    create: Callable[[], Any], run: Callable[[Any], int], release: Callable[[Any], None], what: str
+    create: Callable[[], Any],
+    run: Callable[[Any, list[str]], int],
+    release: Callable[[Any], None],
+    what: str,
+    bootstrap: str | None = None,
 ) -> ColdSample:
-    """Time ``create`` and then ``run`` on what it made (exit status 0 expected); release untimed."""
+    """Time ``create``, then (given a session ``bootstrap`` script) ``bash -l -c BOOTSTRAP``, then ``true``,
+    each run by ``run(made, argv)`` on what ``create`` made (exit status 0 expected); release untimed."""
     started = time.perf_counter()
     made = create()
     try:
         created = time.perf_counter() - started
-        code = run(made)
+        for argv in ([["bash", "-l", "-c", bootstrap]] if bootstrap else []) + [["true"]]:
+            code = run(made, argv)
+            if code != 0:
+                raise RuntimeError(f"{what}: `{argv[0]}{' -l' if len(argv) > 1 else ''}` exited {code}")
         done = time.perf_counter() - started
     finally:
         release(made)
-    if code != 0:
-        raise RuntimeError(f"{what}: `true` exited {code}")
     return ColdSample(created, done)
 
 
@@ -117,15 +124,15 @@ class MinimalUpstash:
     def __init__(self, env: Mapping[str, str]):
         self.api_key, self.base_url = env["UPSTASH_BOX_API_KEY"], env["UPSTASH_BOX_BASE_URL"]
 
-    def cold_start(self) -> ColdSample:
-        def run(box: Any) -> int:
-            session = box.exec.session(argv=["true"], cwd="/")
+    def cold_start(self, bootstrap: str | None = None) -> ColdSample:
+        def run(box: Any, argv: list[str]) -> int:
+            session = box.exec.session(argv=argv, cwd="/")
             try:
                 return int(session.wait(EXEC_TIMEOUT_S))
             finally:
                 session.close()
 
-        return _timed(self._create, run, self._release, self.name)
+        return _timed(self._create, run, self._release, self.name, bootstrap)
 
     def stream(self, size: int) -> float:
         def run(box: Any) -> int:
@@ -179,11 +186,11 @@ class MinimalDeepInfra:
 
         return Sandbox.create(tags={"bench": "minimal"}, wait=True, client=self.client)
 
-    def cold_start(self) -> ColdSample:
-        def run(sandbox: Any) -> int:
-            return int(sandbox.exec("true", timeout=EXEC_TIMEOUT_S).returncode)
+    def cold_start(self, bootstrap: str | None = None) -> ColdSample:
+        def run(sandbox: Any, argv: list[str]) -> int:
+            return int(sandbox.exec(*argv, timeout=EXEC_TIMEOUT_S).returncode)
 
-        return _timed(self._create, run, lambda sandbox: sandbox.terminate(), self.name)
+        return _timed(self._create, run, lambda sandbox: sandbox.terminate(), self.name, bootstrap)
 
     def stream(self, size: int) -> float:
         """The exec's NDJSON stream read line by line (``Sandbox.exec`` would hold it all in memory)."""
@@ -247,12 +254,12 @@ class MinimalCloudflare:
                     raise RuntimeError(f"{self.name}: the exec ended with {event.get('code')!r}")
         raise RuntimeError(f"{self.name}: the exec stream ended without an exit event")
 
-    def cold_start(self) -> ColdSample:
-        def run(sid: str) -> int:
-            body = {"request_id": uuid.uuid4().hex, "command": "true", "timeout": EXEC_TIMEOUT_S}
+    def cold_start(self, bootstrap: str | None = None) -> ColdSample:
+        def run(sid: str, argv: list[str]) -> int:
+            body = {"request_id": uuid.uuid4().hex, "command": shlex.join(argv), "timeout": EXEC_TIMEOUT_S}
             return self._exec(sid, body, lambda data: None)
 
-        return _timed(self._create, run, self._release, self.name)
+        return _timed(self._create, run, self._release, self.name, bootstrap)
 
     def stream(self, size: int) -> float:
         """Output beyond the v1 limit of 2,000,000 characters needs the large-output extension's
@@ -282,6 +289,18 @@ MINIMAL_CLIENTS: dict[str, Callable[[Mapping[str, str]], MinimalClient]] = {
     "deepinfra": MinimalDeepInfra,
     "cloudflare_sandbox": MinimalCloudflare,
 }
+
+
+def bootstrap_script() -> str:
+    """The session bootstrap the host runs (a login bash) before an environment's first command.
+
+    What a Hermes backend cannot leave out: a minimal client that runs it too
+    (``cold_start(bootstrap_script())``) is the least any backend's cold start can cost.
+    """
+    from conformance.host.standins.base import session_bootstrap
+
+    session = uuid.uuid4().hex[:12]
+    return session_bootstrap(f"/tmp/hermes-snap-{session}.sh", "/", f"__HERMES_CWD_{session}__")
 
 
 def for_backend(backend: str, env: Mapping[str, str]) -> MinimalClient | None:

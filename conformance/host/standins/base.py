@@ -130,6 +130,21 @@ def _snapshot_dump(snapshot_path: str, *, bootstrap: bool, excluded: tuple[str, 
     return f"{allocate} && {{\n{body}\n}} 2>/dev/null || rm -f {tmp} 2>/dev/null || true"
 
 
+def session_bootstrap(snapshot_path: str, cwd: str, marker: str, *, excluded: tuple[str, ...] = ()) -> str:
+    """The script a session starts with (run by a login bash): the first snapshot, the cwd, the marker.
+
+    ``cwd`` is already quoted for ``cd`` (``$HOME`` and ``~`` forms stay unquoted).
+    """
+    return "\n".join(
+        [
+            "umask 077",
+            _snapshot_dump(snapshot_path, bootstrap=True, excluded=excluded),
+            f"builtin cd -- {cwd} 2>/dev/null || true",
+            f"printf '\\n{marker}%s{marker}\\n' \"$(pwd -P)\"",
+        ]
+    )
+
+
 def _new_collector(bounded_capture: bool) -> _BoundedOutputCollector:
     return _BoundedOutputCollector(DEFAULT_MAX_OUTPUT_CHARS if bounded_capture else None)
 
@@ -214,16 +229,11 @@ class BaseEnvironment(ABC):
 
     # -- session snapshot ---------------------------------------------------
     def init_session(self) -> None:
-        marker = self._cwd_marker
-        bootstrap = "\n".join(
-            [
-                "umask 077",
-                _snapshot_dump(
-                    self._snapshot_path, bootstrap=True, excluded=self._snapshot_excluded_passthrough_names()
-                ),
-                f"builtin cd -- {self._quote_cwd_for_cd(self.cwd)} 2>/dev/null || true",
-                f"printf '\\n{marker}%s{marker}\\n' \"$(pwd -P)\"",
-            ]
+        bootstrap = session_bootstrap(
+            self._snapshot_path,
+            self._quote_cwd_for_cd(self.cwd),
+            self._cwd_marker,
+            excluded=self._snapshot_excluded_passthrough_names(),
         )
         try:
             proc = self._run_bash(bootstrap, login=True, timeout=self._snapshot_timeout)
