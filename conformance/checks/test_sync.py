@@ -47,6 +47,15 @@ def forced_sync(monkeypatch):
 
 
 @pytest.fixture
+def quick_sync_back_retries(monkeypatch):
+    """The kit's stand-in host pauses 2 s, then 4 s, between sync-back attempts, as Hermes does; a check
+    of what happens once they all fail need not sit through the pauses (Hermes's own host keeps them)."""
+    module = importlib.import_module("tools.environments.file_sync")
+    if module.__name__.startswith("conformance.host.standins") and hasattr(module, "_BACKOFF"):
+        monkeypatch.setattr(module, "_BACKOFF", tuple(0.01 for _ in module._BACKOFF))
+
+
+@pytest.fixture
 def host_dirs(kit):
     """Fresh sub-directories of HERMES_HOME for one check; removed afterwards."""
     made: list[Path] = []
@@ -442,7 +451,7 @@ def test_finalizer_during_a_sync_back_does_not_wait_for_the_lock(kit):
 
 # ------------------------------------------------------------------ failed sync-back
 @pytest.mark.clause("sync.failure-reported")
-def test_a_failed_sync_back_is_logged(kit, host_dirs, caplog):
+def test_a_failed_sync_back_is_logged(kit, host_dirs, caplog, quick_sync_back_retries):
     """Decision: make the host side refuse the write (a regular file where the sandbox made a
     directory), so the failure is the same for every backend and transport."""
     folder = host_dirs("cache/images", "fail")
