@@ -158,6 +158,30 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+# Packages whose modules pytest rewrites the asserts of in a run of the checks: the kit's own.
+REWRITTEN_PACKAGES = ("conformance", "fakes", "reference", "isolation", "archives")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]) -> None:
+    """In a run of the checks, pytest rewrites the asserts of the kit's modules and the checks only.
+
+    pytest marks every module of every installed plugin's distribution for assert rewriting, so
+    each process of a run would parse and rewrite all of hypothesis (about a second of CPU where
+    no bytecode cache is written) though no check asserts anything inside it.  Plugins whose
+    modules are already imported keep what they have; a hook pytest no longer shapes this way
+    is left alone.
+    """
+    if not names_checks(args, "--pyargs" in args):
+        return
+    hook = getattr(early_config.pluginmanager, "rewrite_hook", None)
+    marked = getattr(hook, "_must_rewrite", None)
+    cache = getattr(hook, "_marked_for_rewrite_cache", None)
+    if isinstance(marked, set) and isinstance(cache, dict):
+        marked.intersection_update(n for n in set(marked) if n.split(".", 1)[0] in REWRITTEN_PACKAGES)
+        cache.clear()
+
+
 @pytest.hookimpl(tryfirst=True)  # before pytest's tmpdir plugin reads --basetemp
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "clause(*ids): the contract clause ids this check asserts")
@@ -248,9 +272,14 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
 
 def runs_checks(config: pytest.Config) -> bool:
     """Does this pytest run collect the kit's checks (by --pyargs name or by path)?"""
-    for arg in config.args:
+    return names_checks(config.args, bool(config.option.pyargs))
+
+
+def names_checks(args: Any, pyargs: bool) -> bool:
+    """Do these command-line arguments name the kit's checks (by --pyargs name or by path)?"""
+    for arg in args:
         head = str(arg).split("::", 1)[0]
-        if config.option.pyargs and (head == "conformance.checks" or head.startswith("conformance.checks.")):
+        if pyargs and (head == "conformance.checks" or head.startswith("conformance.checks.")):
             return True
         try:
             path = Path(head).resolve()
