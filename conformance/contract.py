@@ -203,10 +203,15 @@ def _semantic_problems(data: dict[str, Any]) -> list[str]:
     return problems
 
 
+# Every process of a run loads the contract: libyaml's safe loader, where PyYAML has it, reads it about
+# ten times faster than the pure-Python one, into the same data.
+_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def parse(text: str | bytes, *, origin: str = "contract.yaml") -> Contract:
     raw = text.encode("utf-8") if isinstance(text, str) else text
     try:
-        data = yaml.safe_load(raw)
+        data = yaml.load(raw, Loader=_SAFE_LOADER)
     except yaml.YAMLError as exc:
         raise ContractError(
             f"{origin} is not valid YAML ({yaml_problem(exc)})",

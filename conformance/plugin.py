@@ -26,6 +26,7 @@ For a run of the checks the plugin also:
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import shutil
@@ -242,6 +243,15 @@ def _hypothesis_health_checks() -> list[Any]:
         HealthCheck.function_scoped_fixture,
         HealthCheck.large_base_example,
     ]
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """What the process has built by now (pytest, the kit, the collected checks) lives as long as it does:
+    moved out of the garbage collector's way, so each collection during the checks scans only what they
+    make."""
+    if runs_checks(session.config):
+        gc.collect()
+        gc.freeze()
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:

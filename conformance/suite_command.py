@@ -23,7 +23,8 @@ def command(
     ``workers``: pytest-xdist workers (0: none, the checks run in the child itself);
     ``report``: where the certification report goes (the plugin's ``--report``).
     """
-    # anyio's pytest plugin (anyio comes with httpx) serves no check and costs each process a third of a second.
+    # The pytest plugins of anyio (which comes with httpx) and respx (the kit uses respx as a library for
+    # client-side faults) serve no check; loading them costs each process of a run most of a second.
     cmd = [
         python or sys.executable,
         "-m",
@@ -34,6 +35,8 @@ def command(
         "no:cacheprovider",
         "-p",
         "no:anyio",
+        "-p",
+        "no:respx",
         "-q",
     ]
     if workers:
