@@ -2,7 +2,8 @@
 
 nox -s conformance                          # certify every known backend against its fake
 nox -s conformance -- --backend X [--out DIR] [certify options]
-nox -s tests                                # the kit's own tests (mutants included)
+nox -s tests                                # the kit's own tests (mutants included), about 15 minutes
+nox -s tests_full                           # the longer tests nox -s tests leaves out
 nox -s lint
 nox -s typecheck                            # mypy, configured in pyproject.toml
 nox -s worker                               # the reference Cloudflare Worker's own tests (npm)
@@ -166,18 +167,37 @@ def _ensure_box_tools(session: nox.Session) -> None:
         session.log(f"installing {' and '.join(missing)} failed ({exc}): Box Lite tests needing them will skip")
 
 
-@nox.session
-def tests(session: nox.Session) -> None:
-    """The kit's own tests: contract, host, plugin, tempdir_box and every mutant."""
+PYTEST = ("python", "-m", "pytest", "tests", "-p", "no:cacheprovider")
+
+
+def _test_session(session: nox.Session) -> None:
+    """What both test sessions need: the project with its dev extras, and the tools some tests drive."""
     _bytecode(session)
     session.install("-e", ".[dev]")
     _ensure_chromium(session)
     _ensure_box_tools(session)
-    pytest = ("python", "-m", "pytest", "tests", "-p", "no:cacheprovider")
-    session.run(*pytest, "-n", WORKERS or "2", "-m", "not suite", *session.posargs)
-    # Suite runs bring their own workers and time-bounded checks: one at a time,
-    # so two suites never compete for the same two cores.
-    session.run(*pytest, "-m", "suite", *session.posargs)
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """The kit's own tests a contributor needs for confidence (README command 2): every unit test, one
+    certify per known backend, each mutant against its own scope, the host, the fakes, Box Lite.
+
+    One run on two workers: the suite-marked tests (each runs a suite in subprocesses) share the cores
+    with the unit tests, so their waiting overlaps the others' computing.  `nox -s tests_full` runs
+    the rest (marked ``full``).
+    """
+    _test_session(session)
+    session.run(*PYTEST, "-n", WORKERS or "2", "--dist", "worksteal", "-m", "not full", *session.posargs)
+
+
+@nox.session
+def tests_full(session: nox.Session) -> None:
+    """The tests `nox -s tests` leaves out (marked ``full``): second whole-suite runs of a backend, whole-suite
+    mutant runs, the client-fault suites, the plugin templates installed and certified, the guide's
+    every block."""
+    _test_session(session)
+    session.run(*PYTEST, "-n", WORKERS or "2", "--dist", "worksteal", "-m", "full", *session.posargs)
 
 
 # ruff is pinned: a new release's rules and formatting land by a deliberate bump, not by surprise.

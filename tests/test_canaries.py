@@ -104,6 +104,7 @@ def _verdicts(out: Path) -> dict[str, str]:
     return {c["id"]: c["verdict"] for c in report["clauses"]}
 
 
+@pytest.mark.full
 def test_certify_shows_no_canary_and_gives_the_same_verdicts(tmp_path):
     plain, plain_out = _certify(tmp_path, "plain", canaries=False)
     marked, marked_out = _certify(tmp_path, "canaries", canaries=True)

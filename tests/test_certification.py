@@ -82,6 +82,7 @@ def test_a_narrowed_run_is_not_certified_and_a_strict_pass_is_an_error(tmp_path)
 
 
 @pytest.mark.suite
+@pytest.mark.full
 def test_certify_with_a_waived_must_failure_and_verify(tmp_path):
     waivers = _waivers(tmp_path, clause="timeout.kills-tree", strict=True)
     out = tmp_path / "out"
@@ -238,6 +239,7 @@ def test_certify_writes_four_files_that_verify(backend, fake, tmp_path):
 
 
 @pytest.mark.suite
+@pytest.mark.full
 def test_a_backend_loaded_without_a_fake_gets_no_full_certificate(tmp_path):
     """module:attr runs no fake: the MUST clauses only a world can observe are unverified, never passed,
     although their black-box checks ran and passed."""
@@ -257,6 +259,7 @@ def test_a_backend_loaded_without_a_fake_gets_no_full_certificate(tmp_path):
 
 
 @pytest.mark.suite
+@pytest.mark.full
 @pytest.mark.parametrize(
     "mutant, check",
     [
@@ -299,6 +302,7 @@ def test_certify_without_a_world_catches_what_the_world_based_checks_would(mutan
 
 
 @pytest.mark.suite
+@pytest.mark.full
 def test_an_undeclared_capability_with_signs_is_probed_and_its_failure_refuses_the_certificate(tmp_path):
     """misnamed_persistent sets self.persistent, Hermes reads _persistent, and it declares no persistence."""
     run = run_suite("--backend", "fakes.mutants.misnamed_persistent:provider", cwd=tmp_path)

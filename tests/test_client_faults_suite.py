@@ -45,6 +45,7 @@ def _both_ways(tmp_path: Path, *args: str) -> tuple[SuiteRun, SuiteRun]:
 
 
 @pytest.mark.suite
+@pytest.mark.full
 @pytest.mark.parametrize("backend", ["upstash_box", "deepinfra"])
 def test_transport_clauses_get_the_same_verdicts_with_faults_injected_client_side(tmp_path, backend):
     fake, client = _both_ways(tmp_path, "--backend", backend, "-k", "transport")
@@ -68,6 +69,7 @@ def test_the_transport_mutants_are_the_ones_scoped_to_the_transport_checks(built
 
 
 @pytest.mark.suite
+@pytest.mark.full
 @pytest.mark.parametrize("name", TRANSPORT_MUTANTS)
 def test_a_transport_mutant_fails_the_same_clauses_with_faults_injected_client_side(name, tmp_path, builtin_host):
     """Client-side, the mutant fails exactly BREAKS: the clauses tests/test_mutants.py requires it to fail,

@@ -294,6 +294,7 @@ def test_a_hand_started_fake_refuses_several_workers(tmp_path):
 
 
 @pytest.mark.suite
+@pytest.mark.full
 def test_the_suite_certifies_deepinfra_against_a_fake_started_by_hand(tmp_path):
     """With the user's credentials exported to both sides, and none of them reaching the fake's boxes or log."""
     root = tmp_path / "fake-root"

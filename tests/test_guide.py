@@ -128,6 +128,7 @@ def _not_certified_only_because_the_tree_is_edited(work: Path) -> list[str] | No
 
 
 @pytest.mark.suite
+@pytest.mark.full
 def test_every_block_of_the_guide_runs(tmp_path):
     work = tmp_path / "work"
     work.mkdir()

@@ -165,6 +165,7 @@ def _certify(tmp_path: Path, site: Path, env: dict[str, str]) -> dict:
 
 
 @pytest.mark.suite
+@pytest.mark.full
 def test_the_local_template_installs_and_certifies(tmp_path):
     project = tmp_path / "acme"
     assert main(["init-plugin", "acme", "--dir", str(project), "--template", "local"]) == 0
@@ -174,6 +175,7 @@ def test_the_local_template_installs_and_certifies(tmp_path):
 
 
 @pytest.mark.suite
+@pytest.mark.full
 def test_the_http_template_installs_and_certifies_against_its_loopback_service(tmp_path):
     project = tmp_path / "acme"
     assert main(["init-plugin", "acme", "--dir", str(project), "--template", "http"]) == 0

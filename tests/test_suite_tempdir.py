@@ -7,8 +7,9 @@ import pytest
 from conformance import contract
 from tests.conftest import run_suite
 
-# Each runs whole suites in subprocesses with their own workers; see noxfile.py.
-pytestmark = pytest.mark.suite
+# A whole suite in a subprocess with its own workers, beside test_certification's certify of the same
+# backend: the full tier (see noxfile.py).
+pytestmark = [pytest.mark.suite, pytest.mark.full]
 
 
 @pytest.fixture(scope="module")
