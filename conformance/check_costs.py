@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -74,15 +75,11 @@ def tree_cpu(root: int, run_dir: str | None = None) -> float:
 class CheckCosts:
     """The pytest plugin object that measures each check of this process (see the module docstring)."""
 
-    def __init__(self, config: pytest.Config, path: str) -> None:
-        self.config = config
+    def __init__(self, config: pytest.Config, path: str, run: Callable[[], Any]) -> None:
+        """``run()``: this process's KitRun once a check has started it, else None."""
         self.path = Path(path)
         self.worker = getattr(config, "workerinput", {}).get("workerid", "main")
-
-    def _run(self) -> Any:
-        from conformance.plugin import current_run
-
-        return current_run(self.config)
+        self._run = run
 
     def _cpu(self) -> float:
         run = self._run()  # its directory finds its detached processes (Box Lite's daemons)

@@ -205,7 +205,8 @@ def pytest_configure(config: pytest.Config) -> None:
     if config.option.kit_check_costs and runs_checks(config):
         from conformance.check_costs import CheckCosts
 
-        config.pluginmanager.register(CheckCosts(config, config.option.kit_check_costs), "hermes-backend-kit-costs")
+        costs = CheckCosts(config, config.option.kit_check_costs, lambda: current_run(config))
+        config.pluginmanager.register(costs, "hermes-backend-kit-costs")
     # An xdist controller runs no check: hypothesis (whose whole package pytest rewrites on import, as
     # a plugin's) is imported only where checks run.
     settings = None if _dist_controller(config) else _hypothesis_settings()

@@ -46,7 +46,8 @@ def test_the_second_interpreter_of_a_run_compiles_nothing(tmp_path: Path) -> Non
     source = tmp_path / "src"
     source.mkdir()
     (source / "kit_probe_module.py").write_text("VALUE = 42\n")
-    env = {**os.environ, "PYTHONPATH": str(source), "PYTHONDONTWRITEBYTECODE": "1"}
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPYCACHEPREFIX"}  # nox sets one for its sessions
+    env.update(PYTHONPATH=str(source), PYTHONDONTWRITEBYTECODE="1")
     bytecode.apply(bytecode.run_cache(tmp_path / "run", env), env)
     probe = "import importlib.util, kit_probe_module as m; print(m.__cached__)"
     first = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)

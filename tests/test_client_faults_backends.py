@@ -98,6 +98,7 @@ def _outcomes(backend: str, way: str, workdir: Path, notes: dict[str, str]) -> d
         os.environ.update(before)
 
 
+@pytest.mark.full  # a client-fault suite: every fault kind through both injectors, per backend
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_every_fault_kind_means_the_same_in_the_fake_and_in_the_client(tmp_path, backend):
     said: dict[str, dict[str, str]] = {"fake": {}, "client": {}}

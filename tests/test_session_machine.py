@@ -50,6 +50,7 @@ def harnesses(tmp_path_factory):
         harness.close()
 
 
+@pytest.mark.full  # a soak: long random sessions per backend (the regression replays below stay in nox -s tests)
 @pytest.mark.parametrize("chunk", range(CHUNKS))
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_random_sessions_match_the_model(harnesses, backend, chunk):

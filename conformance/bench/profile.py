@@ -3,6 +3,7 @@
     py-spy record --subprocesses --format raw --rate 200 -o prof.txt -- \\
         python -m conformance.bench.profile run --backend deepinfra --path output --size 100M
     python -m conformance.bench.profile summary prof.txt
+    python -m conformance.bench.profile flame --backend upstash_box --out bench/flame-upstash_box.svg
 
 ``--path cold`` repeats the cold start (create to the first result, then the
 release); ``cold-minimal`` the vendor's minimal client (minimal.py) on the same fake.
@@ -159,6 +160,30 @@ def summarize(profile: Path, top: int = 25, only: str | None = None) -> str:
     return "\n".join(lines)
 
 
+def flame(backend: str, out: Path, rate: int) -> int:
+    """``certify --backend B`` under ``py-spy record --gil --subprocesses``: a flame graph of the whole run.
+
+    ``--gil`` keeps the samples of threads holding the GIL, the Python work: a thread waiting on a socket,
+    a lock or a child is not drawn (py-spy's own idle test misreads processes in another PID namespace,
+    the box world's, and would draw their waiting as work).  Time in system calls and C code that
+    releases the GIL is not in the graph: the suite figures of ``nox -s bench`` hold each process
+    kind's whole CPU.
+    """
+    import shutil
+    import subprocess
+
+    spy = shutil.which("py-spy")
+    if spy is None:
+        print("py-spy is not installed: pip install py-spy (nox -s bench installs it)", file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory(prefix="kit-flame-") as tmp:
+        certify = [sys.executable, "-m", "conformance.cli", "certify", "--backend", backend, "--out", tmp]
+        cmd = [spy, "record", "--gil", "--subprocesses", "--rate", str(rate), "--format", "flamegraph"]
+        done = subprocess.run([*cmd, "-o", str(out), "--", *certify], cwd=tmp, check=False)
+    print(f"wrote {out}" if out.exists() else "no flame graph was written", file=sys.stderr)
+    return done.returncode
+
+
 def _short(file: str) -> str:
     for marker in ("site-packages/", "/work/main/", "lib/python3.11/"):
         if marker in file:
@@ -174,6 +199,10 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--path", choices=PATHS, default="output")
     r.add_argument("--size", default="100M")
     r.add_argument("--repeat", type=int, default=2)
+    f = sub.add_parser("flame", help="a flame graph (SVG) of one certify, every process of it (py-spy)")
+    f.add_argument("--backend", required=True)
+    f.add_argument("--out", type=Path, required=True, help="the SVG to write, e.g. bench/flame-upstash_box.svg")
+    f.add_argument("--rate", type=int, default=100, help="samples a second per thread (default 100)")
     s = sub.add_parser("summary", help="summarise a py-spy --format raw profile")
     s.add_argument("profile", type=Path)
     s.add_argument("--top", type=int, default=25)
@@ -181,6 +210,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.cmd == "run":
         run_path(args.backend, args.path, parse_size(args.size), args.repeat)
+    elif args.cmd == "flame":
+        return flame(args.backend, args.out, args.rate)
     else:
         print(summarize(args.profile, args.top, args.only))
     return 0
