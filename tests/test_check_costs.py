@@ -52,6 +52,21 @@ def test_cpu_of_unseen_children_goes_to_the_kind_of_their_siblings() -> None:
     assert by_kind["unattributed"] == pytest.approx(11.0 - 10.5)
 
 
+def test_a_chain_ended_after_its_last_sample_is_charged_once() -> None:
+    """A box's set-up, namespace and init processes end together, after their last samples: the fork
+    server's reaped time holds the commands the init reaped, which the init's own record already shows."""
+    sampler = Sampler(root=1)
+    sampler.seen = {
+        5: _Seen("box world", parent=1, own=0.5, reaped=2.4),  # the fork server, after the box ended
+        6: _Seen("box world", parent=5, own=0.1, reaped=0.0, alive=False),  # set-up: its child was alive
+        7: _Seen("box world", parent=6, own=0.1, reaped=0.0, alive=False),  # namespace process
+        8: _Seen("box world", parent=7, own=0.2, reaped=2.0, alive=False),  # the init: 2 s of commands
+    }
+    by_kind = sampler.by_kind(total=2.9)
+    assert by_kind["box world"] == pytest.approx(0.9) and by_kind["commands"] == pytest.approx(2.0)
+    assert by_kind["unattributed"] == pytest.approx(0.0)
+
+
 def test_tree_cpu_counts_children_reaped_and_alive() -> None:
     before = check_costs.tree_cpu(os.getpid())
     busy = "import time\nend = time.process_time() + 0.3\nwhile time.process_time() < end: pass"

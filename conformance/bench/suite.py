@@ -135,15 +135,29 @@ class Sampler:
             entry.parent, entry.own, entry.reaped, entry.alive = parent, own, reaped, True
 
     def by_kind(self, total: float) -> dict[str, float]:
-        """CPU seconds per kind, ``unattributed`` making up ``total`` (the exact figure)."""
+        """CPU seconds per kind, ``unattributed`` making up ``total`` (the exact figure).
+
+        A process's reaped time holds its ended children's whole subtrees.  A child's last sample
+        may predate its own children's end (a box's set-up process reaps the box's init as the box
+        ends), so a subtree's time is taken as the larger of what its root had reaped when last
+        seen and what its ended children's subtrees add up to: nothing is charged twice.
+        """
         spent = dict.fromkeys(KINDS, 0.0)
-        ended_children: dict[int, float] = {}
-        for seen in self.seen.values():
+        children: dict[int, list[int]] = {}
+        for pid, seen in self.seen.items():
             spent[seen.kind] += seen.own
             if not seen.alive:
-                ended_children[seen.parent] = ended_children.get(seen.parent, 0.0) + seen.own + seen.reaped
+                children.setdefault(seen.parent, []).append(pid)
+        subtree: dict[int, float] = {}
+
+        def total_of(pid: int) -> float:  # the ended child's own time and all it reaped, seen or not
+            if pid not in subtree:
+                seen = self.seen[pid]
+                subtree[pid] = seen.own + max(seen.reaped, sum(total_of(c) for c in children.get(pid, ())))
+            return subtree[pid]
+
         for pid, seen in self.seen.items():
-            unseen = seen.reaped - ended_children.get(pid, 0.0)
+            unseen = seen.reaped - sum(total_of(c) for c in children.get(pid, ()))
             if unseen > 0:
                 spent[_CHILDREN_OF[seen.kind]] += unseen
         spent["unattributed"] = max(0.0, total - sum(spent.values()))
