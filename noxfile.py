@@ -266,19 +266,51 @@ def soak(session: nox.Session) -> None:
 
 @nox.session
 def host_equivalence(session: nox.Session) -> None:
-    """Certify each default backend under hermes-agent 0.19.0 and under the stand-ins; compare verdicts."""
+    """Certify each default backend under hermes-agent 0.19.0 and under the stand-ins; compare verdicts.
+
+    nox -s host_equivalence -- [--builtin-reports DIR] [certify options]
+
+    ``--builtin-reports DIR`` takes the stand-in host's reports from an earlier `nox -s conformance`
+    of the same checkout (DIR/conformance-<backend>/report.json, used when it names that backend and
+    the builtin host) instead of certifying under the stand-ins again: CI runs the two sessions back to
+    back.
+    """
     _bytecode(session)
     session.install(_project("hermes"))
+    args = list(session.posargs)
+    reuse = None
+    if "--builtin-reports" in args:
+        at = args.index("--builtin-reports")
+        reuse = Path(session.invoked_from, args[at + 1])
+        del args[at : at + 2]
     for backend in backends.DEFAULT_BACKENDS:
         reports = {}
         for host in ("hermes", "builtin"):
+            earlier = _builtin_report(reuse, backend) if reuse is not None and host == "builtin" else None
+            if earlier is not None:
+                session.log(f"{backend}: the builtin host's verdicts from {earlier}")
+                reports[host] = earlier
+                continue
             out = REPORTS / f"host-{host}-{backend}"
             reports[host] = str(out / "report.json")
             session.run(
-                *_certify("--backend", backend, "--host", host, "--out", str(out), *session.posargs, backend=backend),
+                *_certify("--backend", backend, "--host", host, "--out", str(out), *args, backend=backend),
                 success_codes=[0, 1],
             )  # failures are compared below, not fatal here
         session.run("hermes-backend-kit", "report", "compare", reports["hermes"], reports["builtin"])
+
+
+def _builtin_report(folder: Path, backend: str) -> str | None:
+    """``folder``'s conformance report of ``backend`` when it was made under the kit's stand-in host."""
+    import json
+
+    path = folder / f"conformance-{backend}" / "report.json"
+    try:
+        report = json.loads(path.read_text("utf-8"))
+    except (OSError, ValueError):
+        return None
+    same = report.get("backend", {}).get("spec") == backend and report.get("host", {}).get("mode") == "builtin"
+    return str(path) if same else None
 
 
 @nox.session(python=False)
