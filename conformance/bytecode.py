@@ -55,4 +55,3 @@ def use_in_this_process(changes: Mapping[str, str | None]) -> tuple[str | None, 
 
 def restore_in_this_process(before: tuple[str | None, bool]) -> None:
     sys.pycache_prefix, sys.dont_write_bytecode = before
-

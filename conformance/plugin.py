@@ -654,7 +654,9 @@ class _Recorder:
         if config.option.report:
             terminalreporter.write_line(f"report written to {config.option.report}")
         # pytest's own last line follows: it counts tests, and every check is one test.
-        terminalreporter.write_line(f"pytest's summary below counts tests: one test per check ({len(self.state.outcomes)} checks)")
+        terminalreporter.write_line(
+            f"pytest's summary below counts tests: one test per check ({len(self.state.outcomes)} checks)"
+        )
 
 
 def redact_report(config: pytest.Config, report: Any) -> None:

@@ -130,7 +130,9 @@ def test_certify_with_a_waived_must_failure_and_verify(tmp_path):
     assert "waived: known issue" in (out / "report.html").read_text()
     assert json.loads((out / "badge.json").read_text())["color"] == "brightgreen"
     # progress per contract group: the timeout group's line counts its failing (waived) check
-    assert re.search(r"^timeout\s+\d+/\d+ checks\s+pass \d+ fail [1-9]\d* skip \d+", proc.stdout, re.MULTILINE), proc.stdout
+    assert re.search(r"^timeout\s+\d+/\d+ checks\s+pass \d+ fail [1-9]\d* skip \d+", proc.stdout, re.MULTILINE), (
+        proc.stdout
+    )
 
     ok = subprocess.run(
         [

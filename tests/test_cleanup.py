@@ -230,9 +230,11 @@ def test_the_probes_work_from_a_project_under_tmp(tmp_path):
     """A clone under /tmp (and its virtualenv) stays visible under the probe's private /tmp."""
     clone = Path(tempfile.mkdtemp(prefix="kit-clone-", dir="/tmp"))
     try:
-        tracked = subprocess.run(
-            ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True
-        ).stdout.decode().split("\0")
+        tracked = (
+            subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True)
+            .stdout.decode()
+            .split("\0")
+        )
         for name in filter(None, tracked):
             if (ROOT / name).is_file():
                 (clone / name).parent.mkdir(parents=True, exist_ok=True)

@@ -308,7 +308,9 @@ def suite_only(args: argparse.Namespace) -> int:
     data["suite"] = suites
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(data, indent=2) + "\n")
-    out.with_suffix(".md").write_text(report.to_markdown(data) if data.get("targets") else "\n".join(suite.markdown(data)))
+    out.with_suffix(".md").write_text(
+        report.to_markdown(data) if data.get("targets") else "\n".join(suite.markdown(data))
+    )
     print("\n".join(suite.markdown(data)))
     return 1 if any(suites[n]["returncode"] not in (0, 1) for n in backends) else 0
 
@@ -459,9 +461,7 @@ def main(argv: list[str] | None = None) -> int:
             r.figures["suite_s"] = Figure(na="skipped (--skip-suite)")
             continue
         suites[r.name] = _measure_suite(r.name, clean_env, progress)
-        r.figures["suite_s"] = Figure(
-            suites[r.name]["wall_s"], detail={"returncode": suites[r.name]["returncode"]}
-        )
+        r.figures["suite_s"] = Figure(suites[r.name]["wall_s"], detail={"returncode": suites[r.name]["returncode"]})
     options: dict[str, Any] = {
         "quick": args.quick,
         "backends": backends,

@@ -130,7 +130,7 @@ class Sampler:
         for pid in ours:
             parent, own, reaped = stats[pid]
             entry = self.seen.get(pid)
-            if entry is None or entry.parent != parent and own < entry.own:  # a new process (or a reused pid)
+            if entry is None or (entry.parent != parent and own < entry.own):  # a new process (a reused pid)
                 entry = self.seen[pid] = _Seen(_kind(pid), parent)
             entry.parent, entry.own, entry.reaped, entry.alive = parent, own, reaped, True
 
@@ -283,8 +283,11 @@ def markdown(data: dict[str, Any]) -> list[str]:
         )
     lines += ["", "The ten most expensive checks of each (CPU seconds of the run's processes during the check):", ""]
     for name, s in suites.items():
-        lines.append(f"- **{name}**: " + "; ".join(
-            f"`{c['check'].split('::', 1)[-1]}` {c['cpu_s']:.2f} s CPU, {c['wall_s']:.2f} s wall, {c['envs']} env"
-            for c in s["most_expensive"]
-        ))
+        lines.append(
+            f"- **{name}**: "
+            + "; ".join(
+                f"`{c['check'].split('::', 1)[-1]}` {c['cpu_s']:.2f} s CPU, {c['wall_s']:.2f} s wall, {c['envs']} env"
+                for c in s["most_expensive"]
+            )
+        )
     return [*lines, ""]
