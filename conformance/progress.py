@@ -274,7 +274,7 @@ def _status_once(config: pytest.Config) -> None:
     """
     status = config.pluginmanager.get_plugin("terminaldistreporter")
     show = getattr(status, "ensure_show_status", None)
-    if show is None:
+    if status is None or show is None:
         return
     shown: list[bool] = []
 

@@ -539,7 +539,7 @@ class NamespaceDriver:
         if refill:
             threading.Thread(target=self._refill, name="isolation-spare", daemon=True).start()
 
-    def _take_spare(self) -> tuple[subprocess.Popen[bytes], socket.socket] | None:
+    def _take_spare(self) -> tuple[SetupProcess, socket.socket] | None:
         with self._lock:
             taken = None
             while self._spares and taken is None:

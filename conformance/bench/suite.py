@@ -129,10 +129,10 @@ class Sampler:
             seen.alive = False
         for pid in ours:
             parent, own, reaped = stats[pid]
-            entry = self.seen.get(pid)
-            if entry is None or (entry.parent != parent and own < entry.own):  # a new process (a reused pid)
-                entry = self.seen[pid] = _Seen(_kind(pid), parent)
-            entry.parent, entry.own, entry.reaped, entry.alive = parent, own, reaped, True
+            known = self.seen.get(pid)
+            if known is None or (known.parent != parent and own < known.own):  # a new process (a reused pid)
+                known = self.seen[pid] = _Seen(_kind(pid), parent)
+            known.parent, known.own, known.reaped, known.alive = parent, own, reaped, True
 
     def by_kind(self, total: float) -> dict[str, float]:
         """CPU seconds per kind, ``unattributed`` making up ``total`` (the exact figure).
