@@ -303,16 +303,19 @@ def _interpreter(*args: str, pass_fd: int) -> subprocess.Popen[bytes]:
     )
 
 
-def launch_setup(prepare: dict, forks: ForkServer | None = None) -> tuple[SetupProcess, socket.socket]:
+def launch_setup(
+    prepare: dict, forks: ForkServer | None = None, *, fork_self: bool = False
+) -> tuple[SetupProcess, socket.socket]:
     """A new setup process (box_init.py), prepared: it waits for its box's hostname and directories.
 
-    Forked by ``forks`` when given (a fork server costs a fraction of an interpreter's start), in a
-    new interpreter otherwise or when the fork server fails.
+    Forked by ``forks`` when given (a fork server costs a fraction of an interpreter's start), or, with
+    ``fork_self``, forked from this very process (see ``NamespaceDriver``); in a new interpreter
+    otherwise or when the fork server fails.
     """
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        setup: SetupProcess | None = None
-        if forks is not None:
+        setup: SetupProcess | None = _fork_self(theirs.fileno()) if fork_self else None
+        if forks is not None and setup is None:
             try:
                 setup = forks.fork(theirs.fileno())
             except (OSError, IsolationError) as exc:
@@ -331,6 +334,32 @@ def launch_setup(prepare: dict, forks: ForkServer | None = None) -> tuple[SetupP
     return setup, ours
 
 
+def _fork_self(setup_fd: int) -> ForkedSetup:
+    """A setup process forked from this process: a session of its own, /dev/null as 0-2, no descriptor
+    of this process but ``setup_fd``, default signal dispositions; then box_init's setup."""
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            signal.set_wakeup_fd(-1)
+            for signum in range(1, signal.NSIG):
+                with contextlib.suppress(OSError, ValueError, RuntimeError):
+                    if signum not in (signal.SIGKILL, signal.SIGSTOP):
+                        signal.signal(signum, signal.SIG_DFL)
+            devnull = os.open(os.devnull, os.O_RDWR)
+            for target in (0, 1, 2):
+                os.dup2(devnull, target)
+            os.closerange(3, setup_fd)
+            os.closerange(setup_fd + 1, 1 << 16)
+            os.environ.clear()
+            os.environ.update(_INIT_ENV)  # what a setup interpreter is started with
+            os.setsid()
+            code = box_init.setup_main(setup_fd)
+        finally:
+            os._exit(code)
+    return ForkedSetup(pid, os.pidfd_open(pid), child=True)
+
+
 class SetupProcess(Protocol):
     """What a box keeps of its setup process: a subprocess.Popen, or a ForkedSetup."""
 
@@ -342,20 +371,27 @@ class SetupProcess(Protocol):
 
 
 class ForkedSetup:
-    """A setup process the fork server made: not this process's child, so watched through a pidfd.
+    """A forked setup process, watched through a pidfd.
 
-    Its exit status stays with the fork server, which reaps it: ``poll`` and
-    ``wait`` give -1 once it has ended.
+    Made by the fork server, it is not this process's child: its exit status stays with the server,
+    which reaps it, and ``poll`` and ``wait`` give -1 once it has ended.  Forked by this process
+    (``child``), it is reaped here and they give its exit status.
     """
 
-    def __init__(self, pid: int, pidfd: int) -> None:
+    def __init__(self, pid: int, pidfd: int, *, child: bool = False) -> None:
         self.pid = pid
         self._pidfd = pidfd
+        self._child = child
         self.returncode: int | None = None
 
     def poll(self) -> int | None:
         if self.returncode is None and select.select([self._pidfd], [], [], 0)[0]:
             self.returncode = -1
+            if self._child:
+                with contextlib.suppress(ChildProcessError):
+                    info = os.waitid(os.P_PIDFD, self._pidfd, os.WEXITED | os.WNOHANG)
+                    if info is not None:
+                        self.returncode = info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
             os.close(self._pidfd)
         return self.returncode
 
@@ -456,10 +492,24 @@ class NamespaceDriver:
 
     name = "namespaces"
 
-    def __init__(self, *, spares: int = 1, system_dirs: tuple[str, ...] = SYSTEM_DIRS, probe: bool = True) -> None:
+    def __init__(
+        self,
+        *,
+        spares: int = 1,
+        system_dirs: tuple[str, ...] = SYSTEM_DIRS,
+        probe: bool = True,
+        fork_self: bool = False,
+    ) -> None:
         """``probe=False`` (for a process that starts one box and must start fast): no throwaway box
         first; the first start tries the most isolated mode this machine may offer and probes only if
-        that fails.  Before that start, ``box_uid``/``box_gid`` are that mode's ids."""
+        that fails.  Before that start, ``box_uid``/``box_gid`` are that mode's ids.
+
+        ``fork_self`` (for a process of the box's own, such as Box Lite's daemon, whose memory and
+        environment hold nothing the box may not see): each setup process is a fork of this process,
+        not a new interpreter, which saves the interpreter's start; only the setup socket and /dev/null
+        go with it, and the box's init is not dumpable, so no box process can read what it inherited.
+        """
+        self._fork_self = fork_self
         self.system_dirs = system_dirs
         self._probe_first = probe
         self._mode: Mode | None = None
@@ -507,7 +557,7 @@ class NamespaceDriver:
             mode = _candidate_modes()[0]
             box = NamespaceBox(spec, mode, self.system_dirs)
             try:
-                box.start()
+                box.start(self._launch(mode))
             except IsolationError as exc:
                 logger.info("isolation: %s; probing the other modes", exc)
             else:
@@ -520,13 +570,16 @@ class NamespaceDriver:
         spare = self._take_spare()
         box = NamespaceBox(spec, self.mode, self.system_dirs)
         try:
-            box.start(spare or launch_setup(prepare_message(self.mode, self.system_dirs), self._forks))
+            box.start(spare or self._launch(self.mode))
         except IsolationError:
             if spare is None:
                 raise
             box = NamespaceBox(spec, self.mode, self.system_dirs)  # a spare may have died: once more, new
             box.start()
         return box
+
+    def _launch(self, mode: Mode) -> tuple[SetupProcess, socket.socket]:
+        return launch_setup(prepare_message(mode, self.system_dirs), self._forks, fork_self=self._fork_self)
 
     def warm(self) -> None:
         """Have a spare ready for the next box (in the background)."""
@@ -557,7 +610,7 @@ class NamespaceDriver:
                 with self._lock:
                     if len(self._spares) >= self._spare_count:
                         return
-                spare = launch_setup(prepare_message(self.mode, self.system_dirs), self._forks)
+                spare = self._launch(self.mode)
                 with self._lock:
                     self._spares.append(spare)
         except OSError as exc:

@@ -164,7 +164,9 @@ class Daemon:
         self.name = name
         self.box_dir = box
         self.run_dir = run
-        self.driver = NamespaceDriver(spares=0, probe=False)
+        # The box's setup is forked from this daemon (no second interpreter to start): a daemon holds
+        # nothing of the user's (its environment is _daemon_env's, its memory the box's own records).
+        self.driver = NamespaceDriver(spares=0, probe=False, fork_self=True)
         self.box: NamespaceBox | None = None
         self.commands: dict[int, Command] = {}
         self.lock = threading.Lock()

@@ -57,6 +57,35 @@ def test_the_daemon_runs_isolated_without_site_and_without_python_variables(
     assert box_processes(box_home) == {}
 
 
+def _parent(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def test_the_boxs_setup_is_forked_from_its_daemon(manager: BoxManager, box_home: Path) -> None:
+    """No second interpreter per box: the init descends from the daemon through forks of it (its command
+    line is the daemon's), holds none of the daemon's files (daemon.pid's lock stays the daemon's alone)."""
+    manager.create("forked")
+    try:
+        found = box_processes(box_home)
+        daemon, init = found["daemon of forked"], found["init of forked"]
+        chain, pid = [], init
+        while pid not in (daemon, 1):
+            pid = _parent(pid)
+            chain.append(pid)
+        assert pid == daemon, f"the box's init {init} does not descend from its daemon {daemon}: {chain}"
+        assert not any("box_init.py" in " ".join(_cmdline(p)) for p in [init, *chain[:-1]]), chain
+        held = [
+            link
+            for p in [init, *chain[:-1]]
+            for link in (Path(f"/proc/{p}/fd") / fd for fd in Path(f"/proc/{p}/fd").iterdir())
+            if str(link.readlink()).endswith("daemon.pid")
+        ]
+        assert not held, f"a box process holds daemon.pid: {held}"
+        assert manager.exec("forked", ["true"]) == 0
+    finally:
+        manager.remove("forked")
+
+
 def test_the_daemon_follows_this_processs_bytecode_settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """-I makes the daemon ignore PYTHON* variables: the manager passes its own bytecode settings as flags."""
     monkeypatch.setattr(sys, "pycache_prefix", str(tmp_path))
