@@ -26,6 +26,7 @@ import itertools
 import json
 import os
 import shlex
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -93,20 +94,20 @@ class Session:
 class Harness:
     """One backend on its fake (a KitRun), its environment variables and the environment pool.
 
-    KitRun.start exports the fake's variables into os.environ; they are kept
-    here and only applied inside ``active()``, so other tests in the same
-    worker never see them.
+    KitRun.start exports the fake's variables into os.environ and points
+    tempfile at the run's TMPDIR; both are kept here and only applied inside
+    ``active()``, so other tests in the same worker never see them.
     """
 
     def __init__(self, backend: str, workdir: Path):
         from conformance.run import KitRun, RunOptions
 
-        before = dict(os.environ)
+        before = _Process.now()
         try:
             self.kit = KitRun.start(RunOptions(backend=backend, host="builtin"), workdir)
-            self.environ = dict(os.environ)
+            self.process = _Process.now()
         finally:
-            _restore(before)
+            before.restore()
         self.backend = backend
         self.pool: dict[bool, Session] = {}
         self.examples = itertools.count()
@@ -117,12 +118,12 @@ class Harness:
 
     @contextlib.contextmanager
     def active(self) -> Iterator[Harness]:
-        before = dict(os.environ)
-        _restore(self.environ)
+        before = _Process.now()
+        self.process.restore()
         try:
             yield self
         finally:
-            _restore(before)
+            before.restore()
 
     def new_session(self, persistent: bool, task_id: str | None = None) -> Session:
         task_id = task_id or f"kit-ksm-{'p' if persistent else 'n'}-{uuid.uuid4().hex[:8]}"
@@ -163,10 +164,22 @@ class Harness:
             self.kit.close()
 
 
-def _restore(environ: dict[str, str]) -> None:
-    for key in set(os.environ) - set(environ):
-        del os.environ[key]
-    os.environ.update(environ)
+@dataclass(frozen=True)
+class _Process:
+    """What a KitRun changes in this process: its environment and tempfile's directory."""
+
+    environ: dict[str, str]
+    tempdir: str | None
+
+    @classmethod
+    def now(cls) -> _Process:
+        return cls(dict(os.environ), tempfile.tempdir)
+
+    def restore(self) -> None:
+        for key in set(os.environ) - set(self.environ):
+            del os.environ[key]
+        os.environ.update(self.environ)
+        tempfile.tempdir = self.tempdir
 
 
 # ------------------------------------------------------------------ model

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 import zlib
 from pathlib import Path
 
@@ -68,3 +69,18 @@ def test_random_sessions_match_the_model(harnesses, backend, chunk):
 @pytest.mark.parametrize(("backend", "path"), _cases(), ids=lambda v: v.stem if isinstance(v, Path) else v)
 def test_regression_replays(harnesses, backend, path):
     replay(harnesses(backend), json.loads(path.read_text())["steps"])
+
+
+def test_a_harness_changes_this_process_only_while_active(tmp_path):
+    # KitRun.start exports the fake's variables and points tempfile at the run's TMPDIR; a test that runs
+    # later in the same worker (a browser whose socket path must stay short) must see neither.
+    environ, tempdir = dict(os.environ), tempfile.tempdir
+    harness = Harness("tempdir_box", tmp_path)
+    try:
+        assert (dict(os.environ), tempfile.tempdir) == (environ, tempdir)
+        with harness.active():
+            assert tempfile.gettempdir().startswith(str(tmp_path)) and os.environ["TMPDIR"] == tempfile.gettempdir()
+        assert (dict(os.environ), tempfile.tempdir) == (environ, tempdir)
+    finally:
+        harness.close()
+    assert (dict(os.environ), tempfile.tempdir) == (environ, tempdir)

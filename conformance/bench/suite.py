@@ -256,6 +256,12 @@ def run(backend: str, env: dict[str, str], workers: int = 2) -> dict[str, Any]:
     }
 
 
+def _short_verdict(line: str) -> str:
+    """The verdict line up to its MUST count: "CERTIFIED (full profile: 113/113 MUST clauses pass)"."""
+    head, sep, _ = line.partition(",")
+    return f"{head})" if sep and "(" in head and ")" not in head else line
+
+
 def markdown(data: dict[str, Any]) -> list[str]:
     """The suite section of results.md (empty when the run measured no suite)."""
     suites: dict[str, Any] = data.get("suite") or {}
@@ -270,7 +276,7 @@ def markdown(data: dict[str, Any]) -> list[str]:
         "",
         "| backend | workers | wall s | CPU s | " + " | ".join(KINDS) + " | unattributed | checks | envs | "
         "CPU s per check | load | verdict |",
-        "| --- |" + " --- |" * (len(KINDS) + 10),
+        "| --- |" + " --- |" * (len(KINDS) + 9),
     ]
     for name, s in suites.items():
         kinds = s["cpu_by_kind_s"]
@@ -279,7 +285,7 @@ def markdown(data: dict[str, Any]) -> list[str]:
             f"| {name} | {s['workers']} | {s['wall_s']:.1f} | {s['cpu_s']:.1f} | "
             + " | ".join(f"{kinds.get(k, 0.0):.1f}" for k in KINDS)
             + f" | {kinds.get('unattributed', 0.0):.1f} | {s['checks']} | {s['environments']} | "
-            f"{s['cpu_per_check_s']} | {load['start']:g}-{load['end']:g} | {s['verdict'][:60]} |"
+            f"{s['cpu_per_check_s']} | {load['start']:.2f}-{load['end']:.2f} | {_short_verdict(s['verdict'])} |"
         )
     lines += ["", "The ten most expensive checks of each (CPU seconds of the run's processes during the check):", ""]
     for name, s in suites.items():
