@@ -24,9 +24,7 @@ import contextlib
 import functools
 import itertools
 import json
-import os
 import shlex
-import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -47,6 +45,7 @@ from conformance.host.drivers import (
     interrupted,
     terminal,
 )
+from conformance.scope import Scope, restored
 
 VARS = ("KSM_A", "KSM_B", "KSM_C")
 DIR_NAMES = ("d1", "sub dir", "it's", "-dash")
@@ -102,12 +101,9 @@ class Harness:
     def __init__(self, backend: str, workdir: Path):
         from conformance.run import KitRun, RunOptions
 
-        before = _Process.now()
-        try:
+        with restored():
             self.kit = KitRun.start(RunOptions(backend=backend, host="builtin"), workdir)
-            self.process = _Process.now()
-        finally:
-            before.restore()
+            self.scope = Scope.capture()
         self.backend = backend
         self.pool: dict[bool, Session] = {}
         self.examples = itertools.count()
@@ -118,12 +114,9 @@ class Harness:
 
     @contextlib.contextmanager
     def active(self) -> Iterator[Harness]:
-        before = _Process.now()
-        self.process.restore()
-        try:
+        with restored():
+            self.scope.apply()
             yield self
-        finally:
-            before.restore()
 
     def new_session(self, persistent: bool, task_id: str | None = None) -> Session:
         task_id = task_id or f"kit-ksm-{'p' if persistent else 'n'}-{uuid.uuid4().hex[:8]}"
@@ -162,24 +155,6 @@ class Harness:
                 self.discard(session)
             self.pool.clear()
             self.kit.close()
-
-
-@dataclass(frozen=True)
-class _Process:
-    """What a KitRun changes in this process: its environment and tempfile's directory."""
-
-    environ: dict[str, str]
-    tempdir: str | None
-
-    @classmethod
-    def now(cls) -> _Process:
-        return cls(dict(os.environ), tempfile.tempdir)
-
-    def restore(self) -> None:
-        for key in set(os.environ) - set(self.environ):
-            del os.environ[key]
-        os.environ.update(self.environ)
-        tempfile.tempdir = self.tempdir
 
 
 # ------------------------------------------------------------------ model

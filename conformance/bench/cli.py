@@ -18,10 +18,11 @@ from typing import Any
 
 from conformance.backends import DEFAULT_BACKENDS, KNOWN_BACKENDS
 from conformance.bench import cold, goals, growth, minimal, report, suite, world
-from conformance.bench.cold import Contender, Scope
+from conformance.bench.cold import Contender
 from conformance.bench.measure import MIB, human_size, measured, parse_size, percentile, timed_ms
 from conformance.bench.report import Figure, TargetResult
 from conformance.bench.targets import KitBackend, LocalBash, Target, Unsupported, concurrent_floods
+from conformance.scope import Scope
 
 REPEAT_UP_TO = 4 * MIB  # output sizes up to this are repeated (median of 3); larger ones run once
 

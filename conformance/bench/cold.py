@@ -14,48 +14,18 @@ round comes first, so no figure carries the process's first imports of an
 SDK or of the host.
 
 Several kit runs live at once here (each with its fake and its HERMES_HOME),
-and a run exports its variables into ``os.environ``; a ``Scope`` holds what
-one run set up, and is applied before each of that contender's samples.
+and a run exports its variables into ``os.environ``; a ``Scope`` (scope.py)
+holds what one run set up, and is applied before each of that contender's samples.
 """
 
 from __future__ import annotations
 
-import os
 import statistics
-import tempfile
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from conformance.bench.minimal import ColdSample
-
-
-@dataclass(frozen=True)
-class Scope:
-    """The process environment a contender was set up in: ``os.environ`` and tempfile's directory."""
-
-    environ: dict[str, str]
-    tempdir: str | None
-
-    @classmethod
-    def capture(cls) -> Scope:
-        return cls(dict(os.environ), tempfile.tempdir)
-
-    def apply(self) -> None:
-        if os.environ != self.environ:
-            os.environ.clear()
-            os.environ.update(self.environ)
-        tempfile.tempdir = self.tempdir
-
-
-@contextmanager
-def restored() -> Iterator[None]:
-    """Whatever scopes are applied inside, the environment afterwards is the one before."""
-    before = Scope.capture()
-    try:
-        yield
-    finally:
-        before.apply()
+from conformance.scope import Scope, restored
 
 
 @dataclass
