@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 
 from conformance.backends import KNOWN_BACKENDS, SERVICE_BACKENDS
-from conformance.bench import cli, cold, goals, growth, minimal, report
+from conformance.bench import calls, cli, cold, goals, growth, minimal, report
 from conformance.bench.measure import parse_size
 from conformance.bench.minimal import ColdSample
+from conformance.host import abi
 from fakes import process
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -182,6 +183,14 @@ def test_sizes_parse():
     assert [parse_size(s) for s in ("1K", "16KiB", "4M", "100MiB", "512")] == [1024, 16384, 4 << 20, 100 << 20, 512]
 
 
+# The channel each vendor's minimal client runs a command on, as calls.py names it.
+EXEC_CALL = {
+    "upstash_box": "WS /v2/box/{id}/exec-session",
+    "deepinfra": "POST /v1/sandboxes/{id}/exec",
+    "cloudflare_sandbox": "POST /v1/sandboxes/{id}/exec",
+}
+
+
 @pytest.mark.parametrize("backend", SERVICE_BACKENDS)
 def test_minimal_client_reaches_a_first_result_on_its_fake(backend, tmp_path):
     """Each vendor's minimal client runs `true` and streams output on its fake, and releases its sandboxes."""
@@ -197,10 +206,18 @@ def test_minimal_client_reaches_a_first_result_on_its_fake(backend, tmp_path):
     def live() -> dict[str, str]:
         return {sid: state for sid, state in fake.world.sandboxes().items() if state != "deleted"}
 
+    abi.install("builtin")  # the host whose bare environment runs the client's in-host cold start
     try:
-        sample = client.cold_start()
+        with calls.recorded() as bare_calls:
+            sample = client.cold_start()
         assert 0 < sample.created_s <= sample.result_s
         assert live() == {}, "the cold start left its sandbox behind"
+        with calls.recorded() as host_calls:
+            in_host = client.cold_start(in_host=True)
+        assert live() == {}, "the cold start in the host left its sandbox behind"
+        # In the host, one exec more (the session bootstrap before the wrapped `true`), nothing else.
+        bare, hosted = bare_calls.before(sample.ended), host_calls.before(in_host.ended)
+        assert calls.beyond(bare, hosted) == {} and calls.beyond(hosted, bare) == {EXEC_CALL[backend]: 1}, hosted
         assert client.stream(64 * 1024) > 0  # raises unless exactly 64 KiB of output came back
         assert live() == {}, "the stream left its sandbox behind"
     finally:
@@ -255,9 +272,10 @@ def test_targets_are_met_or_missed_from_the_same_run():
             "upstash_box": {
                 "cold_start_ms": 150.0,
                 "output_mib_s": 90.0,
-                "with_bootstrap": {"cold_start_ms": 200.0},
+                "in_host": {"cold_start_ms": 200.0},
+                "calls": {"beyond": {"WS /v2/box/{id}/exec-session": 1, "GET /odd": 2}},
             },
-            "deepinfra": {"cold_start_ms": None, "error": "RuntimeError: boom", "with_bootstrap": {}},
+            "deepinfra": {"cold_start_ms": None, "error": "RuntimeError: boom", "in_host": {}},
         },
     )
     up = found["upstash_box"]["checks"]
@@ -273,8 +291,14 @@ def test_targets_are_met_or_missed_from_the_same_run():
         "| upstash_box | 210 ms | 150 ms | 200 ms | 1.05x (pass, ≤ 1.1x) | 100 ms | 2.10x (miss, ≤ 2x) | "
         "120.0 MiB/s (pass, ≥ 100 MiB/s) | 90.0 MiB/s |"
     ) in markdown
+    # Each call beyond the minimal client's is named with its reason, or flagged when there is none.
+    assert (
+        "- **upstash_box**: 2 x `GET /odd` (no reason recorded: a call to look at); "
+        "1 x `WS /v2/box/{id}/exec-session` (the first contact" in markdown
+    )
+    assert "- **deepinfra**: not traced" in markdown
     quick = goals.evaluate(
-        {**data, "options": {"stream": 4 << 20}}, {"upstash_box": {"with_bootstrap": {"cold_start_ms": 200.0}}}
+        {**data, "options": {"stream": 4 << 20}}, {"upstash_box": {"in_host": {"cold_start_ms": 200.0}}}
     )
     assert quick["upstash_box"]["checks"]["bounded_mib_s"]["na"] == "measured at 4 MiB, not 100 MiB"
 

@@ -17,12 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from conformance.backends import DEFAULT_BACKENDS, KNOWN_BACKENDS
-from conformance.bench import cold, goals, growth, minimal, report, suite, world
+from conformance.bench import calls, cold, goals, growth, minimal, report, suite, world
 from conformance.bench.cold import Contender
 from conformance.bench.measure import MIB, human_size, measured, parse_size, percentile, timed_ms
 from conformance.bench.report import Figure, TargetResult
 from conformance.bench.targets import KitBackend, LocalBash, Target, Unsupported, concurrent_floods
-from conformance.scope import Scope
+from conformance.scope import Scope, restored
 
 REPEAT_UP_TO = 4 * MIB  # output sizes up to this are repeated (median of 3); larger ones run once
 
@@ -369,10 +369,9 @@ def _contenders(
     minimal_contenders = {
         name: Contender(client.name, client.cold_start, kits[name][1]) for name, client in clients.items()
     }
-    script = minimal.bootstrap_script()
     for name, client in clients.items():
-        minimal_contenders[f"{name}+bootstrap"] = Contender(
-            f"{client.name} + session bootstrap", functools.partial(client.cold_start, script), kits[name][1]
+        minimal_contenders[f"{name}+host"] = Contender(
+            f"{client.name} in the host", functools.partial(client.cold_start, in_host=True), kits[name][1]
         )
     return contenders, minimal_contenders
 
@@ -387,6 +386,25 @@ def _minimal_stream(client: minimal.MinimalClient, size: int, progress: Progress
         return {"output_mib_s": None, "output_na": reason}
     progress(client.name, f"stream {human_size(size)}", f"{rate:.1f} MiB/s (no host, no capture)")
     return {"output_mib_s": report.round_figure(rate)}
+
+
+def _calls(kit: tuple[KitBackend, Scope], client: minimal.MinimalClient, progress: Progress) -> dict[str, Any]:
+    """The protocol calls of one more cold start of the backend and of its minimal client in the host
+    (not timed), and those the backend makes beyond the client's."""
+    target, scope = kit
+    made: dict[str, list[str]] = {}
+    with restored():
+        scope.apply()
+        for side, start in (("backend", target.cold_start), ("minimal", functools.partial(client.cold_start, True))):
+            try:
+                with calls.recorded() as seen:
+                    sample = start()
+            except Exception as exc:
+                return {"error": f"{side}: {type(exc).__name__}: {str(exc)[:300]}"}
+            made[side] = seen.before(sample.ended)
+    extra = calls.beyond(made["backend"], made["minimal"])
+    progress(target.name, "calls", f"{len(made['backend'])} to the first result; beyond the minimal client: {extra}")
+    return {**made, "beyond": extra}
 
 
 def _minimal_entry(contender: Contender) -> dict[str, Any]:
@@ -432,7 +450,8 @@ def main(argv: list[str] | None = None) -> int:
             cold.interleave([*contenders.values(), *minimal_contenders.values()], plan.cold_samples, progress)
             minimal_figures.update({b: _minimal_entry(c) for b, c in minimal_contenders.items() if "+" not in b})
             for name, entry in minimal_figures.items():
-                entry["with_bootstrap"] = _minimal_entry(minimal_contenders[f"{name}+bootstrap"])
+                entry["in_host"] = _minimal_entry(minimal_contenders[f"{name}+host"])
+                entry["calls"] = _calls(kits[name], clients[name], progress)
             progress("local", "start", "baseline: bash -c through subprocess")
             results.append(measure(local, plan, progress, cold_figure(contenders.get("local"))))
             for name in backends:

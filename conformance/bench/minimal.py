@@ -4,13 +4,20 @@ Each minimal client makes the fewest protocol calls its vendor's API allows
 (create, wait until ready, one exec of ``true``), directly through the vendor
 SDK or the wire protocol, with no plugin, no Hermes host and no policy around
 it.  It is the baseline a reference backend's cold start is compared with, in
-the same process and the same run, interleaved: what the backend does beyond
-these calls (session bootstrap, file sync, probes, lookups) is its own cost.
+the same process and the same run, interleaved.
 
 The exec is the channel the backend itself runs Hermes's commands on (Upstash:
 the WebSocket exec session; DeepInfra: the NDJSON exec stream; Cloudflare:
 the bridge's exec stream), so the ratio compares like with like.  Releasing
 the sandbox afterwards is not part of the figure.
+
+``cold_start(in_host=True)`` is the same client inside the host: a bare
+``BaseEnvironment`` of the loaded host whose only transport is that exec,
+with no policy of its own.  The host runs its session bootstrap (a login
+bash) and then its wrapped first command, waiting for each as it waits for
+any backend's: the work Hermes itself requires of every backend, and so the
+least a backend's cold start can cost.  What a backend does beyond it (file
+sync, probes, status reads) is its own cost; calls.py names those calls.
 
 ``stream(size)`` is the same client reading a command's ``size`` bytes of
 output through that channel and discarding them: what the vendor's protocol
@@ -49,38 +56,63 @@ class ColdSample:
 
     created_s: float
     result_s: float
+    ended: float = 0.0  # time.perf_counter() at the first result (calls after it belong to the release)
 
 
 class MinimalClient(Protocol):
     name: str
     backend: str  # the reference backend it is the baseline of
 
-    def cold_start(self, bootstrap: str | None = None) -> ColdSample: ...
+    def cold_start(self, in_host: bool = False) -> ColdSample: ...
     def stream(self, size: int) -> float: ...
     def close(self) -> None: ...
 
 
-def _timed(
-    create: Callable[[], Any],
-    run: Callable[[Any, list[str]], int],
-    release: Callable[[Any], None],
-    what: str,
-    bootstrap: str | None = None,
-) -> ColdSample:
-    """Time ``create``, then (given a session ``bootstrap`` script) ``bash -l -c BOOTSTRAP``, then ``true``,
-    each run by ``run(made, argv)`` on what ``create`` made (exit status 0 expected); release untimed."""
+Run = Callable[[Any, list[str]], tuple[str, int]]  # (what create made, argv) -> (output, exit status)
+
+
+def _timed(create: Callable[[], Any], run: Run, release: Callable[[Any], None], what: str, in_host: bool) -> ColdSample:
+    """Time ``create``, then the first ``true`` (directly, or as the host's first command after its
+    session bootstrap); ``release`` untimed."""
     started = time.perf_counter()
     made = create()
     try:
         created = time.perf_counter() - started
-        for argv in ([["bash", "-l", "-c", bootstrap]] if bootstrap else []) + [["true"]]:
-            code = run(made, argv)
+        if in_host:
+            _host_first_command(made, run, what)
+        else:
+            output, code = run(made, ["true"])
             if code != 0:
-                raise RuntimeError(f"{what}: `{argv[0]}{' -l' if len(argv) > 1 else ''}` exited {code}")
-        done = time.perf_counter() - started
+                raise RuntimeError(f"{what}: `true` exited {code}: {output[-300:]!r}")
+        ended = time.perf_counter()
     finally:
         release(made)
-    return ColdSample(created, done)
+    return ColdSample(created, ended - started, ended)
+
+
+def _host_first_command(made: Any, run: Run, what: str) -> None:
+    """The host's session bootstrap and its first command ``true``, on a bare environment of the loaded
+    host that runs each script through ``run`` and nothing else."""
+    from tools.environments.base import BaseEnvironment
+    from tools.environments.base_output import _ThreadedProcessHandle
+
+    class Bare(BaseEnvironment):
+        def _run_bash(
+            self, cmd_string: str, *, login: bool = False, timeout: int = 120, stdin_data: str | None = None
+        ) -> Any:
+            argv = ["bash", "-l", "-c", cmd_string] if login else ["bash", "-c", cmd_string]
+            return _ThreadedProcessHandle(lambda: run(made, argv))
+
+        def cleanup(self) -> None:
+            return None
+
+    shell = Bare(cwd="/", timeout=int(EXEC_TIMEOUT_S))
+    shell.init_session()
+    if not shell._snapshot_ready:
+        raise RuntimeError(f"{what}: the host's session bootstrap failed")
+    result = shell.execute("true")
+    if result.get("returncode") != 0:
+        raise RuntimeError(f"{what}: the host's first command exited {result.get('returncode')}")
 
 
 def _name() -> str:
@@ -124,15 +156,17 @@ class MinimalUpstash:
     def __init__(self, env: Mapping[str, str]):
         self.api_key, self.base_url = env["UPSTASH_BOX_API_KEY"], env["UPSTASH_BOX_BASE_URL"]
 
-    def cold_start(self, bootstrap: str | None = None) -> ColdSample:
-        def run(box: Any, argv: list[str]) -> int:
-            session = box.exec.session(argv=argv, cwd="/")
+    def cold_start(self, in_host: bool = False) -> ColdSample:
+        def run(box: Any, argv: list[str]) -> tuple[str, int]:
+            chunks: list[bytes] = []
+            session = box.exec.session(argv=argv, cwd="/", on_stdout=chunks.append, on_stderr=chunks.append)
             try:
-                return int(session.wait(EXEC_TIMEOUT_S))
+                code = int(session.wait(EXEC_TIMEOUT_S))
             finally:
                 session.close()
+            return b"".join(chunks).decode("utf-8", "replace"), code
 
-        return _timed(self._create, run, self._release, self.name, bootstrap)
+        return _timed(self._create, run, self._release, self.name, in_host)
 
     def stream(self, size: int) -> float:
         def run(box: Any) -> int:
@@ -186,11 +220,12 @@ class MinimalDeepInfra:
 
         return Sandbox.create(tags={"bench": "minimal"}, wait=True, client=self.client)
 
-    def cold_start(self, bootstrap: str | None = None) -> ColdSample:
-        def run(sandbox: Any, argv: list[str]) -> int:
-            return int(sandbox.exec(*argv, timeout=EXEC_TIMEOUT_S).returncode)
+    def cold_start(self, in_host: bool = False) -> ColdSample:
+        def run(sandbox: Any, argv: list[str]) -> tuple[str, int]:
+            done = sandbox.exec(*argv, timeout=EXEC_TIMEOUT_S)
+            return f"{done.stdout or ''}{done.stderr or ''}", int(done.returncode)
 
-        return _timed(self._create, run, lambda sandbox: sandbox.terminate(), self.name, bootstrap)
+        return _timed(self._create, run, lambda sandbox: sandbox.terminate(), self.name, in_host)
 
     def stream(self, size: int) -> float:
         """The exec's NDJSON stream read line by line (``Sandbox.exec`` would hold it all in memory)."""
@@ -254,12 +289,14 @@ class MinimalCloudflare:
                     raise RuntimeError(f"{self.name}: the exec ended with {event.get('code')!r}")
         raise RuntimeError(f"{self.name}: the exec stream ended without an exit event")
 
-    def cold_start(self, bootstrap: str | None = None) -> ColdSample:
-        def run(sid: str, argv: list[str]) -> int:
+    def cold_start(self, in_host: bool = False) -> ColdSample:
+        def run(sid: str, argv: list[str]) -> tuple[str, int]:
             body = {"request_id": uuid.uuid4().hex, "command": shlex.join(argv), "timeout": EXEC_TIMEOUT_S}
-            return self._exec(sid, body, lambda data: None)
+            chunks: list[str] = []
+            code = self._exec(sid, body, chunks.append)
+            return "".join(chunks), code
 
-        return _timed(self._create, run, self._release, self.name, bootstrap)
+        return _timed(self._create, run, self._release, self.name, in_host)
 
     def stream(self, size: int) -> float:
         """Output beyond the v1 limit of 2,000,000 characters needs the large-output extension's
@@ -289,18 +326,6 @@ MINIMAL_CLIENTS: dict[str, Callable[[Mapping[str, str]], MinimalClient]] = {
     "deepinfra": MinimalDeepInfra,
     "cloudflare_sandbox": MinimalCloudflare,
 }
-
-
-def bootstrap_script() -> str:
-    """The session bootstrap the host runs (a login bash) before an environment's first command.
-
-    What a Hermes backend cannot leave out: a minimal client that runs it too
-    (``cold_start(bootstrap_script())``) is the least any backend's cold start can cost.
-    """
-    from conformance.host.standins.base import session_bootstrap
-
-    session = uuid.uuid4().hex[:12]
-    return session_bootstrap(f"/tmp/hermes-snap-{session}.sh", "/", f"__HERMES_CWD_{session}__")
 
 
 def for_backend(backend: str, env: Mapping[str, str]) -> MinimalClient | None:

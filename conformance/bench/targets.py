@@ -204,10 +204,10 @@ class KitBackend:
         try:
             created = time.perf_counter() - started
             self._ok(self._execute(env, "true"), "first command")
-            done = time.perf_counter() - started
+            ended = time.perf_counter()
         finally:
             self.run.release(env)
-        return ColdSample(created, done)
+        return ColdSample(created, ended - started, ended)
 
     def round_trip(self) -> None:
         self._ok(self._execute(self.env, "true"), "true")
