@@ -34,7 +34,8 @@ TEMPDIR = "tempdir_box"
 WHY: dict[str, dict[str, str]] = {
     "upstash_box": {
         "WS /v2/box/{id}/exec-session": "the first contact: one exec session reads the Box's $HOME and unpacks "
-        "the files Hermes syncs at creation; the SDK's files.upload would need $HOME first, two calls for one",
+        "the files Hermes syncs at creation (the SDK's files.upload would need $HOME first: two calls for one), "
+        "beside the session bootstrap",
     },
     "deepinfra": {
         "PUT /v1/sandboxes/{id}/fs/content": "the files Hermes syncs at creation, as one archive, uploaded "

@@ -21,7 +21,6 @@ the id of a sandbox found in the failed state, which no command is sent to.
 
 from __future__ import annotations
 
-import contextvars
 import logging
 import threading
 from typing import Any
@@ -30,6 +29,7 @@ from tools.environments.base import BaseEnvironment
 from tools.environments.base_output import _ThreadedProcessHandle
 
 from reference.common.finalize import CleanupOffThread
+from reference.common.overlap import alongside
 from reference.common.passthrough import PassthroughEnvironment
 from reference.common.stdin import encode_stdin, report_stdin_error
 from reference.deepinfra import launcher
@@ -90,23 +90,7 @@ class DeepInfraEnvironment(PassthroughEnvironment, CleanupOffThread, BaseEnviron
         (the files go to /workspace/.hermes, the snapshot to the temp dir), so the sandbox's first
         upload does not hold up the bootstrap.  Both are done before the first command.  Every
         command's launcher makes the directories the backend relies on, so no exec is spent on them."""
-        failed: list[BaseException] = []
-        context = contextvars.copy_context()  # the caller's secret scope, for the files to sync
-
-        def sync() -> None:
-            try:
-                context.run(self._start_sync)
-            except BaseException as exc:
-                failed.append(exc)
-
-        worker = threading.Thread(target=sync, daemon=True, name="deepinfra-first-sync")
-        worker.start()
-        try:
-            self.init_session()
-        finally:
-            worker.join()
-        if failed:
-            raise failed[0]
+        alongside(self._start_sync, self.init_session, name="deepinfra-first-sync")
 
     def _start_sync(self) -> None:
         from tools.environments.file_sync import FileSyncManager, iter_sync_files

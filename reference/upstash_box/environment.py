@@ -24,6 +24,7 @@ from tools.environments.base_output import _ThreadedProcessHandle
 from reference.common import tar_transfer
 from reference.common.finalize import CleanupOffThread
 from reference.common.naming import sandbox_name
+from reference.common.overlap import alongside
 from reference.common.passthrough import PassthroughEnvironment
 from reference.common.redact import redact
 from reference.common.stdin import encode_stdin, report_stdin_error
@@ -60,8 +61,7 @@ class UpstashBoxEnvironment(PassthroughEnvironment, CleanupOffThread, BaseEnviro
         self._box = self._acquire()
         super().__init__(cwd=cwd, timeout=timeout)
         self._home = ""
-        self._first_contact()
-        self.init_session()
+        self._prepare()
 
     # -- the Box ---------------------------------------------------------------------
     @property
@@ -100,6 +100,12 @@ class UpstashBoxEnvironment(PassthroughEnvironment, CleanupOffThread, BaseEnviro
                 "Inspect it in the Upstash console, then delete it to start over"
             )
         return box
+
+    def _prepare(self) -> None:
+        """The first contact (home directory, Hermes's files) and the session bootstrap, side by side:
+        neither reads what the other writes (the files go under $HOME/.hermes, the snapshot to /tmp),
+        and the bootstrap changes to the session's cwd itself, so it need not wait for $HOME."""
+        alongside(self._first_contact, self.init_session, name="upstash-first-contact")
 
     def _first_contact(self) -> None:
         """Learn the Box's home directory and push Hermes's files there, in one exec session."""
@@ -184,9 +190,9 @@ class UpstashBoxEnvironment(PassthroughEnvironment, CleanupOffThread, BaseEnviro
         mark = getattr(self, "_mark_recreated", None)
         if callable(mark):
             mark()
-        self._first_contact()
+        self._home = ""
         self._snapshot_ready = False
-        self.init_session()
+        self._prepare()
 
     def _run_bash(
         self, cmd_string: str, *, login: bool = False, timeout: int = 120, stdin_data: str | None = None
@@ -197,7 +203,11 @@ class UpstashBoxEnvironment(PassthroughEnvironment, CleanupOffThread, BaseEnviro
             try:
                 return report_stdin_error(
                     session.start(
-                        self._box, argv, cwd=self._home, stdin_data=payload, open_timeout_s=max(1.0, float(timeout))
+                        self._box,
+                        argv,
+                        cwd=self._home or "/",  # "/" for the bootstrap while the first contact learns $HOME
+                        stdin_data=payload,
+                        open_timeout_s=max(1.0, float(timeout)),
                     ),
                     stdin_failed,
                 )
