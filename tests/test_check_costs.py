@@ -98,7 +98,7 @@ def test_markdown_has_a_row_and_the_costliest_checks_per_backend() -> None:
         "verdict": "CERTIFIED (full profile)",
     }
     text = "\n".join(suite.markdown({"suite": {"tempdir_box": figures}}))
-    assert "| tempdir_box | 2 | 12.5 | 18.0 |" in text and "0.1-1.9" in text
+    assert "| tempdir_box | 2 | 12.5 | 18.0 |" in text and "0.10-1.90" in text
     assert "`test_flood` 2.50 s CPU" in text
     assert suite.markdown({}) == []
 
