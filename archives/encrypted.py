@@ -215,6 +215,7 @@ def _write(
             writer.add(_manifest_info(raw), io.BytesIO(raw))
             writer.on_data = on_data
             produce(writer, checker)
+            checker.finish()
             writer.close()
             gz.close()
         os.fsync(fd)
@@ -369,12 +370,14 @@ class _Reading:
             yield rel, member, _Guarded(data, self) if data is not None else None
 
     def finish(self) -> None:
-        """Read to the end and require gpg's success (its integrity check covers the last byte)."""
+        """Read to the end and require gpg's success (its integrity check covers the last byte); then
+        judge the links against the whole tree (a damaged archive is reported as such first)."""
         assert self.gpg is not None
         self._guard(self.stream.drain)
         if self.gpg.wait() != 0:
             raise self.gpg.decrypt_failure()
         self._report()
+        self.checker.finish()
 
     def info(self) -> ArchiveInfo:
         return ArchiveInfo(self.path, self.manifest, self.checker.members, self.checker.payload_bytes)

@@ -2,18 +2,26 @@
 
 An archive holds ``manifest.json`` first, then the payload under ``data/``.  A member is
 accepted when its name, once a leading ``./`` is dropped, is relative, has no ``..`` component
-and lies under ``data/``; when it is a directory, a regular file, a symbolic link whose target,
-resolved from the link's own directory, stays under ``data/``, or a hard link to a regular file
-that appeared before it; when no earlier member makes its path go through a link or a file;
-when it does not repeat an earlier non-directory; and while the payload stays within ``Limits``.
-Devices and FIFOs are refused.  The same rules apply when a tree or a stream is archived, so an
+and lies under ``data/``; when it is a directory, a regular file, a symbolic link with a relative
+target, or a hard link to a regular file that appeared before it; when no earlier member makes
+its path go through a link or a file; when it does not repeat an earlier non-directory; and
+while the payload stays within ``Limits``.  Devices and FIFOs are refused.
+
+Symbolic links are judged against the tree as it stands on disk once every member is in place
+(``Checker.finish``, ``escaping_links``): a link's target is walked from the link's directory the
+way the kernel walks it, so a component that is itself one of the archive's links is replaced by
+that link's target and a ``..`` after it climbs from where the link leads.  A link whose walk
+leaves ``data/``, or takes more links than the kernel follows in one lookup, is refused, however
+innocent its own text looks.  A member's own path never goes through a link (above), so nothing
+is ever written through one.  The same rules apply when a tree or a stream is archived, so an
 archive this code writes is one it will read back.
 """
 
 from __future__ import annotations
 
-import posixpath
 import tarfile
+from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from archives.errors import (
@@ -30,6 +38,7 @@ PAYLOAD = "data"
 GiB = 1024**3
 DEFAULT_MAX_BYTES = 32 * GiB
 DEFAULT_MAX_MEMBERS = 2_000_000
+MAX_LINK_HOPS = 40  # links the kernel follows in one path lookup before it gives up (ELOOP)
 
 
 @dataclass(frozen=True)
@@ -50,15 +59,67 @@ def describe_bytes(count: int) -> str:
     return f"{count} bytes"
 
 
-def link_escape(rel: str, target: str) -> str | None:
-    """How a symbolic link at ``rel`` (relative to the tree's root) to ``target`` would leave the tree:
-    "absolute" (an empty target counts), "outside" (resolved from the link's directory, it climbs out
-    of the root), or None when it stays inside.  The rule for writing, reading and for a caller that
-    checks a tree before archiving it."""
+@dataclass(frozen=True)
+class LinkEscape:
+    """A symbolic link at ``rel`` (to ``target``) whose walk leaves the tree: ``via`` are the other links
+    it went through, in order; ``too_deep`` when it took more than MAX_LINK_HOPS links."""
+
+    rel: str
+    target: str
+    via: tuple[str, ...]
+    too_deep: bool = False
+
+
+def walk_link(links: Mapping[str, str], rel: str) -> LinkEscape | None:
+    """Walk the link at ``rel`` through ``links`` (every symbolic link of the tree: relative path ->
+    target) as the kernel would; None when it ends inside the tree, else how it leaves."""
+    target = links[rel]
     if not target or target.startswith("/"):
-        return "absolute"
-    resolved = posixpath.normpath(posixpath.join(posixpath.dirname(rel), target))
-    return "outside" if resolved == ".." or resolved.startswith("../") else None
+        return LinkEscape(rel, target, ())
+    parts = rel.split("/")[:-1]
+    pending = deque(target.split("/"))
+    via: list[str] = []
+    while pending:
+        part = pending.popleft()
+        if part in ("", "."):
+            continue
+        if part == "..":
+            if not parts:
+                return LinkEscape(rel, target, tuple(via))
+            parts.pop()
+            continue
+        parts.append(part)
+        here = "/".join(parts)
+        followed = links.get(here)
+        if followed is None:
+            continue
+        if len(via) >= MAX_LINK_HOPS:
+            return LinkEscape(rel, target, tuple(via), too_deep=True)
+        via.append(here)
+        if not followed or followed.startswith("/"):
+            return LinkEscape(rel, target, tuple(via))
+        parts.pop()  # the link's own name gives way to its target, walked from the link's directory
+        pending.extendleft(reversed(followed.split("/")))
+    return None
+
+
+def escaping_links(links: Mapping[str, str]) -> list[LinkEscape]:
+    """Every link of ``links`` (a whole tree's: relative path -> target) whose walk leaves the tree."""
+    found = (walk_link(links, rel) for rel in links)
+    return [escape for escape in found if escape is not None]
+
+
+def describe_escapes(escapes: list[LinkEscape], prefix: str = "", limit: int = 3) -> str:
+    """``PATH -> TARGET (through LINK, ...)`` for the first few escaping links, and how many more."""
+
+    def one(e: LinkEscape) -> str:
+        how = f"more than {MAX_LINK_HOPS} links deep" if e.too_deep else ""
+        if e.via and not e.too_deep:
+            how = "through " + ", ".join(prefix + v for v in e.via)
+        return f"{prefix}{e.rel} -> {e.target}" + (f" ({how})" if how else "")
+
+    shown = "; ".join(one(e) for e in escapes[:limit])
+    return shown + (f" and {len(escapes) - limit} more" if len(escapes) > limit else "")
 
 
 def normalize(name: str) -> str:
@@ -75,10 +136,13 @@ class Checker:
     limits: Limits = DEFAULT_LIMITS
     members: int = 0
     payload_bytes: int = 0
-    # hash(relative path) -> "dir" | "file" | "link": what earlier members were, without keeping their
+    # hash(relative path) -> "dir" | "file" | "link" | "parent" (a directory only implied by members
+    # inside it): what earlier members were, without keeping their
     # names (a 64-bit hash per member; a collision could only refuse a good archive, never admit a bad one:
     # every decision that keeps extraction inside the destination is made from the member's own name).
     _kinds: dict[int, str] = field(default_factory=dict)
+    # The symbolic links so far (payload-relative path -> target): ``finish`` walks them all.
+    _links: dict[str, str] = field(default_factory=dict)
 
     def check(self, info: tarfile.TarInfo) -> str:
         """The member's payload-relative path ("" for ``data/`` itself), or the error refusing it."""
@@ -114,7 +178,8 @@ class Checker:
         elif info.isreg():
             kind = "file"
         elif info.issym():
-            self._check_symlink(rel, info.linkname, shown)
+            self._check_symlink(info.linkname, shown)
+            self._links[rel] = info.linkname
             kind = "link"
         elif info.islnk():
             self._check_hardlink(info.linkname, shown)
@@ -135,7 +200,14 @@ class Checker:
                 "remove it from the tree before archiving",
             )
         previous = self._kinds.get(hash(rel))
-        if previous is not None and not (previous == "dir" and kind == "dir"):
+        if previous == "parent" and kind != "dir":
+            raise UnexpectedMember(
+                shown,
+                f"the archive member {shown!r} comes after members inside it",
+                "extraction made it a directory for them, which a link or a file cannot replace",
+                "archive each directory before what it holds",
+            )
+        if previous is not None and previous != "parent" and not (previous == "dir" and kind == "dir"):
             raise UnexpectedMember(
                 shown,
                 f"the archive member {shown!r} appears twice",
@@ -144,6 +216,23 @@ class Checker:
             )
         self._kinds[hash(rel)] = kind
         return rel
+
+    def finish(self) -> None:
+        """After the last member: refuse the archive if any symbolic link, walked through the others as
+        they stand on disk, leaves the tree (each such link is named, with the links it went through)."""
+        escapes = escaping_links(self._links)
+        if not escapes:
+            return
+        first = escapes[0]
+        many = len(escapes) > 1
+        raise EscapingLink(
+            f"{PAYLOAD}/{first.rel}",
+            f"the symbolic link{'s' if many else ''} {describe_escapes(escapes, PAYLOAD + '/')} "
+            f"point{'' if many else 's'} outside the archived tree",
+            "followed through the tree's other links as the system follows them, a restored link must stay "
+            "inside the archived tree",
+            "make the links point inside the tree, or remove them before archiving",
+        )
 
     def _count(self, info: tarfile.TarInfo, shown: str) -> None:
         self.members += 1
@@ -167,6 +256,8 @@ class Checker:
         for depth in range(1, len(parts)):
             parent = "/".join(parts[:depth])
             kind = self._kinds.get(hash(parent))
+            if kind is None:  # made a directory by extraction: a later link or file there is refused
+                self._kinds[hash(parent)] = "parent"
             if kind == "link":
                 raise UnexpectedMember(
                     shown,
@@ -181,21 +272,15 @@ class Checker:
                     "use an intact archive",
                 )
 
-    def _check_symlink(self, rel: str, target: str, shown: str) -> None:
-        escape = link_escape(rel, target)
-        if escape == "absolute":
+    def _check_symlink(self, target: str, shown: str) -> None:
+        """An absolute (or empty) target is refused at once; where a relative one leads is decided by
+        ``finish``, once every link it may go through is known."""
+        if not target or target.startswith("/"):
             raise EscapingLink(
                 shown,
                 f"the symbolic link {shown!r} points to the absolute path {target!r}",
                 "a restored link must stay inside the archived tree; an absolute target could reach the host",
                 "make the link relative to a path inside the tree, or remove it before archiving",
-            )
-        if escape == "outside":
-            raise EscapingLink(
-                shown,
-                f"the symbolic link {shown!r} points outside the archived tree ({target!r})",
-                "a restored link must stay inside the archived tree",
-                "make the link point inside the tree, or remove it before archiving",
             )
 
     def _check_hardlink(self, target: str, shown: str) -> None:

@@ -140,6 +140,7 @@ def check_tree(tree: wt.Tree) -> None:
             else:
                 info.size = entry.size
             checker.check(info)
+        checker.finish()
 
 
 def add_to_tree(builder: wt.TreeBuilder, info: tarfile.TarInfo, data: Any) -> None:

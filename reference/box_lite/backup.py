@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import archives
-from archives.members import link_escape
+from archives.members import escaping_links
 from reference.box_lite.errors import ArchiveRefused, BoxError, BoxExists
 from reference.box_lite.interrupts import Interrupts
 from reference.box_lite.paths import DATA_INSIDE, BoxHome, check_name, inside
@@ -161,17 +161,21 @@ class LinkScan:
 
 def unsaveable_links(data: Path, *, seconds: float | None = None) -> LinkScan:
     """The links under ``data`` (a box's /data) that save would refuse: absolute, or leading out of
-    /data (``archives.members.link_escape``, the rule every archive is read and written by).
+    /data when followed through the tree's other links as the system follows them
+    (``archives.members.escaping_links``, the rule every archive is read and written by).
 
-    Links are not followed.  ``seconds`` bounds the walk (``complete`` says whether it got through).
+    Links are read, never followed.  ``seconds`` bounds the walk (``complete`` says whether it got
+    through; the links seen by then are judged among themselves).
     """
     deadline = None if seconds is None else time.monotonic() + seconds
-    found: list[tuple[str, str]] = []
+    links: dict[str, str] = {}
     entries = 0
+    complete = True
     stack = [(data, "")]
     while stack:
         if deadline is not None and time.monotonic() >= deadline:
-            return LinkScan(found, False, entries)
+            complete = False
+            break
         folder, rel = stack.pop()
         try:
             listing = os.scandir(folder)
@@ -183,14 +187,13 @@ def unsaveable_links(data: Path, *, seconds: float | None = None) -> LinkScan:
                 sub = f"{rel}/{entry.name}" if rel else entry.name
                 try:
                     if entry.is_symlink():
-                        target = os.readlink(entry.path)
-                        if link_escape(sub, target) is not None:
-                            found.append((inside(sub), target))
+                        links[sub] = os.readlink(entry.path)
                     elif entry.is_dir(follow_symlinks=False):
                         stack.append((Path(entry.path), sub))
                 except OSError:
                     continue
-    return LinkScan(found, True, entries)
+    found = [(inside(e.rel), e.target) for e in escaping_links(links)]
+    return LinkScan(found, complete, entries)
 
 
 def describe_links(links: list[tuple[str, str]]) -> str:

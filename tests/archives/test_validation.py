@@ -48,6 +48,22 @@ UNSAFE: dict[str, tuple[bytes, type[archives.ArchiveError], str]] = {
         archives.EscapingLink,
         "points outside the archived tree",
     ),
+    "symlink-chain": (  # each link's text stays inside; followed through d and e, g leaves the tree
+        _tar(
+            (typed("data/a/b", tarfile.DIRTYPE), None),
+            (typed("data/a/b/d", tarfile.SYMTYPE, "../.."), None),
+            (typed("data/g", tarfile.SYMTYPE, "a/b/e/../outside"), None),  # e comes later: judged at the end
+            (typed("data/a/b/e", tarfile.SYMTYPE, "d/../.."), None),
+        ),
+        archives.EscapingLink,
+        "links data/g -> a/b/e/../outside (through data/a/b/e, data/a/b/d); data/a/b/e -> d/../.. (through "
+        "data/a/b/d) point outside",
+    ),
+    "symlink-loop": (
+        _tar((typed("data/l1", tarfile.SYMTYPE, "l2/x"), None), (typed("data/l2", tarfile.SYMTYPE, "l1"), None)),
+        archives.EscapingLink,
+        "more than 40 links deep",
+    ),
     "hardlink-out": (
         _tar((typed("data/h", tarfile.LNKTYPE, "/etc/passwd"), None)),
         archives.EscapingLink,

@@ -128,6 +128,46 @@ def test_unsaveable_links_are_those_the_archive_rule_refuses(tmp_path: Path):
     assert not backup.unsaveable_links(data, seconds=0).complete
 
 
+# Each link's own text stays inside /data; followed as the system follows them, d is /data itself,
+# e two levels above it, and g the box home's registry.
+CHAIN = {"a/b/d": "../..", "a/b/e": "d/../..", "g": "a/b/e/../config/registry.json"}
+
+
+def _chain_members() -> list:
+    return [
+        (typed("data/a", tarfile.DIRTYPE), None),
+        (typed("data/a/b", tarfile.DIRTYPE), None),
+        *((typed(f"data/{rel}", tarfile.SYMTYPE, target), None) for rel, target in CHAIN.items()),
+    ]
+
+
+def test_a_chain_of_links_that_climbs_out_is_named_by_save(tmp_path: Path):
+    data = tmp_path / "data"
+    (data / "a" / "b").mkdir(parents=True)
+    for rel, target in CHAIN.items():
+        os.symlink(target, data / rel)
+    assert sorted(backup.unsaveable_links(data).links) == [
+        ("/data/a/b/e", "d/../.."),
+        ("/data/g", "a/b/e/../config/registry.json"),
+    ]
+    with pytest.raises(archives.EscapingLink, match=r"data/g -> a/b/e/\.\./config/registry\.json \(through data/a/b/e"):
+        archives.write_tree(data, tmp_path / "a.gpg", kind="box", name="t", passphrase=PASS)
+    assert not (tmp_path / "a.gpg").exists()
+
+
+def test_a_chain_of_links_that_climbs_out_is_refused_by_load_and_extract(
+    manager: BoxManager, box_home: Path, tmp_path: Path
+):
+    archive = crafted_archive(tmp_path, *_chain_members())
+    with pytest.raises(ArchiveRefused, match=r"data/g -> a/b/e/\.\./config/registry\.json") as raised:
+        backup.load(manager, archive, "beta", passphrase=PASS)
+    assert isinstance(raised.value.__cause__, archives.EscapingLink)
+    assert_no_box(manager, box_home, "beta")
+    with pytest.raises(ArchiveRefused, match=r"data/g -> "):
+        backup.extract(manager.home, archive, passphrase=PASS)
+    assert list((box_home / "backups").iterdir()) == []
+
+
 def test_save_never_overwrites_and_two_saves_get_two_names(manager: BoxManager, alpha: str, tmp_path: Path):
     taken = tmp_path / "taken.gpg"
     taken.write_text("mine")
