@@ -392,7 +392,9 @@ def _progress(label: str, phases: Sequence[str]) -> Iterator[Callable[[int, int 
     """A progress callback ``(done_bytes, total_bytes | None)`` drawing a rich bar on a terminal; None otherwise.
 
     The work runs in passes over the data (write then verify, validate then restore): a count that
-    goes back down starts the next of ``phases``, named in the bar.
+    goes back down starts the next of ``phases``, named in the bar.  The bar appears at the first
+    count, so whatever the work asks first (the passphrase, and its confirmation on a save) is asked
+    on a terminal nothing draws over.
     """
     if not sys.stderr.isatty():
         yield None
@@ -407,18 +409,25 @@ def _progress(label: str, phases: Sequence[str]) -> Iterator[Callable[[int, int 
         TransferSpeedColumn(),
         TimeElapsedColumn(),
     )
-    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
-        task = bar.add_task(f"{label}: {phases[0]}", total=None)
-        state = {"phase": 0, "done": 0}
+    bar = Progress(*columns, console=Console(stderr=True), transient=True)
+    task = bar.add_task(f"{label}: {phases[0]}", total=None)
+    state = {"phase": 0, "done": 0, "shown": 0}
 
-        def update(done: int, total: int | None = None) -> None:
-            if done < state["done"] and state["phase"] + 1 < len(phases):
-                state["phase"] += 1
-                bar.update(task, description=f"{label}: {phases[state['phase']]}")
-            state["done"] = done
-            bar.update(task, completed=done, total=total)
+    def update(done: int, total: int | None = None) -> None:
+        if not state["shown"]:
+            bar.start()
+            state["shown"] = 1
+        if done < state["done"] and state["phase"] + 1 < len(phases):
+            state["phase"] += 1
+            bar.update(task, description=f"{label}: {phases[state['phase']]}")
+        state["done"] = done
+        bar.update(task, completed=done, total=total)
 
+    try:
         yield update
+    finally:
+        if state["shown"]:
+            bar.stop()
 
 
 # --- argument parsing and the entry point --------------------------------------------------------

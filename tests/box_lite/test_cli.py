@@ -445,3 +445,58 @@ def test_a_signal_during_load_exits_128_plus_n_and_leaves_no_box(box_home: Path,
     assert f"error: interrupted by {signal.Signals(signum).name}" in err
     assert registry(box_home) == {}
     assert not (box_home / "data" / "boxes" / "beta").exists()
+
+
+def _on_a_terminal(home: Path, args: list[str], answers: list[str], timeout: float = 120) -> tuple[list[str], str, int]:
+    """Run ``hermes-box`` on a pseudo-terminal of its own, answering each passphrase prompt in turn:
+    (what the terminal showed before each prompt, what it showed after the last, the exit status)."""
+    import pty
+    import select
+    import time
+
+    env = {k: v for k, v in os.environ.items() if k != "BOX_PASSPHRASE"}
+    env["TERM"] = "xterm"
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: the terminal is its controlling terminal, as a user's would be
+        try:
+            os.chdir(ROOT)
+            os.execve(sys.executable, [*CLI, "--home", str(home), *args], env)
+        finally:
+            os._exit(127)
+    shown, before_prompts = "", []
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([fd], [], [], 0.5)
+            if ready:
+                try:
+                    chunk = os.read(fd, 65536).decode("utf-8", "replace")
+                except OSError:  # EIO: the child has closed the terminal
+                    break
+                if not chunk:
+                    break
+                shown += chunk
+            prompt = "Repeat the passphrase: " if before_prompts else "Passphrase: "
+            if len(before_prompts) < len(answers) and shown.endswith(prompt):
+                before_prompts.append(shown[: -len(prompt)])
+                shown = ""
+                os.write(fd, answers[len(before_prompts) - 1].encode() + b"\r")
+        _, status = os.waitpid(pid, 0)
+    finally:
+        os.close(fd)
+    return before_prompts, shown, os.waitstatus_to_exitcode(status)
+
+
+@needs_boxes
+def test_the_passphrase_is_asked_on_a_terminal_before_any_progress_is_drawn(box_home: Path) -> None:
+    ok(hb(box_home, "new", "alpha", "--no-doctor"))
+    before, after, code = _on_a_terminal(box_home, ["save", "alpha"], [PASSPHRASE, PASSPHRASE])
+    assert code == 0 and len(before) == 2, (code, before, after)
+    assert not any("saving" in text or "\x1b[" in text for text in before), before  # nothing drawn over the prompt
+    assert "encrypted and verified" in after and PASSPHRASE not in "".join(before) + after
+    (archive,) = (box_home / "backups").glob("alpha-*.tar.gz.gpg")
+
+    before, after, code = _on_a_terminal(box_home, ["extract", str(archive)], [PASSPHRASE])
+    assert code == 0 and len(before) == 1, (code, before, after)
+    assert "extracting" not in before[0] and "\x1b[" not in before[0], before
+    assert "secret material" in after
