@@ -383,6 +383,15 @@ def run_doctor(manager: BoxManager, home: BoxHome, settings: Settings, name: str
         report.checks.append(
             Check("in-box checks", SKIP, "isolation, /data and tmux need a running box", f"hermes-box start {name}")
         )
+    elif not manager.disagreements(name):  # whole, but no daemon and no clean stop: the daemon died
+        report.checks.append(
+            Check(
+                "state",
+                FAIL,
+                "broken: its daemon is gone and the box was not stopped cleanly (every process of it ended)",
+                f"hermes-box start {name} (keeps /data)",
+            )
+        )
     else:
         report.checks.append(Check("state", FAIL, state or "unknown", f"run `hermes-box repair {name}`"))
     report.checks.append(_registry(manager, name))

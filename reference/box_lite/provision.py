@@ -19,10 +19,12 @@ refresh into a write elsewhere on the host.  Files get the box's root ids.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import stat
 from pathlib import Path, PurePosixPath
 
+from reference.box_lite.errors import BoxError
 from reference.box_lite.paths import HOME_INSIDE, WORKSPACE_INSIDE, BoxDir
 
 BEGIN = "# >>> hermes-box managed block (refreshed by `hermes-box repair`; edits inside it are replaced) >>>"
@@ -74,14 +76,25 @@ def with_block(text: str, block: str) -> str:
     return text + ("\n" if text else "") + block + "\n"
 
 
-def _open_dir(name: str, parent: int | None, uid: int, gid: int, mode: int = 0o755) -> int:
-    """A descriptor of directory ``name`` (made when missing) that is no symbolic link."""
+def _open_dir(name: str, parent: int | None, uid: int, gid: int, shown: str, box: str, mode: int = 0o755) -> int:
+    """A descriptor of directory ``name`` (made when missing) that is no symbolic link; ``shown`` is its
+    path inside box ``box``, for the error when something else stands there."""
     try:
         os.mkdir(name, mode, dir_fd=parent)
         made = True
     except FileExistsError:
         made = False
-    fd = os.open(name, _DIR_FLAGS, dir_fd=parent)
+    try:
+        fd = os.open(name, _DIR_FLAGS, dir_fd=parent)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOTDIR, errno.ELOOP):
+            raise
+        what = "a symbolic link" if stat.S_ISLNK(os.lstat(name, dir_fd=parent).st_mode) else "not a directory"
+        raise BoxError(
+            f"cannot refresh the box's managed files: {shown} is {what}",
+            f"Box Lite keeps {shown} a directory of the box's own and never follows a link there",
+            f"move it aside (`hermes-box exec {box} -- mv {shown} {shown}.old`), then `hermes-box repair {box}`",
+        ) from None
     if made and os.geteuid() == 0:
         os.fchown(fd, uid, gid)
     return fd
@@ -138,9 +151,9 @@ def provision(box: BoxDir, name: str, env_text: str, uid: int, gid: int) -> None
     write_env_file(box.env_file, env_text)
     data = os.open(box.data, _DIR_FLAGS)
     try:
-        home = _open_dir(box.home.name, data, uid, gid)  # /home/agent, a directory of /data
+        home = _open_dir(box.home.name, data, uid, gid, HOME_INSIDE, name)  # /home/agent, a directory of /data
         try:
-            os.close(_open_dir(_WORKSPACE, home, uid, gid))
+            os.close(_open_dir(_WORKSPACE, home, uid, gid, WORKSPACE_INSIDE, name))
             for filename, block in ((".profile", profile_block(name)), (".bashrc", bashrc_block(name))):
                 _replace(filename, home, with_block(_read_regular(filename, home), block), uid, gid)
         finally:

@@ -500,3 +500,30 @@ def test_the_passphrase_is_asked_on_a_terminal_before_any_progress_is_drawn(box_
     assert code == 0 and len(before) == 1, (code, before, after)
     assert "extracting" not in before[0] and "\x1b[" not in before[0], before
     assert "secret material" in after
+
+
+@needs_boxes
+def test_doctor_and_repair_name_the_real_problem_and_its_fix(box_home: Path) -> None:
+    ok(hb(box_home, "new", "alpha", "--no-doctor"))
+    # ~/workspace replaced by a link to a host path: repair names the path and how to move it aside.
+    ok(hb(box_home, "exec", "alpha", "--", "sh", "-c", "mv ~/workspace ~/w; ln -s /etc/hostname ~/workspace"))
+    assert_error(
+        hb(box_home, "repair", "alpha"),
+        1,
+        "/home/agent/workspace is a symbolic link",
+        "hermes-box exec alpha -- mv /home/agent/workspace /home/agent/workspace.old",
+    )
+    ok(hb(box_home, "exec", "alpha", "--", "sh", "-c", "rm ~/workspace; mv ~/w ~/workspace"))
+    ok(hb(box_home, "repair", "alpha"))
+
+    # The daemon killed: the box is broken, and the doctor's fix is start (as the docs say), not repair.
+    manager = BoxManager(BoxHome.resolve(str(box_home)))
+    pid = manager.daemon_pid("alpha")
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    code, rows = doctor_rows(box_home, "alpha")
+    assert code != 0 and rows["state"]["status"] == "fail", rows["state"]
+    state = rows["state"]
+    assert "daemon is gone" in state["detail"] and state["fix"] == "hermes-box start alpha (keeps /data)", state
+    ok(hb(box_home, "start", "alpha"))
+    assert doctor_rows(box_home, "alpha")[0] == 0
