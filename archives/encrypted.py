@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TypeVar
+from typing import IO, Any, TypeVar
 
 from archives.errors import (
     ArchiveError,
@@ -82,11 +82,13 @@ def write_tree(
     limits: Limits = DEFAULT_LIMITS,
     progress: Progress | None = None,
     tools: dict[str, str] | None = None,
+    settings: dict[str, Any] | None = None,
 ) -> ArchiveInfo:
-    """Archive the directory ``source`` (its contents become ``data/``) into a new file ``out``."""
+    """Archive the directory ``source`` (its contents become ``data/``) into a new file ``out``;
+    ``settings`` go into the manifest."""
     source = Path(source)
     total = tree_size(source) if progress is not None else None
-    manifest = Manifest.new(kind, name, tools)
+    manifest = Manifest.new(kind, name, tools, settings)
 
     def produce(writer: TarStreamWriter, checker: Checker) -> None:
         for entry in walk_tree(source):

@@ -1,9 +1,10 @@
 """The manifest: the first member of every archive, ``manifest.json``, for diagnosis.
 
 ``{"format": 1, "kind": "box" | "workspace", "name": ..., "created_at": "<UTC ISO 8601>",
-"tools": {"hermes-backend-kit": ..., "python": ..., "gpg": ...}}``.  ``format`` is the only field
-a reader depends on; the others say what the archive holds and what made it.  Unknown extra
-fields are kept (a newer writer may add some) and ignored.
+"tools": {"hermes-backend-kit": ..., "python": ..., "gpg": ...}, "settings": {...}}``.  ``format``
+is the only field a reader depends on; the others say what the archive holds and what made it.
+``settings`` (optional) holds what defines the tree's home beyond its files (a box's network, for
+``hermes-box load``).  Unknown extra fields are kept (a newer writer may add some) and ignored.
 """
 
 from __future__ import annotations
@@ -37,12 +38,21 @@ class Manifest:
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def new(cls, kind: str, name: str, tools: dict[str, str] | None = None) -> Manifest:
-        """A manifest for an archive written now, recording this machine's tool versions."""
+    def new(
+        cls, kind: str, name: str, tools: dict[str, str] | None = None, settings: dict[str, Any] | None = None
+    ) -> Manifest:
+        """A manifest for an archive written now, recording this machine's tool versions (and ``settings``)."""
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {KINDS}, not {kind!r}")
         stamp = datetime.now(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
-        return cls(kind=kind, name=name, created_at=stamp, tools={**tool_versions(), **(tools or {})})
+        extra = {"settings": dict(settings)} if settings else {}
+        return cls(kind=kind, name=name, created_at=stamp, tools={**tool_versions(), **(tools or {})}, extra=extra)
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        """The recorded settings; {} when the writer recorded none (or something that is not an object)."""
+        found = self.extra.get("settings")
+        return dict(found) if isinstance(found, dict) else {}
 
     def to_bytes(self) -> bytes:
         body = {

@@ -44,7 +44,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import archives
 from archives.members import escaping_links
@@ -241,6 +241,7 @@ def save(
                         limits=limits,
                         progress=_watch(progress, {"archive": "save:writing"}),
                         tools={"hermes-box": "box_lite"},
+                        settings=box_settings(manager.info(name)),
                     )
                 except archives.EscapingLink as exc:
                     raise _unsaveable(name, data, exc) from exc
@@ -260,6 +261,11 @@ def save(
     return target
 
 
+def box_settings(info: BoxInfo) -> dict[str, Any]:
+    """What defines a box beyond its /data, as its archive's manifest records it."""
+    return {"network": info.network}
+
+
 def load(
     manager: BoxManager,
     archive: Path,
@@ -267,8 +273,14 @@ def load(
     *,
     passphrase: archives.Passphrase | None = None,
     progress: Progress | None = None,
+    network: bool | None = None,
+    on_settings: Callable[[str], None] | None = None,
 ) -> BoxInfo:
-    """Validate ``archive`` whole, then create box ``new_name`` with the archive as its /data."""
+    """Validate ``archive`` whole, then create box ``new_name`` with the archive as its /data.
+
+    The new box gets the settings the archive records (its network); ``network`` overrides the
+    recorded value, and ``on_settings`` hears a line about what was restored or overridden.  An
+    archive that records none gets this machine's defaults."""
     archive = Path(archive)
     if manager.exists(check_name(new_name)):
         raise BoxExists(
@@ -285,6 +297,7 @@ def load(
                 archive, secret, kind="box", limits=limits, progress=_watch(progress, {"verify": "load:validating"})
             )
         _pause("load:validated")
+        net = _restored_network(checked.manifest.settings, network, on_settings or (lambda _: None))
 
         def populate(data_dir: Path) -> None:
             with _as_box_errors(archive):
@@ -302,10 +315,25 @@ def load(
             if done in ("provisioned", "registered"):
                 _pause(f"load:{done}")
 
-        info = manager.create(new_name, populate=populate, progress=step)
+        info = manager.create(new_name, network=net, populate=populate, progress=step)
         interrupts.settled = True
     interrupts.deliver_late()
     return info
+
+
+def _restored_network(recorded: dict[str, Any], asked: bool | None, say: Callable[[str], None]) -> bool | None:
+    """The new box's network: ``asked`` when given (said when it differs from the archive's), else the
+    archive's, else None (this machine's default)."""
+    saved = recorded.get("network")
+    saved = saved if isinstance(saved, bool) else None
+    words = {True: "on", False: "off (loopback only)"}
+    if asked is not None:
+        if saved is not None and saved != asked:
+            say(f"network {words[asked]} as asked; the saved box had it {words[saved]}")
+        return asked
+    if saved is not None:
+        say(f"network {words[saved]}, as the saved box had it")
+    return saved
 
 
 def extract(

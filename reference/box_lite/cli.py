@@ -280,7 +280,7 @@ def cmd_load(ctx: Context, args: argparse.Namespace) -> int:
     name = check_name(args.name)
     archive = _existing_file(args.archive)
     with _progress(f"loading {archive.name} into {name}", ("validating", "restoring")) as progress:
-        backup.load(ctx.manager, archive, name, progress=progress)
+        backup.load(ctx.manager, archive, name, progress=progress, network=args.network, on_settings=note)
     publish_manifest(ctx.home)
     note(f"loaded {archive} into new box {name}")
     return _doctor(ctx, name, as_json=False)
@@ -504,6 +504,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("load", cmd_load, "create a new box from an encrypted backup (validated before anything is created)")
     p.add_argument("archive")
     p.add_argument("name", metavar="NEWNAME")
+    group = p.add_mutually_exclusive_group()
+    group.add_argument(
+        "--no-network", dest="network", action="store_false", default=None, help="only loopback inside (overrides)"
+    )
+    group.add_argument("--network", dest="network", action="store_true", help="share the host's network (overrides)")
 
     p = add("extract", cmd_extract, "validate an encrypted backup and unpack it into a new directory under backups/")
     p.add_argument("archive")

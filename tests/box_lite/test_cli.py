@@ -387,8 +387,27 @@ def test_doctor_is_bounded_when_the_box_does_not_answer(box_home: Path) -> None:
 def test_no_network_box(box_home: Path) -> None:
     ok(hb(box_home, "new", "alpha", "--no-network", "--no-doctor"))
     assert listing(box_home)["alpha"]["network"] is False
-    done = ok(hb(box_home, "exec", "alpha", "--", "sh", "-c", "tail -n +3 /proc/net/dev | cut -d: -f1"))
-    assert done.stdout.split() == ["lo"]  # its own network namespace: loopback only
+    assert _interfaces(box_home, "alpha") == ["lo"]  # its own network namespace: loopback only
+
+
+def _interfaces(home: Path, name: str) -> list[str]:
+    return ok(hb(home, "exec", name, "--", "sh", "-c", "tail -n +3 /proc/net/dev | cut -d: -f1")).stdout.split()
+
+
+@needs_boxes
+@pytest.mark.skipif(shutil.which("gpg") is None, reason="gpg is not installed (nox -s tests installs gnupg)")
+def test_a_box_s_settings_travel_with_its_archive(box_home: Path) -> None:
+    env = {"BOX_PASSPHRASE": PASSPHRASE}
+    ok(hb(box_home, "new", "alpha", "--no-network", "--no-doctor"))
+    archive = ok(hb(box_home, "save", "alpha", env=env)).stdout.strip()
+
+    done = ok(hb(box_home, "load", archive, "beta", env=env))
+    assert "network off (loopback only), as the saved box had it" in done.stderr
+    assert listing(box_home)["beta"]["network"] is False and _interfaces(box_home, "beta") == ["lo"]
+
+    done = ok(hb(box_home, "load", archive, "gamma", "--network", env=env))
+    assert "network on as asked; the saved box had it off (loopback only)" in done.stderr
+    assert listing(box_home)["gamma"]["network"] is True and len(_interfaces(box_home, "gamma")) > 1
 
 
 @needs_boxes
