@@ -56,7 +56,6 @@ from reference.box_lite.errors import (
     BoxNotFound,
     BoxNotRunning,
     BoxStartFailed,
-    ControlError,
 )
 from reference.box_lite.interrupts import Held, Interrupts
 from reference.box_lite.locks import BoxLock, flock_held, remove_lock_file
@@ -597,13 +596,23 @@ class BoxManager:
         answer = control.request(self.home.run(name).control_socket, message, name=name)
         return int(answer.get("count") or 0)
 
+    def frozen(self, name: str, *, timeout: float = 5.0) -> bool:
+        """Whether the running box's processes are stopped for a save (its daemon says so); False for a
+        box that is not running, ControlError when its daemon does not answer within ``timeout``."""
+        try:
+            answer = control.request(self.home.run(name).control_socket, {"op": "ping"}, name=name, timeout=timeout)
+        except BoxNotRunning:
+            return False
+        return bool(answer.get("frozen"))
+
     @contextlib.contextmanager
     def quiesce(self, name: str) -> Iterator[None]:
         """Stop (SIGSTOP) every process of the running box for the block, continue them after.
 
         A stopped box needs nothing: the block just runs.  HUP, INT and TERM are held while the box is
         frozen and while it is thawed (a signal that came meanwhile is delivered inside the block, or
-        after the thaw), so a signal never leaves the box frozen.
+        after the thaw), so a signal never leaves the box frozen; and the freeze is held on a connection
+        to the box's daemon, which thaws the box if this process is killed outright.
         """
         sock = self.home.run(name).control_socket
         if self.daemon_pid(name) is None:
@@ -612,14 +621,12 @@ class BoxManager:
         held = Held()
         held.hold()
         try:
-            control.request(sock, {"op": "freeze"}, name=name)
-            try:
-                held.release()
-                yield
-            finally:
-                held.hold()
-                with contextlib.suppress(BoxNotRunning, ControlError):
-                    control.request(sock, {"op": "thaw"}, name=name)
+            with control.frozen(sock, name=name):  # the daemon thaws the box if this process dies meanwhile
+                try:
+                    held.release()
+                    yield
+                finally:
+                    held.hold()
         finally:
             held.release()
 

@@ -32,7 +32,7 @@ from reference.box_lite.paths import HOME_INSIDE, WORKSPACE_INSIDE, BoxHome, che
 from reference.box_lite.settings import Settings, default_file_text
 
 if TYPE_CHECKING:
-    from reference.box_lite.boxes import BoxManager
+    from reference.box_lite.boxes import BoxInfo, BoxManager
 
 PROG = "hermes-box"
 
@@ -106,11 +106,18 @@ def cmd_new(ctx: Context, args: argparse.Namespace) -> int:
 
 def cmd_ls(ctx: Context, args: argparse.Namespace) -> int:
     boxes = ctx.manager.boxes()
+
+    def state(info: BoxInfo) -> str:  # "frozen": running, its processes stopped while a save reads /data
+        if info.state == "running":
+            with contextlib.suppress(BoxError):
+                return "frozen" if ctx.manager.frozen(info.name, timeout=2.0) else "running"
+        return str(info.state)
+
     if args.json:
         rows = [
             {
                 "name": info.name,
-                "state": str(info.state),
+                "state": state(info),
                 "network": info.network,
                 "created_at": info.created_at,
                 "last_backup": str(info.last_backup.path) if info.last_backup else None,
@@ -128,7 +135,7 @@ def cmd_ls(ctx: Context, args: argparse.Namespace) -> int:
     for info in boxes:
         backup = info.last_backup
         last, age = (backup.path.name, backup.age_text) if backup else ("never", "-")
-        table.append((info.name, str(info.state), last, age))
+        table.append((info.name, state(info), last, age))
     widths = [max(len(r[i]) for r in table) for i in range(4)]
     for r in table:
         print("  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip())

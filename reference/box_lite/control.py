@@ -1,7 +1,8 @@
 """The client side of a box daemon's control socket (see ``daemon``).
 
 ``request(socket, message)`` sends one request and returns the answer
-(ping, processes, freeze, thaw, signal, stop).  ``BoxCommand`` runs a command
+(ping, processes, signal, stop); ``frozen(socket)`` holds the box frozen for a
+block, on a connection of its own.  ``BoxCommand`` runs a command
 in the box; it is an ``isolation.BoxPopen`` (the engine's Popen of a command
 started elsewhere), so a ``subprocess.Popen``: ``pid`` (its host pid),
 ``box_pid``, ``poll()``, ``wait(timeout)``, ``communicate()``, ``stdin`` /
@@ -25,6 +26,7 @@ import select
 import signal
 import socket
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -76,20 +78,23 @@ def request(path: Path, message: dict[str, Any], *, name: str = "", timeout: flo
     label = name or path.parent.name
     with connect(path, label) as sock:
         sock.settimeout(timeout)
-        channel = Channel(sock)
-        try:
-            channel.send(message)
-            answer = channel.receive()
-        except TimeoutError as exc:
-            raise ControlError(
-                f"box {label}'s daemon did not answer {message.get('op')!r} within {timeout:.0f} s",
-                "it is busy or stuck",
-                f"see its log, or stop the box: hermes-box stop {label}",
-            ) from exc
-        except OSError as exc:
-            raise ControlError(f"box {label}'s daemon went away", str(exc), f"hermes-box doctor {label}") from exc
-        for fd in channel.take_fds(64):
-            os.close(fd)
+        return _exchange(Channel(sock), message, label, timeout)
+
+
+def _exchange(channel: Channel, message: dict[str, Any], label: str, timeout: float) -> dict[str, Any]:
+    try:
+        channel.send(message)
+        answer = channel.receive()
+    except TimeoutError as exc:
+        raise ControlError(
+            f"box {label}'s daemon did not answer {message.get('op')!r} within {timeout:.0f} s",
+            "it is busy or stuck",
+            f"see its log, or stop the box: hermes-box stop {label}",
+        ) from exc
+    except OSError as exc:
+        raise ControlError(f"box {label}'s daemon went away", str(exc), f"hermes-box doctor {label}") from exc
+    for fd in channel.take_fds(64):
+        os.close(fd)
     if answer is None:
         raise ControlError(
             f"box {label}'s daemon closed the connection on {message.get('op')!r}",
@@ -99,6 +104,23 @@ def request(path: Path, message: dict[str, Any], *, name: str = "", timeout: flo
     if answer.get("op") == "error":
         raise ControlError(f"box {label} refused {message.get('op')!r}", str(answer.get("message")), "")
     return answer
+
+
+@contextlib.contextmanager
+def frozen(path: Path, *, name: str = "") -> Iterator[None]:
+    """Every process of the box stopped for the block, on a connection held open for it: the daemon
+    continues them when the block ends, or as soon as this connection drops (whoever froze the box
+    died), so a freeze never outlives its holder.  A command started meanwhile waits for the thaw."""
+    label = name or path.parent.name
+    with connect(path, label) as sock:
+        sock.settimeout(REPLY_TIMEOUT_S)
+        channel = Channel(sock)
+        _exchange(channel, {"op": "freeze"}, label, REPLY_TIMEOUT_S)
+        try:
+            yield
+        finally:
+            with contextlib.suppress(ControlError):
+                _exchange(channel, {"op": "thaw"}, label, REPLY_TIMEOUT_S)
 
 
 def stop(path: Path, *, name: str = "", grace: float = 0.0, timeout: float = STOP_TIMEOUT_S) -> bool:
@@ -164,6 +186,9 @@ class BoxCommand(BoxPopen):
             try:
                 channel.send(message, passed)
                 answer = channel.receive()
+                if answer is not None and answer.get("op") == "waiting":  # the box is frozen for a save
+                    conn.settimeout(None)
+                    answer = channel.receive()
             except OSError as exc:
                 raise ControlError(f"box {self._box}: the command was not started", str(exc), "") from exc
             if answer is None or answer.get("op") != "spawned":

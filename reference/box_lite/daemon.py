@@ -16,8 +16,13 @@ serves framed JSON with descriptors (``isolation.box_init.Channel``):
   requests on it, which reach the command's whole tree (its session, and any
   descendant that left it);
 - ``signal`` {id, sig}: the same for a command spawned on another connection;
-- ``freeze`` / ``thaw``: stop and continue every process of the box (save);
-- ``processes``: the box's processes; ``ping``: the daemon's pid and box;
+- ``freeze`` / ``thaw``: stop and continue every process of the box (save).
+  The freeze is held by the connection that asked for it: when that
+  connection closes before its ``thaw`` (the saver died), the box is thawed
+  at once.  While the box is frozen, a ``spawn`` is answered ``waiting`` and
+  started after the thaw, so no new process writes into /data mid-archive;
+- ``processes``: the box's processes; ``ping``: the daemon's pid and box, and
+  whether it is frozen;
 - ``stop``: ends every box process, records the clean stop in box.json,
   answers ``stopped`` and exits.  SIGTERM, SIGINT and SIGHUP do the same.
 
@@ -170,6 +175,8 @@ class Daemon:
         self.box: NamespaceBox | None = None
         self.commands: dict[int, Command] = {}
         self.lock = threading.Lock()
+        self.freezes = 0  # connections holding the box frozen (one at a time: a save holds the box's lock)
+        self.thawed = threading.Condition(self.lock)
         self.next_id = 1
         self.stopping = threading.Event()
         self.stop_waiters: list[socket.socket] = []
@@ -272,6 +279,7 @@ class Daemon:
     def connection(self, conn: socket.socket) -> None:
         channel = Channel(conn)
         command: Command | None = None
+        holds_freeze = False
         try:
             while True:
                 message = channel.receive()
@@ -299,10 +307,19 @@ class Daemon:
                         os.write(self.wake_w, b"\0")
                         conn = None  # type: ignore[assignment]  # answered by finish()
                         return
-                    channel.send(self.answer(message))
+                    if op in ("freeze", "thaw") and holds_freeze == (op == "freeze"):
+                        answer = {"op": "error", "message": f"{op!r} twice on one connection"}
+                    else:
+                        answer = self.answer(message)
+                        if op in ("freeze", "thaw") and answer.get("op") == "done":
+                            holds_freeze = op == "freeze"
+                    channel.send(answer)
         except (OSError, ValueError) as exc:
             log(f"a control connection failed: {exc}")
         finally:
+            if holds_freeze:
+                log(f"box {self.name}: the connection holding its freeze closed before the thaw; thawing")
+                self.answer({"op": "thaw"})
             if command is not None:
                 command.release()
             elif conn is not None:
@@ -313,12 +330,24 @@ class Daemon:
         try:
             assert self.box is not None
             if op == "ping":
-                return {"op": "pong", "pid": os.getpid(), "name": self.name, "init_pid": self.box.init_pid}
+                return {
+                    "op": "pong",
+                    "pid": os.getpid(),
+                    "name": self.name,
+                    "init_pid": self.box.init_pid,
+                    "frozen": self.freezes > 0,
+                }
             if op == "freeze":
-                self.driver.freeze(self.box)
+                with self.lock:  # a spawn holds it too: a command starts before the freeze, or after the thaw
+                    self.driver.freeze(self.box)
+                    self.freezes += 1
                 return {"op": "done"}
             if op == "thaw":
-                self.driver.thaw(self.box)
+                with self.lock:
+                    self.freezes = max(0, self.freezes - 1)
+                    if not self.freezes:
+                        self.driver.thaw(self.box)
+                        self.thawed.notify_all()
                 return {"op": "done"}
             if op == "processes":
                 found = [_describe_process(pid) for pid in sorted(self.driver.processes(self.box))]
@@ -338,16 +367,21 @@ class Daemon:
                 if len(fds) != 3:
                     raise ValueError(f"spawn needs 3 descriptors (stdin, stdout, stderr), got {len(fds)}")
                 streams = fds
-            popen = self.driver.spawn(
-                self.box,
-                [str(a) for a in message["argv"]],
-                env={str(k): str(v) for k, v in (message.get("env") or {}).items()},
-                cwd=str(message.get("cwd") or "/"),
-                stdin=streams[0],
-                stdout=streams[1],
-                stderr=streams[2],
-                tty=bool(message.get("tty")),
-            )
+            with self.lock:  # started before a freeze (which then stops it too) or after the thaw
+                if self.freezes:
+                    Channel(conn).send({"op": "waiting", "why": "the box is frozen while it is saved"})
+                while self.freezes and not self.stopping.is_set():
+                    self.thawed.wait(0.5)
+                popen = self.driver.spawn(
+                    self.box,
+                    [str(a) for a in message["argv"]],
+                    env={str(k): str(v) for k, v in (message.get("env") or {}).items()},
+                    cwd=str(message.get("cwd") or "/"),
+                    stdin=streams[0],
+                    stdout=streams[1],
+                    stderr=streams[2],
+                    tty=bool(message.get("tty")),
+                )
         except (IsolationError, OSError, ValueError, KeyError, TypeError) as exc:
             with contextlib.suppress(OSError):
                 Channel(conn).send({"op": "error", "message": str(exc)})

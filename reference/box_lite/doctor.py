@@ -181,7 +181,12 @@ def _host_ns(kind: str) -> str:
         return ""
 
 
-def _isolation(manager: BoxManager, home: BoxHome, name: str, budget: Budget) -> Check:
+def _isolation(manager: BoxManager, home: BoxHome, name: str, budget: Budget, *, answered: bool = True) -> Check:
+    """The box sees none of the host's private paths and processes, and cannot write the system dirs;
+    ``answered``: False when its daemon already failed to answer the doctor's first question."""
+    fix = f"stop and start the box (`hermes-box stop {name}; hermes-box start {name}`), then `hermes-box repair {name}`"
+    if not answered:
+        return _unanswered("isolation", fix)
     sentinel = home.run(name).root / f".doctor-{secrets.token_hex(6)}"
     candidates = {str(sentinel), str(home.config_dir), str(home.boxes_dir), str(Path.home())}
     inside = ("/", DATA_INSIDE, "/home", HOME_INSIDE, "/tmp")
@@ -204,7 +209,6 @@ def _isolation(manager: BoxManager, home: BoxHome, name: str, budget: Budget) ->
     finally:
         with contextlib.suppress(OSError):
             sentinel.unlink()
-    fix = f"stop and start the box (`hermes-box stop {name}; hermes-box start {name}`), then `hermes-box repair {name}`"
     if code is None:
         return _unanswered("isolation", fix)
     values = dict(
@@ -355,10 +359,26 @@ def run_doctor(manager: BoxManager, home: BoxHome, settings: Settings, name: str
     budget = Budget(settings.doctor_timeout)
     report = Report(name)
     state = manager.state(name)
+    frozen: bool | None = False  # None: the daemon did not answer (the isolation check says so)
     if state == "running":
+        try:
+            frozen = manager.frozen(name, timeout=budget.timeout(CHECK_TIMEOUT_S))
+        except BoxError:
+            frozen = None
+    if frozen:
+        report.checks.append(
+            Check(
+                "state",
+                WARN,
+                "frozen: a save is reading /data, the box's processes are stopped until it ends",
+                "wait for the save to end (the box thaws when its saver ends, or dies); see `hermes-box ls`",
+            )
+        )
+        report.checks.append(Check("in-box checks", SKIP, "isolation, /data and tmux wait for the thaw", ""))
+    elif state == "running":
         report.checks.append(Check("state", OK, "running"))
         in_box: tuple[tuple[str, Callable[[], Check]], ...] = (
-            ("isolation", lambda: _isolation(manager, home, name, budget)),
+            ("isolation", lambda: _isolation(manager, home, name, budget, answered=frozen is not None)),
             ("/data", lambda: _data(manager, home, name, budget)),
             ("tmux session", lambda: _tmux(manager, name, settings, budget)),
         )

@@ -16,6 +16,7 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -210,3 +211,51 @@ def test_a_signal_during_extract_leaves_no_directory(
     code, err = extracting.interrupt(signum)
     assert code == 128 + signum, err
     _assert_clean(box_home, tmp_path, tmpdir, backups=[archive])
+
+
+@pytest.mark.parametrize("stage", ["save:quiesced", "save:writing"])
+def test_a_save_killed_outright_never_leaves_the_box_frozen(
+    manager: BoxManager, box_home: Path, tmpdir: Path, alpha: str, stage: str
+):
+    """SIGKILL gives the saver no chance to thaw: the daemon, which holds the freeze as the saver's
+    connection, thaws the box as soon as that connection drops.  Meanwhile the box shows as frozen,
+    and a command started during the freeze waits for the thaw rather than writing mid-archive."""
+    counter = manager.popen(alpha, ["sh", "-c", "i=0; while :; do i=$((i+1)); echo $i > /tmp/count; sleep 0.05; done"])
+    count = box_home / "data" / "boxes" / alpha / "tmp" / "count"
+    try:
+        assert _eventually(lambda: count.is_file() and count.read_text().strip() != "")
+        saving = Paused(box_home, tmpdir, stage, "save", alpha)
+        assert _eventually(lambda: _process_state(counter.pid) == "T"), "the box is frozen while /data is read"
+        rows = json.loads(_hb(box_home, "ls", "--json").stdout)["boxes"]
+        assert [r["state"] for r in rows if r["name"] == alpha] == ["frozen"]
+        late: list = []  # popen returns once the command started: after the thaw
+        starter = threading.Thread(target=lambda: late.append(manager.popen(alpha, ["sh", "-c", "echo > /tmp/late"])))
+        starter.start()
+        time.sleep(0.5)
+        assert not late and not (box_home / "data" / "boxes" / alpha / "tmp" / "late").exists(), "nothing starts"
+        frozen_at = count.read_text()
+
+        os.killpg(saving.proc.pid, signal.SIGKILL)
+        saving.proc.wait(30)
+        killed = time.monotonic()
+
+        assert _eventually(lambda: count.read_text() != frozen_at, limit=2.0), "the counter resumes within 2 s"
+        assert time.monotonic() - killed < 2.0
+        starter.join(30)
+        assert late and late[0].wait(30) == 0, "the command asked for during the freeze ran after the thaw"
+        assert manager.state(alpha) == "running" and not manager.frozen(alpha)
+    finally:
+        counter.kill()
+        counter.wait(30)
+
+
+def _hb(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "HERMES_BOX_HOME"}
+    return subprocess.run(
+        [sys.executable, "-m", "reference.box_lite.cli", "--home", str(home), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
