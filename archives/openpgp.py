@@ -5,6 +5,8 @@ Each run of gpg gets:
   never in gpg's argv (``/proc/PID/cmdline``) nor in its environment (``/proc/PID/environ``),
   which holds only PATH and LC_ALL;
 - a private, empty ``--homedir`` (mode 0700, removed afterwards), never the user's ~/.gnupg;
+  its name carries the pid of the process that made it, so one left by a process killed outright
+  is removed by the next run that finds it (``sweep_stale_homes``);
   ``--no-autostart`` keeps gpg-agent from being started there (no process outlives a run: the
   S2K count is given so encryption does not ask an agent for a calibrated one);
 - ``--batch --pinentry-mode loopback``: never a pinentry window or a terminal prompt;
@@ -36,6 +38,37 @@ S2K_COUNT = 65011712
 _WAIT_SECONDS = 300
 
 
+HOME_PREFIX = "hermes-gpg-"
+
+
+def sweep_stale_homes(folder: str | None = None) -> list[Path]:
+    """Remove the gpg homedirs in ``folder`` (the temp dir) whose maker is gone (killed before it could
+    clean up), and return them.  Only this user's, and only ``hermes-gpg-<pid>-*`` names whose pid
+    no longer runs: a live maker's homedir (or one whose pid was reused) is left alone."""
+    folder = folder or tempfile.gettempdir()
+    swept: list[Path] = []
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return swept
+    for entry in entries:
+        if not entry.name.startswith(HOME_PREFIX):
+            continue
+        pid_text = entry.name[len(HOME_PREFIX) :].split("-", 1)[0]
+        try:
+            if not pid_text.isdigit() or not entry.is_dir(follow_symlinks=False):
+                continue
+            if entry.stat(follow_symlinks=False).st_uid != os.getuid():
+                continue
+            os.kill(int(pid_text), 0)
+        except ProcessLookupError:
+            shutil.rmtree(entry.path, ignore_errors=True)
+            swept.append(Path(entry.path))
+        except OSError:
+            continue
+    return swept
+
+
 class Gpg:
     """One gpg process: started with the passphrase on its own pipe, waited for and cleaned up by ``close``."""
 
@@ -47,7 +80,8 @@ class Gpg:
                 "archives are OpenPGP messages made and opened by GnuPG's gpg",
                 "install GnuPG (Debian: apt-get install gnupg)",
             )
-        self.home = Path(tempfile.mkdtemp(prefix="hermes-gpg-"))
+        sweep_stale_homes()
+        self.home = Path(tempfile.mkdtemp(prefix=f"{HOME_PREFIX}{os.getpid()}-"))
         self.status_path = self.home / "status"
         self._stderr = open(self.home / "stderr", "w+b")  # noqa: SIM115 - closed in close()
         read_end, write_end = os.pipe()

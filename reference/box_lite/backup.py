@@ -124,6 +124,18 @@ def new_backup_path(home: BoxHome, name: str) -> Path:
     return candidate
 
 
+def stale_partials(home: BoxHome, name: str) -> list[Path]:
+    """The partial archives of box ``name`` under ``backups/`` (``.NAME-<time>.tar.gz.gpg.<hex>.partial``),
+    left by a save that was killed outright: a save removes its own on every other path.  Only a
+    caller holding the box's lock may take them for stale (a save in progress holds it)."""
+    pattern = re.compile(rf"\.{re.escape(check_name(name))}-{_STEM.pattern}{re.escape(SUFFIX)}\.[0-9a-f]{{8}}\.partial")
+    try:
+        entries = list(home.backups_dir.iterdir())
+    except OSError:
+        return []
+    return sorted(p for p in entries if pattern.fullmatch(p.name) and p.is_file() and not p.is_symlink())
+
+
 def latest_backup(home: BoxHome, name: str) -> Backup | None:
     """Box ``name``'s most recent backup under ``backups/``, None if it has none.
 
@@ -225,6 +237,8 @@ def save(
     limits = _limits(manager.settings)
     manager.home.ensure()
     with Interrupts() as interrupts, manager.lock(name, "save"):
+        for stale in stale_partials(manager.home, name):  # the lock is ours: no save of this box is writing
+            stale.unlink(missing_ok=True)
         _pause("save:locked")
         target = Path(out) if out is not None else new_backup_path(manager.home, name)
         published = False

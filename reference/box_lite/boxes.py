@@ -261,16 +261,23 @@ class BoxManager:
         step = progress or (lambda _: None)
         self.home.ensure()
         made = _Made()
-        with Interrupts() as interrupts, self.lock(name, "create"):
-            try:
-                self._create(name, net, populate, step, made)
-                interrupts.settled = True
-            except BaseException:
-                interrupts.settled = True
-                self._undo(name, made)
-                raise
-            finally:
-                made.close()
+        try:
+            with Interrupts() as interrupts, self.lock(name, "create") as lock:
+                try:
+                    self._create(name, net, populate, step, made)
+                    interrupts.settled = True
+                except BaseException:
+                    interrupts.settled = True
+                    self._undo(name, made)
+                    if not self.exists(name):  # nothing of a box is left: neither are its runtime files
+                        self._drop_runtime(name, lock)
+                    raise
+                finally:
+                    made.close()
+        finally:
+            if not self.exists(name):  # the emptied runtime directory, once the lock is released
+                with contextlib.suppress(OSError):
+                    self.home.run(name).root.rmdir()
         interrupts.deliver_late()
         return self.info(name)
 
@@ -520,6 +527,14 @@ class BoxManager:
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
 
+    def _drop_runtime(self, name: str, lock: BoxLock) -> None:
+        """The last runtime files of a box that no longer exists: its log and its lock file (held by the
+        caller); the emptied runtime directory goes once the lock is released."""
+        self._forget_runtime(name)
+        with contextlib.suppress(FileNotFoundError):
+            self.home.run(name).log.unlink()
+        remove_lock_file(lock)
+
     # -- remove -------------------------------------------------------------------------------------------
     def remove(self, name: str) -> None:
         """Stop box ``name`` and delete it: its /data, registry entry and runtime files.
@@ -540,9 +555,7 @@ class BoxManager:
             if box_dir.exists():
                 remove_tree(box_dir)
             self.registry.remove(name)
-            with contextlib.suppress(FileNotFoundError):
-                self.home.run(name).log.unlink()
-            remove_lock_file(lock)
+            self._drop_runtime(name, lock)
         with contextlib.suppress(OSError):
             self.home.run(name).root.rmdir()
 

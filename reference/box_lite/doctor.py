@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from reference.box_lite import locks
-from reference.box_lite.backup import LINK_FIX, describe_links, latest_backup, unsaveable_links
+from reference.box_lite.backup import LINK_FIX, describe_links, latest_backup, stale_partials, unsaveable_links
 from reference.box_lite.errors import BoxError
 from reference.box_lite.paths import DATA_INSIDE, HOME_INSIDE, WORKSPACE_INSIDE, BoxHome
 from reference.box_lite.records import json_bytes, publish_atomic, read_object, utc_now
@@ -344,6 +344,16 @@ def _links(manager: BoxManager, name: str, budget: Budget) -> Check:
 def _backup(home: BoxHome, name: str, settings: Settings) -> Check:
     latest = latest_backup(home, name)
     fix = f"run `hermes-box save {name}`"
+    partials = stale_partials(home, name) if locks.lock_state(home, name)[0] != "held" else []
+    if partials:  # no save holds the box's lock: these are a killed save's
+        them = "them" if len(partials) > 1 else "it"
+        return Check(
+            "backup",
+            WARN,
+            f"{len(partials)} partial archive(s) of an interrupted save in {home.backups_dir} "
+            f"({', '.join(p.name for p in partials[:3])})",
+            f"the next `hermes-box save {name}` removes {them} (or delete {them})",
+        )
     if latest is None:
         return Check("backup", WARN, f"no backup in {home.backups_dir}", fix)
     age = latest.age_seconds

@@ -115,10 +115,14 @@ def _registry(home: Path) -> dict:
 def _assert_clean(home: Path, tmp_path: Path, tmpdir: Path, *, backups: list[Path]) -> None:
     assert sorted((home / "backups").iterdir()) == sorted(backups), "no partial or unverified archive is left"
     assert not list(tmpdir.iterdir()), f"left in TMPDIR: {list(tmpdir.iterdir())}"
-    gpgs = [p for p in os.listdir("/proc") if p.isdigit() and str(tmpdir).encode() in _cmdline(int(p))]
-    assert not gpgs, "a gpg of the interrupted command is still running"
+    assert not _gpgs_of(tmpdir), "a gpg of the interrupted command is still running"
     hits = [p for p in plaintext_files(tmp_path, MARK.encode()) if "boxes/alpha/" not in str(p)]
     assert not hits, f"plaintext left outside alpha's /data: {hits}"
+
+
+def _gpgs_of(tmpdir: Path) -> list[str]:
+    """Processes whose command line names ``tmpdir`` (gpg runs with its homedir there)."""
+    return [p for p in os.listdir("/proc") if p.isdigit() and str(tmpdir).encode() in _cmdline(int(p))]
 
 
 def _cmdline(pid: int) -> bytes:
@@ -182,6 +186,7 @@ def test_a_signal_during_load_leaves_no_box(
     assert code == 128 + signum, err
     assert manager.state("beta") is None
     assert not (box_home / "data" / "boxes" / "beta").exists()
+    assert not (box_home / "run" / "beta").exists(), "no runtime directory of beta (lock, log) is left"
     assert list(_registry(box_home)) == [alpha], "the registry holds alpha only"
     assert not any(what.endswith(" of beta") for what in box_processes(box_home)), "no daemon of beta"
     assert manager.state(alpha) == "running"
@@ -249,13 +254,39 @@ def test_a_save_killed_outright_never_leaves_the_box_frozen(
         counter.wait(30)
 
 
-def _hb(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "HERMES_BOX_HOME"}
+def _hb(home: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    environ = {k: v for k, v in os.environ.items() if k != "HERMES_BOX_HOME"}
     return subprocess.run(
         [sys.executable, "-m", "reference.box_lite.cli", "--home", str(home), *args],
-        env=env,
+        env={**environ, **(env or {})},
         capture_output=True,
         text=True,
         timeout=60,
         check=True,
     )
+
+
+def test_what_a_save_killed_outright_leaves_is_reported_then_swept(
+    manager: BoxManager, box_home: Path, tmp_path: Path, tmpdir: Path, alpha: str
+):
+    """The partial archive and gpg's private homedir of a saver killed mid-write: the doctor reports the
+    partial, and the next save removes both (the homedir's maker is gone); then nothing is left."""
+    saving = Paused(box_home, tmpdir, "save:writing", "save", alpha)
+    os.killpg(saving.proc.pid, signal.SIGKILL)
+    saving.proc.wait(30)
+    partials = [p.name for p in (box_home / "backups").iterdir() if p.name.endswith(".partial")]
+    assert partials and partials[0].startswith(f".{alpha}-"), "the killed save left its partial archive"
+    assert _eventually(
+        lambda: not [p for p in os.listdir("/proc") if p.isdigit() and str(tmpdir).encode() in _cmdline(int(p))]
+    )
+    assert [p.name for p in tmpdir.iterdir() if p.name.startswith("hermes-gpg-")], "and gpg's homedir"
+
+    report = json.loads(_hb(box_home, "doctor", alpha, "--json", env={"TMPDIR": str(tmpdir)}).stdout)
+    (row,) = [c for c in report["checks"] if c["name"] == "backup"]
+    assert row["status"] == "warn" and "partial archive(s) of an interrupted save" in row["detail"], row
+    assert partials[0] in row["detail"] and f"hermes-box save {alpha}" in row["fix"]
+
+    done = _hb(box_home, "save", alpha, env={"TMPDIR": str(tmpdir), "BOX_PASSPHRASE": PASSPHRASE})
+    archive = Path(done.stdout.strip())
+    assert sorted((box_home / "backups").iterdir()) == [archive], "the partial is swept, the new archive kept"
+    _assert_clean(box_home, tmp_path, tmpdir, backups=[archive])
