@@ -315,7 +315,7 @@ def load(
 
         def populate(data_dir: Path) -> None:
             with _as_box_errors(archive):
-                archives.extract(
+                restored = archives.extract(
                     archive,
                     data_dir,
                     secret,
@@ -323,6 +323,13 @@ def load(
                     limits=limits,
                     progress=_watch(progress, {"extract": "load:restoring"}),
                     validated=checked,
+                )
+            if (restored.members, restored.payload_bytes) != (checked.members, checked.payload_bytes):
+                raise BoxError(
+                    f"{archive.name}: the restore does not match the archive",
+                    f"{restored.members} members and {restored.payload_bytes} bytes restored, "
+                    f"{checked.members} and {checked.payload_bytes} validated",
+                    "load the archive again; if this persists, check the disk",
                 )
 
         def step(done: str) -> None:

@@ -155,6 +155,15 @@ class BoxManager:
             return None
         return info
 
+    def refuse_incomplete(self, name: str, consequence: str) -> None:
+        """BoxBroken when box ``name``'s creation was interrupted (its /data may be partial)."""
+        if self.home.box(name).incomplete.exists():
+            raise BoxBroken(
+                f"box {name} {consequence}",
+                "its creation (a load or new) was interrupted, so its /data may be partial",
+                f"remove it (hermes-box rm {name} --force) and load its archive again (hermes-box load ARCHIVE {name})",
+            )
+
     def daemon_pid(self, name: str) -> int | None:
         """The pid of the box's live daemon (it holds daemon.pid's flock), None when none runs."""
         path = self.home.run(name).daemon_pid
@@ -198,9 +207,11 @@ class BoxManager:
         return found
 
     def state(self, name: str) -> str | None:
-        """ "running" | "stopped" | "broken", or None when there is no such box (see the module)."""
+        """ "running" | "stopped" | "broken" | "incomplete", or None when there is no such box (see the module)."""
         if not self.exists(check_name(name)):
             return None
+        if self.home.box(name).incomplete.exists():
+            return "incomplete"
         whole = not self.disagreements(name)
         if self.daemon_pid(name) is not None:
             return "running" if whole else "broken"
@@ -309,6 +320,7 @@ class BoxManager:
         }
         publish_atomic(box.record, json_bytes(record))
         made.marked = True
+        box.incomplete.write_text("creation in progress (hermes-box new or load); removed when /data is complete\n")
         uid, gid = self._ids()
         for path in (box.data, box.tmp, box.managed):
             path.mkdir(mode=0o755)
@@ -319,6 +331,7 @@ class BoxManager:
         box.data.chmod(0o755)
         provision.own_tree(box.data, uid, gid)
         provision.provision(box, name, self.settings.render(), uid, gid)
+        box.incomplete.unlink()
         step("provisioned")
         with self.registry.update() as boxes:
             if name in boxes:
@@ -395,6 +408,7 @@ class BoxManager:
 
     def _require(self, name: str) -> dict[str, Any]:
         """box.json of a box that can be started (registered, directory and /data present)."""
+        self.refuse_incomplete(name, "cannot start")
         info = self.intact(self.require(name))
         if info is None:
             raise _damaged(name, "cannot start", self.home.box(name).root)
@@ -647,6 +661,7 @@ class BoxManager:
     def refresh_assets(self, name: str) -> None:
         """Rewrite the managed assets (and register a box whose registry entry is lost), keeping /data."""
         with self.lock(self.require(name), "repair"):
+            self.refuse_incomplete(name, "cannot be repaired")
             info = self.intact(name)
             if info is None:
                 raise _damaged(name, "cannot be repaired", self.home.box(name).root)

@@ -413,6 +413,11 @@ def run_doctor(manager: BoxManager, home: BoxHome, settings: Settings, name: str
         report.checks.append(
             Check("in-box checks", SKIP, "isolation, /data and tmux need a running box", f"hermes-box start {name}")
         )
+    elif state == "incomplete":
+        try:
+            manager.refuse_incomplete(name, "is incomplete")
+        except BoxError as exc:  # its why and fix are the ones start and repair give
+            report.checks.append(Check("state", FAIL, f"incomplete: {exc.why}", exc.fix))
     elif not manager.disagreements(name):  # whole, but no daemon and no clean stop: the daemon died
         report.checks.append(
             Check(

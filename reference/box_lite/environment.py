@@ -152,8 +152,8 @@ class BoxLiteEnvironment(PassthroughEnvironment, CleanupOffThread, BaseEnvironme
                     logger.info("starting stopped box %s for task %s", self._box, self._task_id)
                     self._call("starting", self._manager.start)
                     return
-                if state == "broken":
-                    raise connection_error(self._broken_text("it was not replaced, so nothing in it is lost"))
+                if state in ("broken", "incomplete"):  # incomplete: its creation was interrupted
+                    raise connection_error(self._broken_text("it was not replaced, so nothing in it is lost", state))
                 try:
                     _patiently(self._manager.create, self._box, network=self._settings.network)
                 except BoxExists:
@@ -177,7 +177,13 @@ class BoxLiteEnvironment(PassthroughEnvironment, CleanupOffThread, BaseEnvironme
         except Exception as exc:
             raise connection_error(f"{what} box {self._box} failed", exc) from None
 
-    def _broken_text(self, consequence: str) -> str:
+    def _broken_text(self, consequence: str, state: str = "broken") -> str:
+        if state == "incomplete":
+            return (
+                f"box {self._box} is incomplete (its creation was interrupted, so its /data may be partial); "
+                f"{consequence}. Remove it with `hermes-box rm {self._box} --force` (the next task creates a new "
+                "one), or load its archive again"
+            )
         return (
             f"box {self._box} is broken (the error state: its daemon ended without a stop, or its files and the "
             f"registry disagree); {consequence}. See `hermes-box doctor {self._box}`, then start it again with "
@@ -336,8 +342,8 @@ class BoxLiteEnvironment(PassthroughEnvironment, CleanupOffThread, BaseEnvironme
                 f"box_lite: box {self._box} no longer exists (removed outside Hermes); the command did not run. "
                 "The next command runs in a new box."
             )
-        if state == "broken":
-            return "box_lite: " + self._broken_text("the command did not run and the box was not replaced")
+        if state in ("broken", "incomplete"):
+            return "box_lite: " + self._broken_text("the command did not run and the box was not replaced", state)
         return f"box_lite: box {self._box} is {state} but did not start the command: {exc}"
 
     def _track(self, proc: Any) -> None:

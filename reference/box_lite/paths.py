@@ -184,6 +184,12 @@ class BoxDir:
         """box.json: what the box is (name, created_at, created_by, network) and how it last stopped."""
         return self.root / "box.json"
 
+    @property
+    def incomplete(self) -> Path:
+        """Present from the moment the box's directory is made until its /data is restored, verified
+        and provisioned: a box that still has it was interrupted mid-creation and is no box to use."""
+        return self.root / "incomplete"
+
 
 @dataclass(frozen=True)
 class RunDir:

@@ -169,8 +169,8 @@ class BoxLiteProvider(ReferenceProvider):
             state = _manager(settings).state(settings.box)
         except Exception as exc:
             return [(False, label, f"(its state cannot be read: {type(exc).__name__})")]
-        if state == "broken":
-            return [(False, label, f"(broken: run `hermes-box doctor {settings.box}`)")]
+        if state in ("broken", "incomplete"):
+            return [(False, label, f"({state}: run `hermes-box doctor {settings.box}`)")]
         return [(True, label, f"({state or 'not created yet: the first task creates it'})")]
 
     def open(self, configured: Setup, *, task_id: str, cwd: str, timeout: int) -> Any:

@@ -27,7 +27,7 @@ import archives
 from isolation import NamespaceDriver
 from reference.box_lite import backup
 from reference.box_lite.boxes import BoxManager
-from tests.archives.craft import PASSPHRASE, plaintext_files
+from tests.archives.craft import PASSPHRASE, plaintext_files, snapshot
 from tests.box_lite.conftest import box_processes
 
 _OK, _WHY = NamespaceDriver(spares=0).available()
@@ -290,3 +290,47 @@ def test_what_a_save_killed_outright_leaves_is_reported_then_swept(
     archive = Path(done.stdout.strip())
     assert sorted((box_home / "backups").iterdir()) == [archive], "the partial is swept, the new archive kept"
     _assert_clean(box_home, tmp_path, tmpdir, backups=[archive])
+
+
+def test_a_load_killed_outright_leaves_an_incomplete_box_that_is_never_called_healthy(
+    manager: BoxManager, box_home: Path, tmpdir: Path, alpha: str
+):
+    """SIGKILL mid-restore leaves a half /data behind: the box is listed incomplete, the doctor and the
+    refusals of repair and start say to remove it and load again, and doing so gives the saved tree."""
+    archive = backup.save(manager, alpha, passphrase=archives.Passphrase(PASSPHRASE))
+    loading = Paused(box_home, tmpdir, "load:restoring", "load", str(archive), "beta")
+    os.killpg(loading.proc.pid, signal.SIGKILL)
+    loading.proc.wait(30)
+
+    rows = {r["name"]: r for r in json.loads(_hb(box_home, "ls", "--json").stdout)["boxes"]}
+    assert rows["beta"]["state"] == "incomplete"
+    fix = "hermes-box rm beta --force"
+    done = subprocess.run(
+        [sys.executable, "-m", "reference.box_lite.cli", "--home", str(box_home), "doctor", "beta", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    state = {c["name"]: c for c in json.loads(done.stdout)["checks"]}["state"]
+    assert done.returncode == 1 and state["status"] == "fail" and "interrupted" in state["detail"], state
+    assert fix in state["fix"]
+    for command in ("repair", "start"):
+        refused = subprocess.run(
+            [sys.executable, "-m", "reference.box_lite.cli", "--home", str(box_home), command, "beta"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert refused.returncode != 0 and "was interrupted" in refused.stderr and fix in refused.stderr, refused
+
+    _hb(box_home, "rm", "beta", "--force")
+    _hb(box_home, "load", str(archive), "beta", env={"BOX_PASSPHRASE": PASSPHRASE, "TMPDIR": str(tmpdir)})
+    assert manager.state("beta") == "running"
+    managed = {"home/.profile", "home/.bashrc"}  # the managed block names the box; the marker dir is the doctor's
+
+    def tree(name: str) -> dict[str, tuple]:
+        return {
+            k: v for k, v in snapshot(manager.data_dir(name)).items() if k not in managed and ".hermes-box" not in k
+        }
+
+    assert tree("beta") == tree(alpha) and "home/workspace/noise" in tree("beta")
