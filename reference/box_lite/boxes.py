@@ -131,7 +131,7 @@ class BoxManager:
         self._driver: Any = None
 
     # -- ids --------------------------------------------------------------------------------------
-    def _ids(self) -> tuple[int, int]:
+    def box_ids(self) -> tuple[int, int]:
         """The host ids that root inside a box maps to (what files in /data must belong to)."""
         if self._driver is None:
             from isolation import NamespaceDriver
@@ -321,7 +321,7 @@ class BoxManager:
         publish_atomic(box.record, json_bytes(record))
         made.marked = True
         box.incomplete.write_text("creation in progress (hermes-box new or load); removed when /data is complete\n")
-        uid, gid = self._ids()
+        uid, gid = self.box_ids()
         for path in (box.data, box.tmp, box.managed):
             path.mkdir(mode=0o755)
         step("directory")
@@ -665,7 +665,7 @@ class BoxManager:
             info = self.intact(name)
             if info is None:
                 raise _damaged(name, "cannot be repaired", self.home.box(name).root)
-            uid, gid = self._ids()
+            uid, gid = self.box_ids()
             provision.provision(self.home.box(name), name, self.settings.render(), uid, gid)
             with self.registry.update() as boxes:
                 entry = boxes.get(name)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import stat
 import subprocess
 import tempfile
 import threading
@@ -237,6 +238,10 @@ def _isolation(manager: BoxManager, home: BoxHome, name: str, budget: Budget, *,
     )
 
 
+def _data_fix(name: str) -> str:
+    return f"run `hermes-box repair {name}` (keeps /data); if /data is lost, restore it: `hermes-box load ARCHIVE NEW`"
+
+
 def _data(manager: BoxManager, home: BoxHome, name: str, budget: Budget) -> Check:
     nonce = secrets.token_hex(8)
     probe = f"{MARKER_DIR}/doctor-probe-{nonce}"
@@ -252,7 +257,7 @@ def _data(manager: BoxManager, home: BoxHome, name: str, budget: Budget) -> Chec
     finally:
         with contextlib.suppress(OSError):
             host_probe.unlink()
-    fix = f"run `hermes-box repair {name}` (keeps /data); if /data is lost, restore it: `hermes-box load ARCHIVE NEW`"
+    fix = _data_fix(name)
     if code is None:
         return _unanswered("/data", fix)
     if code != 0 or seen != nonce:
@@ -273,6 +278,37 @@ def _data(manager: BoxManager, home: BoxHome, name: str, budget: Budget) -> Chec
         )
     return Check(
         "/data", OK, f"writable, and durable: the marker written at stop ({record.get('written_at')}) was found"
+    )
+
+
+def _data_on_host(manager: BoxManager, home: BoxHome, name: str) -> Check:
+    """/data of a stopped box, seen from the host: the box's home and ~/workspace are directories of
+    the box's own (owned by the ids its root maps to, not links), and the last stop's marker is there."""
+    data, box_home = manager.data_dir(name), home.box(name).home
+    uid, gid = manager.box_ids()
+    fix = _data_fix(name)
+    for path, shown in ((data, DATA_INSIDE), (box_home, HOME_INSIDE), (box_home / "workspace", WORKSPACE_INSIDE)):
+        try:
+            st = path.lstat()
+        except FileNotFoundError:
+            return Check("/data", FAIL, f"{shown} is missing ({path})", fix)
+        if not stat.S_ISDIR(st.st_mode):
+            return Check("/data", FAIL, f"{shown} is not a directory ({path})", fix)
+        if os.geteuid() == 0 and (st.st_uid, st.st_gid) != (uid, gid):
+            return Check("/data", FAIL, f"{shown} belongs to {st.st_uid}:{st.st_gid}, not the box's {uid}:{gid}", fix)
+        if not st.st_mode & stat.S_IWUSR:
+            return Check("/data", FAIL, f"{shown} is not writable by the box (mode {stat.S_IMODE(st.st_mode):o})", fix)
+    record = read_object(home.box(name).root / STOP_RECORD)
+    if record is not None and "nonce" in record:
+        marker = data / STOP_MARKER.removeprefix(DATA_INSIDE + "/")
+        try:
+            found = marker.read_text().strip()
+        except OSError:
+            found = None
+        if found != record["nonce"]:
+            return Check("/data", FAIL, f"the marker written at the last stop is not in {data}", fix)
+    return Check(
+        "/data", OK, "seen from the host while stopped: its directories are the box's, the stop marker is there"
     )
 
 
@@ -410,8 +446,9 @@ def run_doctor(manager: BoxManager, home: BoxHome, settings: Settings, name: str
                 break
     elif state == "stopped":
         report.checks.append(Check("state", OK, "stopped"))
+        report.checks.append(_data_on_host(manager, home, name))
         report.checks.append(
-            Check("in-box checks", SKIP, "isolation, /data and tmux need a running box", f"hermes-box start {name}")
+            Check("in-box checks", SKIP, "isolation and tmux need a running box", f"hermes-box start {name}")
         )
     elif state == "incomplete":
         try:

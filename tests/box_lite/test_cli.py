@@ -194,6 +194,14 @@ def test_new_ls_exec_stop_start_doctor_repair_rm(box_home: Path) -> None:
     assert listing(box_home)["alpha"]["state"] == "stopped"
     code, rows = doctor_rows(box_home, "alpha")
     assert code == 0 and rows["in-box checks"]["status"] == "skip"
+    assert rows["/data"]["status"] == "ok" and "seen from the host while stopped" in rows["/data"]["detail"]
+    if os.geteuid() == 0:  # a stopped box's /data is still checked, from the host: ~/workspace taken from the box
+        workspace = box_home / "data" / "boxes" / "alpha" / "data" / "home" / "workspace"
+        owner = workspace.stat()
+        os.chown(workspace, 0, 0)
+        code, rows = doctor_rows(box_home, "alpha")
+        assert code == 1 and "/home/agent/workspace belongs to 0:0" in rows["/data"]["detail"], rows["/data"]
+        os.chown(workspace, owner.st_uid, owner.st_gid)
     ok(hb(box_home, "start", "alpha"))
     assert listing(box_home)["alpha"]["state"] == "running"
     assert ok(hb(box_home, "exec", "alpha", "--", "cat", "f")).stdout == "precious\n"
