@@ -255,7 +255,7 @@ def save(
                         limits=limits,
                         progress=_watch(progress, {"archive": "save:writing"}),
                         tools={"hermes-box": "box_lite"},
-                        settings=box_settings(manager.info(name)),
+                        settings=box_settings(manager, name),
                     )
                 except archives.EscapingLink as exc:
                     raise _unsaveable(name, data, exc) from exc
@@ -275,9 +275,14 @@ def save(
     return target
 
 
-def box_settings(info: BoxInfo) -> dict[str, Any]:
-    """What defines a box beyond its /data, as its archive's manifest records it."""
-    return {"network": info.network}
+def box_settings(manager: BoxManager, name: str) -> dict[str, Any]:
+    """What defines a box beyond its /data, as its archive's manifest records it: its network, and
+    the limits set for it alone (``new --pids-max ...``; box.env's stay the machine's)."""
+    settings: dict[str, Any] = {"network": manager.info(name).network}
+    own = (manager.box_json(name) or {}).get("limits")
+    if isinstance(own, dict) and own:
+        settings["limits"] = own
+    return settings
 
 
 def load(
@@ -336,7 +341,8 @@ def load(
             if done in ("provisioned", "registered"):
                 _pause(f"load:{done}")
 
-        info = manager.create(new_name, network=net, populate=populate, progress=step)
+        own_limits = _restored_limits(checked.manifest.settings.get("limits"), on_settings or (lambda _: None))
+        info = manager.create(new_name, network=net, limits=own_limits, populate=populate, progress=step)
         interrupts.settled = True
     interrupts.deliver_late()
     return info
@@ -355,6 +361,27 @@ def _restored_network(recorded: dict[str, Any], asked: bool | None, say: Callabl
     if saved is not None:
         say(f"network {words[saved]}, as the saved box had it")
     return saved
+
+
+def _restored_limits(recorded: Any, say: Callable[[str], None]) -> dict[str, Any]:
+    """The limits the archive records for its box alone, each read as box.env reads it (0 is off); a
+    value box.env would refuse is left out, and said."""
+    from reference.box_lite.settings import KEYS, Invalid
+
+    kept: dict[str, Any] = {}
+    for key, value in (recorded or {}).items() if isinstance(recorded, dict) else ():
+        spec = KEYS.get(str(key).upper())
+        if spec is None or str(key).upper() not in ("PIDS_MAX", "MEMORY_MAX", "CPU_MAX") or isinstance(value, bool):
+            continue
+        try:
+            parsed = spec.parse("off" if value == 0 else str(value))
+        except Invalid as exc:
+            say(f"the archive's {str(key).upper()}={value!r} {exc.problem}; left out")
+            continue
+        kept[str(key).lower()] = 0 if parsed is None else parsed
+    if kept:
+        say("limits as the saved box had them: " + ", ".join(f"{k.upper()}={v or 'off'}" for k, v in kept.items()))
+    return kept
 
 
 def extract(

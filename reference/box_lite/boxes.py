@@ -257,6 +257,7 @@ class BoxManager:
         name: str,
         *,
         network: bool | None = None,
+        limits: dict[str, Any] | None = None,
         populate: Populate | None = None,
         progress: Progress | None = None,
     ) -> BoxInfo:
@@ -275,7 +276,7 @@ class BoxManager:
         try:
             with Interrupts() as interrupts, self.lock(name, "create") as lock:
                 try:
-                    self._create(name, net, populate, step, made)
+                    self._create(name, net, limits or {}, populate, step, made)
                     interrupts.settled = True
                 except BaseException:
                     interrupts.settled = True
@@ -292,7 +293,15 @@ class BoxManager:
         interrupts.deliver_late()
         return self.info(name)
 
-    def _create(self, name: str, network: bool, populate: Populate | None, step: Progress, made: _Made) -> None:
+    def _create(
+        self,
+        name: str,
+        network: bool,
+        limits: dict[str, Any],
+        populate: Populate | None,
+        step: Progress,
+        made: _Made,
+    ) -> None:
         box = self.home.box(name)
         if self.registry.get(name) is not None:
             raise BoxExists(
@@ -318,6 +327,8 @@ class BoxManager:
             "network": network,
             "stopped_cleanly": True,
         }
+        if limits:
+            record["limits"] = {k: v for k, v in limits.items() if v is not None}  # this box's own, over box.env
         publish_atomic(box.record, json_bytes(record))
         made.marked = True
         box.incomplete.write_text("creation in progress (hermes-box new or load); removed when /data is complete\n")
@@ -623,14 +634,17 @@ class BoxManager:
         answer = control.request(self.home.run(name).control_socket, message, name=name)
         return int(answer.get("count") or 0)
 
-    def frozen(self, name: str, *, timeout: float = 5.0) -> bool:
-        """Whether the running box's processes are stopped for a save (its daemon says so); False for a
-        box that is not running, ControlError when its daemon does not answer within ``timeout``."""
+    def ping(self, name: str, *, timeout: float = 5.0) -> dict[str, Any]:
+        """What the running box's daemon says of it (pid, init, ``frozen``, ``limits``); {} for a box that
+        is not running, ControlError when its daemon does not answer within ``timeout``."""
         try:
-            answer = control.request(self.home.run(name).control_socket, {"op": "ping"}, name=name, timeout=timeout)
+            return control.request(self.home.run(name).control_socket, {"op": "ping"}, name=name, timeout=timeout)
         except BoxNotRunning:
-            return False
-        return bool(answer.get("frozen"))
+            return {}
+
+    def frozen(self, name: str, *, timeout: float = 5.0) -> bool:
+        """Whether the running box's processes are stopped for a save (its daemon says so)."""
+        return bool(self.ping(name, timeout=timeout).get("frozen"))
 
     @contextlib.contextmanager
     def quiesce(self, name: str) -> Iterator[None]:

@@ -29,7 +29,7 @@ from typing import IO, TYPE_CHECKING, Any
 from reference.box_lite.errors import BadInput, BoxError, BoxInterrupted
 from reference.box_lite.interrupts import WATCHED, raise_interrupted
 from reference.box_lite.paths import HOME_INSIDE, WORKSPACE_INSIDE, BoxHome, check_name
-from reference.box_lite.settings import Settings, default_file_text
+from reference.box_lite.settings import KEYS, Invalid, Settings, default_file_text
 
 if TYPE_CHECKING:
     from reference.box_lite.boxes import BoxInfo, BoxManager
@@ -95,7 +95,8 @@ def cmd_new(ctx: Context, args: argparse.Namespace) -> int:
     if not ctx.home.settings_file.exists():
         ctx.home.config_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         ctx.home.settings_file.write_text(default_file_text())
-    info = ctx.manager.create(name, network=args.network)
+    limits = {"pids_max": args.pids_max, "memory_max": args.memory_max, "cpu_max": args.cpu_max}
+    info = ctx.manager.create(name, network=args.network, limits=limits)
     publish_manifest(ctx.home)
     net = "on" if info.network else "off (loopback only)"
     note(f"created box {name} (network {net}); its /data is {ctx.manager.data_dir(name)}")
@@ -440,6 +441,19 @@ def _progress(label: str, phases: Sequence[str]) -> Iterator[Callable[[int, int 
 # --- argument parsing and the entry point --------------------------------------------------------
 
 
+def _setting(key: str) -> Callable[[str], Any]:
+    """An argparse type reading a flag as box.env's parser for ``key`` reads its value."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = KEYS[key].parse(text)
+        except Invalid as exc:
+            raise argparse.ArgumentTypeError(f"{text!r} {exc.problem}: {exc.fix}") from None
+        return 0 if value is None else value  # off for this box, whatever box.env says
+
+    return parse
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> Any:  # argparse's own usage errors: exit 2 with our prefix
         self.print_usage(sys.stderr)
@@ -468,6 +482,8 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--no-network", dest="network", action="store_false", default=None, help="only loopback inside")
     group.add_argument("--network", dest="network", action="store_true", help="share the host's network (default)")
     p.add_argument("--no-doctor", action="store_true", help="skip the doctor after creating")
+    for flag, key in (("--pids-max", "PIDS_MAX"), ("--memory-max", "MEMORY_MAX"), ("--cpu-max", "CPU_MAX")):
+        p.add_argument(flag, type=_setting(key), metavar=key, help=f"this box's {KEYS[key].help} (over box.env's)")
 
     p = add("ls", cmd_ls, "list boxes: state and most recent backup")
     p.add_argument("--json", action="store_true", help="machine-readable output")

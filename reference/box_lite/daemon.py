@@ -61,9 +61,12 @@ from typing import Any
 
 from isolation import Bind, BoxFile, BoxSpec, IsolationError, NamespaceBox, NamespaceDriver
 from isolation.box_init import Channel
+from reference.box_lite import limits
 from reference.box_lite.control import socket_address
+from reference.box_lite.errors import BoxError
 from reference.box_lite.paths import DATA_INSIDE, ENV_FILE_INSIDE, HOME_INSIDE, BoxDir, BoxHome, RunDir
 from reference.box_lite.records import mark_stopped, publish_atomic, read_object, utc_now
+from reference.box_lite.settings import Settings
 
 STOP_TIMEOUT_S = 10.0
 SIGNAL_GRACE_S = 2.0  # how long a stop by signal lets the box's processes end after SIGTERM
@@ -79,6 +82,25 @@ def log(message: str) -> None:
     with contextlib.suppress(OSError, ValueError):
         sys.stderr.write(f"{utc_now()} [{os.getpid()}] {message}\n")
         sys.stderr.flush()
+
+
+def _limit_values(box: BoxDir, record: dict[str, Any]) -> dict[str, Any]:
+    """The box's limits: box.env's (as provisioned into managed/hermes-box.env), then its own from
+    box.json (``hermes-box new --pids-max ...``) over them."""
+    try:
+        settings = Settings.load(box.env_file)
+    except BoxError as exc:
+        log(f"{box.env_file}: {exc}; no limits from box.env")
+        settings = Settings()
+    values: dict[str, Any] = {
+        "pids_max": settings.pids_max,
+        "memory_max": settings.memory_max,
+        "cpu_max": settings.cpu_max,
+    }
+    own = record.get("limits")
+    if isinstance(own, dict):
+        values.update({k: v for k, v in own.items() if k in values})
+    return values
 
 
 def read_box_json(box: BoxDir) -> dict[str, Any]:
@@ -184,6 +206,7 @@ class Daemon:
         self.wake_r, self.wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self.pid_fd = -1
         self.listener: socket.socket | None = None
+        self.enforcement = limits.Enforcement()
 
     # -- start ------------------------------------------------------------------------------------
     def claim(self) -> None:
@@ -223,6 +246,9 @@ class Daemon:
             self.box = self.driver.start(box_spec(self.name, box_dir, network))
         except IsolationError as exc:
             raise DaemonError(str(exc)) from exc
+        self.enforcement = limits.apply(self.name, self.box.init_pid, limits.wanted(_limit_values(box_dir, info)))
+        for shown, why in self.enforcement.refused.items():
+            log(f"box {self.name}: {shown} is not enforced: {why}")
         pidns = self.box.pidns[1] if self.box.pidns else 0
         publish_atomic(self.run_dir.init_pid, f"{self.box.init_pid} {pidns}\n".encode())
         if not mark_stopped(box_dir.record, clean=False):
@@ -336,6 +362,7 @@ class Daemon:
                     "name": self.name,
                     "init_pid": self.box.init_pid,
                     "frozen": self.freezes > 0,
+                    "limits": self.enforcement.as_json(),
                 }
             if op == "freeze":
                 with self.lock:  # a spawn holds it too: a command starts before the freeze, or after the thaw
@@ -496,6 +523,7 @@ class Daemon:
             left = self.driver.stop(self.box, STOP_TIMEOUT_S)
         if left:
             log(f"box {self.name}: processes {left} outlived its init")
+        self.enforcement.release()
         with contextlib.suppress(FileNotFoundError):
             self.run_dir.init_pid.unlink()
         try:

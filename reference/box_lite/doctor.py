@@ -312,6 +312,17 @@ def _data_on_host(manager: BoxManager, home: BoxHome, name: str) -> Check:
     )
 
 
+def _limits(limits: dict[str, Any]) -> Check:
+    """The running box's resource limits as its daemon applied them (cgroups), or why it could not."""
+    enforced, refused = limits.get("enforced") or {}, limits.get("refused") or {}
+    if refused:
+        why = "; ".join(f"{shown} is not enforced: {reason}" for shown, reason in refused.items())
+        return Check("limits", WARN, why, "run hermes-box as root, or where those cgroup controllers are delegated")
+    if enforced:
+        return Check("limits", OK, ", ".join(f"{shown} (cgroup {path})" for shown, path in enforced.items()))
+    return Check("limits", OK, "none set (PIDS_MAX, MEMORY_MAX and CPU_MAX in box.env, or new --pids-max ...)")
+
+
 def _tmux(manager: BoxManager, name: str, settings: Settings, budget: Budget) -> Check:
     script = (
         "command -v tmux >/dev/null || { echo missing; exit 0; }; "
@@ -406,9 +417,11 @@ def run_doctor(manager: BoxManager, home: BoxHome, settings: Settings, name: str
     report = Report(name)
     state = manager.state(name)
     frozen: bool | None = False  # None: the daemon did not answer (the isolation check says so)
+    pong: dict[str, Any] = {}
     if state == "running":
         try:
-            frozen = manager.frozen(name, timeout=budget.timeout(CHECK_TIMEOUT_S))
+            pong = manager.ping(name, timeout=budget.timeout(CHECK_TIMEOUT_S))
+            frozen = bool(pong.get("frozen"))
         except BoxError:
             frozen = None
     if frozen:
@@ -466,6 +479,8 @@ def run_doctor(manager: BoxManager, home: BoxHome, settings: Settings, name: str
         )
     else:
         report.checks.append(Check("state", FAIL, state or "unknown", f"run `hermes-box repair {name}`"))
+    if pong:
+        report.checks.append(_limits(pong.get("limits") or {}))
     report.checks.append(_registry(manager, name))
     report.checks.append(_lock(home, name))
     if manager.data_dir(name).is_dir():

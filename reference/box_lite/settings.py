@@ -81,6 +81,42 @@ def _days(text: str) -> float:
     return value
 
 
+def _off_or(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    """A limit's parser: ``off`` (None) or what ``parse`` reads."""
+
+    def parse_limit(text: str) -> Any:
+        return None if text.strip().lower() in FALSE else parse(text)
+
+    return parse_limit
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text.strip())
+    except ValueError:
+        raise Invalid("is not a whole number", "write a number of processes such as 512, or off")
+    if value < 16:
+        raise Invalid("is below 16", "a box needs a few processes of its own: write 16 or more, or off")
+    return value
+
+
+def _cpus(text: str) -> float:
+    try:
+        value = float(text.strip())
+    except ValueError:
+        raise Invalid("is not a number of CPUs", "write a number such as 1 or 1.5, or off")
+    if value <= 0:
+        raise Invalid("must be more than zero", "write a number such as 1 or 1.5, or off")
+    return value
+
+
+def _memory(text: str) -> int:
+    value = parse_size(text)
+    if value < 16 * 1024**2:
+        raise Invalid("is below 16M", "write a size such as 512M or 4G, or off")
+    return value
+
+
 def _shell(text: str) -> str:
     value = text.strip()
     if not value.startswith("/") or any(c.isspace() for c in value):
@@ -113,6 +149,9 @@ KEYS: dict[str, Key] = {
         Key("SHELL", "/bin/bash", _shell, "the login shell `enter` and the tmux session run in the box"),
         Key("BACKUP_MAX_AGE_DAYS", "7", _days, "doctor warns when a box's most recent backup is older"),
         Key("TMUX", "on", parse_bool, "on: `enter` attaches a persistent tmux session; off: a plain login shell"),
+        Key("PIDS_MAX", "off", _off_or(_count), "most processes (and threads) a box may have at once, or off"),
+        Key("MEMORY_MAX", "off", _off_or(_memory), "most memory a box's processes may use (512M, 4G, ...), or off"),
+        Key("CPU_MAX", "off", _off_or(_cpus), "most CPU time a box may use, in CPUs (1, 1.5, ...), or off"),
     )
 }
 
@@ -128,6 +167,9 @@ class Settings:
     shell: str = "/bin/bash"
     backup_max_age_days: float = 7.0
     tmux: bool = True
+    pids_max: int | None = None
+    memory_max: int | None = None
+    cpu_max: float | None = None
     values: Mapping[str, str] = field(default_factory=dict)
     source: Path | None = None
 
@@ -172,7 +214,10 @@ class Settings:
         for f in fields(self):
             if f.name.upper() in KEYS:
                 value = getattr(self, f.name)
-                out[f.name.upper()] = ("on" if value else "off") if isinstance(value, bool) else _text(value)
+                if value is None:
+                    out[f.name.upper()] = "off"
+                else:
+                    out[f.name.upper()] = ("on" if value else "off") if isinstance(value, bool) else _text(value)
         return out
 
     def render(self) -> str:

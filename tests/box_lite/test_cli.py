@@ -406,11 +406,14 @@ def _interfaces(home: Path, name: str) -> list[str]:
 @pytest.mark.skipif(shutil.which("gpg") is None, reason="gpg is not installed (nox -s tests installs gnupg)")
 def test_a_box_s_settings_travel_with_its_archive(box_home: Path) -> None:
     env = {"BOX_PASSPHRASE": PASSPHRASE}
-    ok(hb(box_home, "new", "alpha", "--no-network", "--no-doctor"))
+    ok(hb(box_home, "new", "alpha", "--no-network", "--no-doctor", "--pids-max", "128"))
     archive = ok(hb(box_home, "save", "alpha", env=env)).stdout.strip()
 
     done = ok(hb(box_home, "load", archive, "beta", env=env))
     assert "network off (loopback only), as the saved box had it" in done.stderr
+    assert "limits as the saved box had them: PIDS_MAX=128" in done.stderr
+    record = json.loads((box_home / "data" / "boxes" / "beta" / "box.json").read_text())
+    assert record["limits"] == {"pids_max": 128}
     assert listing(box_home)["beta"]["network"] is False and _interfaces(box_home, "beta") == ["lo"]
 
     done = ok(hb(box_home, "load", archive, "gamma", "--network", env=env))
@@ -554,3 +557,44 @@ def test_doctor_and_repair_name_the_real_problem_and_its_fix(box_home: Path) -> 
     assert "daemon is gone" in state["detail"] and state["fix"] == "hermes-box start alpha (keeps /data)", state
     ok(hb(box_home, "start", "alpha"))
     assert doctor_rows(box_home, "alpha")[0] == 0
+
+
+FORK_LOOP = """
+import os, signal, time
+children = []
+while len(children) < 1000:
+    try:
+        pid = os.fork()
+    except OSError:
+        break
+    if pid == 0:
+        time.sleep(60)
+        os._exit(0)
+    children.append(pid)
+print(len(children))
+for pid in children:
+    os.kill(pid, signal.SIGKILL)
+"""
+
+
+@needs_boxes
+@pytest.mark.skipif(os.geteuid() != 0, reason="making cgroups takes root here")
+def test_pids_max_stops_a_fork_loop_in_the_box_and_not_on_the_host(box_home: Path) -> None:
+    (box_home / "config").mkdir(parents=True, exist_ok=True)
+    (box_home / "config" / "box.env").write_text("PIDS_MAX=256\n")
+    ok(hb(box_home, "new", "alpha", "--no-doctor"))
+    _code, rows = doctor_rows(box_home, "alpha")
+    if rows["limits"]["status"] != "ok":
+        pytest.skip(f"no pids controller to use here: {rows['limits']['detail']}")
+    assert "PIDS_MAX=256" in rows["limits"]["detail"], rows["limits"]
+    group = Path(rows["limits"]["detail"].split("(cgroup ", 1)[1].rstrip(")"))
+
+    forked = int(ok(hb(box_home, "exec", "alpha", "--", "python3", "-c", FORK_LOOP)).stdout)
+    assert 200 < forked < 256, forked  # the box's own processes count too
+    assert subprocess.run(["true"]).returncode == 0  # the host forks as before
+
+    # A box's own flag overrides box.env; its cgroup goes when it stops.
+    ok(hb(box_home, "new", "beta", "--no-doctor", "--pids-max", "64"))
+    assert int(ok(hb(box_home, "exec", "beta", "--", "python3", "-c", FORK_LOOP)).stdout) < 64
+    ok(hb(box_home, "stop", "alpha"))
+    assert not group.exists(), "the box's cgroup is removed when it stops"
