@@ -71,14 +71,23 @@ def _seconds(low: float, high: float) -> Callable[[str], float]:
     return parse
 
 
-def _days(text: str) -> float:
-    try:
-        value = float(text.strip())
-    except ValueError:
-        raise Invalid("is not a number of days", "write a number of days such as 7")
-    if value <= 0:
-        raise Invalid("must be more than zero", "write a number of days such as 7")
-    return value
+def _positive(what: str, fix: str) -> Callable[[str], float]:
+    """A parser of a number above zero (of ``what``: days, CPUs); ``fix`` says what to write."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text.strip())
+        except ValueError:
+            raise Invalid(f"is not a number of {what}", fix)
+        if value <= 0:
+            raise Invalid("must be more than zero", fix)
+        return value
+
+    return parse
+
+
+_days = _positive("days", "write a number of days such as 7")
+_cpus = _positive("CPUs", "write a number such as 1 or 1.5, or off")
 
 
 def _off_or(parse: Callable[[str], Any]) -> Callable[[str], Any]:
@@ -97,16 +106,6 @@ def _count(text: str) -> int:
         raise Invalid("is not a whole number", "write a number of processes such as 512, or off")
     if value < 16:
         raise Invalid("is below 16", "a box needs a few processes of its own: write 16 or more, or off")
-    return value
-
-
-def _cpus(text: str) -> float:
-    try:
-        value = float(text.strip())
-    except ValueError:
-        raise Invalid("is not a number of CPUs", "write a number such as 1 or 1.5, or off")
-    if value <= 0:
-        raise Invalid("must be more than zero", "write a number such as 1 or 1.5, or off")
     return value
 
 
