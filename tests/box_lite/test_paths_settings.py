@@ -147,6 +147,10 @@ def test_the_default_file_parses_to_the_defaults() -> None:
         ("SHELL='/bin/sh\n", 1, ["no closing single quote"]),
         ('SHELL="/bin/sh" extra\n', 1, ["text after its closing quote"]),
         ("SHELL=bash\n", 1, ["not an absolute path", "/bin/bash"]),
+        ("PIDS_MAX=8\n", 1, ["is below 16", "16 or more, or off"]),
+        ("PIDS_MAX=many\n", 1, ["is not a whole number"]),
+        ("MEMORY_MAX=1M\n", 1, ["is below 16M", "512M"]),
+        ("CPU_MAX=0\n", 1, ["more than zero", "1.5, or off"]),
     ],
 )
 def test_bad_settings_name_the_line_and_the_fix(tmp_path: Path, text: str, line: int, words: list[str]) -> None:
@@ -164,3 +168,11 @@ def test_bad_settings_name_the_line_and_the_fix(tmp_path: Path, text: str, line:
 @pytest.mark.parametrize(("text", "size"), [("1", 1), ("2k", 2048), ("3MiB", 3 * 1024**2), ("1.5G", 3 * 1024**3 // 2)])
 def test_sizes(text: str, size: int) -> None:
     assert parse_size(text) == size
+
+
+def test_limits_are_off_unless_set() -> None:
+    assert (Settings().pids_max, Settings().memory_max, Settings().cpu_max) == (None, None, None)
+    got = Settings.parse("PIDS_MAX=256\nMEMORY_MAX=512M\nCPU_MAX=1.5\n")
+    assert (got.pids_max, got.memory_max, got.cpu_max) == (256, 512 * 1024**2, 1.5)
+    assert Settings.parse("PIDS_MAX=off\n").pids_max is None
+    assert "PIDS_MAX=256" in got.render() and "CPU_MAX=off" in Settings().render()
