@@ -150,7 +150,7 @@ def test_the_default_file_parses_to_the_defaults() -> None:
         ("PIDS_MAX=8\n", 1, ["is below 16", "16 or more, or off"]),
         ("PIDS_MAX=many\n", 1, ["is not a whole number"]),
         ("MEMORY_MAX=1M\n", 1, ["is below 16M", "512M"]),
-        ("CPU_MAX=0\n", 1, ["more than zero", "1.5, or off"]),
+        ("CPU_MAX=-1\n", 1, ["more than zero", "1.5, or off"]),
     ],
 )
 def test_bad_settings_name_the_line_and_the_fix(tmp_path: Path, text: str, line: int, words: list[str]) -> None:
