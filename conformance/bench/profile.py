@@ -172,7 +172,8 @@ def flame(backend: str, out: Path, rate: int) -> int:
     import shutil
     import subprocess
 
-    spy = shutil.which("py-spy")
+    beside = Path(sys.executable).with_name("py-spy")  # this interpreter's virtualenv, even when not on PATH
+    spy = str(beside) if beside.exists() else shutil.which("py-spy")
     if spy is None:
         print("py-spy is not installed: pip install py-spy (nox -s bench installs it)", file=sys.stderr)
         return 2
