@@ -21,8 +21,8 @@ serves framed JSON with descriptors (``isolation.box_init.Channel``):
   connection closes before its ``thaw`` (the saver died), the box is thawed
   at once.  While the box is frozen, a ``spawn`` is answered ``waiting`` and
   started after the thaw, so no new process writes into /data mid-archive;
-- ``processes``: the box's processes; ``ping``: the daemon's pid and box, and
-  whether it is frozen;
+- ``processes``: the box's processes; ``ping``: the daemon's pid and box,
+  whether it is frozen, and the resource limits it enforces (``limits``);
 - ``stop``: ends every box process, records the clean stop in box.json,
   answers ``stopped`` and exits.  SIGTERM, SIGINT and SIGHUP do the same.
 
@@ -37,8 +37,8 @@ for both under a relocated home (the box manager passes the two directories,
 which also serves XDG homes), ``--ready-fd N``
 (optional: a pipe the daemon writes ``ok`` or the reason it failed to, then
 closes) and the box name.  It imports little (the engine, the standard
-library and the box manager's stdlib-only paths, records and control
-modules), so a box starts in a fraction of a second.  The box manager runs
+library and the box manager's stdlib-only paths, records, control, settings
+and limits modules), so a box starts in a fraction of a second.  The box manager runs
 it without site processing (``python -I -S``, the project's directories
 appended to sys.path, then ``run()``): nothing it imports may come from
 outside the standard library and this project.
