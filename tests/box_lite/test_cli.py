@@ -264,6 +264,15 @@ def test_links_save_would_refuse_are_warned_by_the_doctor_then_named_by_save(box
     archive = Path(ok(hb(box_home, "save", "alpha", env=env)).stdout.strip())
     assert archive.parent == box_home / "backups" and archive.is_file()
 
+    # Links that each read as inside but climb out through one another: save names the one that
+    # reaches the box home's registry (and the link it goes through), the doctor too.
+    chain = (
+        "cd /data && mkdir -p a/b && ln -s ../.. a/b/d && ln -s d/../.. a/b/e && ln -s a/b/e/../config/registry.json g"
+    )
+    ok(hb(box_home, "exec", "alpha", "--", "sh", "-c", chain))
+    assert "/data/g -> a/b/e/../config/registry.json" in doctor_rows(box_home, "alpha")[1]["/data links"]["detail"]
+    assert_error(hb(box_home, "save", "alpha", env=env), 2, "/data/g -> a/b/e/../config/registry.json")
+
 
 @needs_boxes
 def test_rm_reports_the_most_recent_backup(box_home: Path) -> None:
