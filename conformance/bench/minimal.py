@@ -36,6 +36,7 @@ A client reads the fake's address and key from the variables the fake exports
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shlex
 import time
@@ -76,23 +77,27 @@ def _timed(create: Callable[[], Any], run: Run, release: Callable[[Any], None], 
     session bootstrap); ``release`` untimed."""
     started = time.perf_counter()
     made = create()
+    shell: Any = None
     try:
         created = time.perf_counter() - started
         if in_host:
-            _host_first_command(made, run, what)
+            shell = _host_first_command(made, run, what)
         else:
             output, code = run(made, ["true"])
             if code != 0:
                 raise RuntimeError(f"{what}: `true` exited {code}: {output[-300:]!r}")
         ended = time.perf_counter()
     finally:
+        if shell is not None:  # the host's files in the sandbox go, whether or not the sandbox does
+            with contextlib.suppress(Exception):
+                shell.cleanup()
         release(made)
     return ColdSample(created, ended - started, ended)
 
 
-def _host_first_command(made: Any, run: Run, what: str) -> None:
+def _host_first_command(made: Any, run: Run, what: str) -> Any:
     """The host's session bootstrap and its first command ``true``, on a bare environment of the loaded
-    host that runs each script through ``run`` and nothing else."""
+    host that runs each script through ``run`` and nothing else; that environment, for its cleanup."""
     from tools.environments.base import BaseEnvironment
     from tools.environments.base_output import _ThreadedProcessHandle
 
@@ -104,7 +109,9 @@ def _host_first_command(made: Any, run: Run, what: str) -> None:
             return _ThreadedProcessHandle(lambda: run(made, argv))
 
         def cleanup(self) -> None:
-            return None
+            """The snapshot and cwd files the host wrote in the sandbox's temp dir."""
+            files = [getattr(self, name, "") for name in ("_snapshot_path", "_cwd_file")]
+            run(made, ["rm", "-f", "--", *(f for f in files if f)])
 
     shell = Bare(cwd="/", timeout=int(EXEC_TIMEOUT_S))
     shell.init_session()
@@ -113,6 +120,7 @@ def _host_first_command(made: Any, run: Run, what: str) -> None:
     result = shell.execute("true")
     if result.get("returncode") != 0:
         raise RuntimeError(f"{what}: the host's first command exited {result.get('returncode')}")
+    return shell
 
 
 def _name() -> str:
