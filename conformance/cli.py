@@ -25,15 +25,17 @@ from conformance import __version__, backends, bytecode, contract, suite_command
 from conformance.errors import KitError, ReportFileError, UsageError
 
 EXIT_CODES = (
-    (0, "success: certified, verified, no difference, nothing wrong"),
+    (0, "success: certified, verified, no difference, nothing wrong; a `certify --select` run whose clauses pass"),
     (
         1,
-        "the command ran and its answer is no: not certified, a report that does not verify, reports that "
-        "differ, a failing doctor step, a contract `contract validate` finds invalid",
+        "the command ran and its answer is no: not certified (with --select: a clause it ran failed), a report "
+        "that does not verify, reports that differ, a failing doctor step, a contract `contract validate` finds "
+        "invalid",
     ),
     (
         2,
-        "bad input: an option, a file, the backend, its plugin.yaml, --backend-config or --waivers (one `error:` line)",
+        "bad input: an option, a file, the backend, its plugin.yaml, --backend-config or --waivers, a credential "
+        "a live run needs that is not set (one `error:` line)",
     ),
     (3, "internal error: a bug in the kit (rerun with --debug and report it)"),
     (130, "interrupted (Ctrl-C); 143 and 129 when stopped by SIGTERM or SIGHUP, after the same cleanup"),
@@ -261,7 +263,7 @@ def cmd_certify(args: argparse.Namespace) -> int:
 
     from conformance import leftovers, redact
     from conformance.report import bench_plot, html, markdown
-    from conformance.report.headline import headline
+    from conformance.report.headline import headline, must_failure_lines
 
     bench = bench_plot.load(args.bench) if args.bench else None  # before the run: a bad file costs no suite run
     _certify_inputs(args)
@@ -287,8 +289,12 @@ def cmd_certify(args: argparse.Namespace) -> int:
         str(run_root / "setup-error.json"),
         report=report_path,
     )
-    if _live_terminal(sys.stdout):
-        cmd.append("--progress=live")  # the child's output is a pipe to the relay: it cannot see the terminal
+    progress_mode = args.progress
+    if progress_mode == "auto":  # the child's output is a pipe to the relay: it cannot see the terminal
+        progress_mode = "live" if _live_terminal(sys.stdout) else "plain"
+    cmd.append(f"--progress={progress_mode}")
+    if args.select:
+        cmd += ["--kit-select", args.select]
     workers = args.workers
     control = args.fake_control or os.environ.get("HERMES_KIT_FAKE_CONTROL")
     if control and workers > 1:
@@ -318,7 +324,7 @@ def cmd_certify(args: argparse.Namespace) -> int:
     (run_root / "tmp").mkdir()
     env["TMPDIR"] = str(run_root / "tmp")
     bytecode.apply(bytecode.run_cache(run_root, env), env)
-    if _live_terminal(sys.stdout):
+    if progress_mode == "live" and _live_terminal(sys.stdout):
         size = os.get_terminal_size(sys.stdout.fileno())
         env.update(COLUMNS=str(size.columns), LINES=str(size.lines))  # what the live display may fill
     print(f"certifying {args.backend} ...", flush=True)
@@ -376,6 +382,13 @@ def cmd_certify(args: argparse.Namespace) -> int:
     if report["certified"]:
         print(f"{line}: {report['backend'].get('name')}")
         return 0
+    if report.get("selection"):
+        # A diagnostic run answers "do the clauses I picked pass?": its exit status says that alone.
+        must = report["summary"]["must"]
+        print(line, file=sys.stderr if must["fail"] or must["skipped"] else sys.stdout)
+        for failure in must_failure_lines(report):
+            print(failure, file=sys.stderr)
+        return 1 if must["fail"] or must["skipped"] else 0
     because = report["not_certified_because"]
     more = f"; and {len(because) - 5} more (see report.md)" if len(because) > 5 else ""
     print(f"{line}: " + "; ".join(because[:5]) + more, file=sys.stderr)
@@ -651,6 +664,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="benchmark results (bench/results.json from `nox -s bench`) to plot in report.html",
     )
     c.add_argument("--workers", type=int, default=2, help="pytest-xdist workers (0: none; default 2)")
+    c.add_argument(
+        "--select",
+        metavar="EXPR",
+        help="a diagnostic run of some clauses: clause ids and groups (exec, exec.exit-code,stdin) or a "
+        "pytest -k expression over the checks' names; never certified, and the clauses it leaves out are "
+        "'not run'",
+    )
+    c.add_argument(
+        "--progress",
+        choices=("auto", "live", "plain", "off"),
+        default="auto",
+        help="live: one line per contract group redrawn in place; plain: a line as each group completes; "
+        "off: pytest's own output; auto: live on a terminal, plain otherwise (default: %(default)s)",
+    )
     c.add_argument(
         "--call-deadline",
         type=float,

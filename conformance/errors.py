@@ -23,7 +23,8 @@ what to do.
     ├── ConfigError                a file of settings the run reads is wrong
     │   ├── BackendConfigError     --backend-config (and options that contradict it)
     │   │   └── RouteTableError    a --client-faults route table
-    │   └── WaiverError            --waivers, or a waiver that expired
+    │   ├── WaiverError            --waivers, or a waiver that expired
+    │   └── CredentialError        a credential a run against the real service needs is not set
     ├── HostError                  --host cannot be set up in this process
     ├── FakeServiceError           a fake service cannot be started, reached or attached
     ├── SignatureError             a key or signature is unusable, or a signature does not verify
@@ -152,6 +153,10 @@ class RouteTableError(BackendConfigError):
 
 class WaiverError(ConfigError):
     fix = "fix the waiver: each has clause, reason, issue (a URL), expires (YYYY-MM-DD) and strict"
+
+
+class CredentialError(ConfigError):
+    fix = "set the named variable in the environment or in --backend-config's env: section"
 
 
 class HostError(KitError, RuntimeError):

@@ -44,10 +44,12 @@ from conformance.host.abi import HOST_MODES
 from conformance.report import build, junit, table
 from conformance.report.headline import must_failure_lines
 from conformance.report.markdown import fake_world_line
+from conformance.selection import Selection
 from conformance.traceability import black_box_needs, clause_ids
 from conformance.verdicts import CheckOutcome, gate_reason
 
 _STATE = pytest.StashKey["_KitState"]()
+_SELECTION = pytest.StashKey[Selection]()
 CHECKS_DIR = Path(__file__).resolve().parent / "checks"
 CHECK_DEADLINE_S = 300.0  # one check, wall clock; each backend call has its own, shorter deadline
 
@@ -115,6 +117,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "(live) and the kit knows the vendor; off: never. Write --client-faults=VALUE",
     )
     group.addoption("--report", default=None, metavar="PATH", help="write the JSON certification report here")
+    group.addoption(
+        "--kit-select",
+        default=None,
+        metavar="EXPR",
+        help="a diagnostic run of some checks: clause ids and groups (exec, exec.exit-code,stdin) or a -k "
+        "expression; its report is never a certificate and the clauses left out are 'not run'",
+    )
     group.addoption(
         "--waivers",
         default=None,
@@ -194,6 +203,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_STATE] = _KitState()
     if runs_checks(config):
         _configure_check_run(config)
+        _configure_selection(config)
     if config.option.waivers and not hasattr(config, "workerinput"):
         from conformance.waivers import WaiverError, load
 
@@ -220,6 +230,37 @@ def pytest_configure(config: pytest.Config) -> None:
             print_blob=True,
             suppress_health_check=list(_hypothesis_health_checks()),
         )
+
+
+def _configure_selection(config: pytest.Config) -> None:
+    """--kit-select: a list of clauses and groups is applied at collection, a -k expression by pytest's -k."""
+    expr = config.option.kit_select
+    if not expr:
+        return
+    from conformance import selection
+    from conformance.errors import KitError
+
+    try:
+        chosen = selection.parse(expr, contract.load())
+    except KitError as exc:
+        raise pytest.UsageError(*setup_error_lines(config, exc)) from None
+    config.stash[_SELECTION] = chosen
+    if chosen.clauses is None:
+        keyword = config.option.keyword
+        config.option.keyword = f"({keyword}) and ({chosen.expr})" if keyword else chosen.expr
+
+
+def _selection_label(config: pytest.Config) -> str | None:
+    """What narrowed this run of the checks, for the report: --kit-select, -k or -m."""
+    chosen = config.stash.get(_SELECTION, None)
+    if chosen is not None:
+        return str(chosen.describe())
+    opts = config.option
+    if getattr(opts, "keyword", ""):
+        return f"-k {opts.keyword}"
+    if getattr(opts, "markexpr", ""):
+        return f"-m {opts.markexpr}"
+    return None
 
 
 def _dist_controller(config: pytest.Config) -> bool:
@@ -257,6 +298,13 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
     kit_contract = None
+    chosen = config.stash.get(_SELECTION, None)
+    if chosen is not None and chosen.clauses is not None:
+        left_out = [item for item in items if clause_ids(item) and not chosen.keeps(clause_ids(item))]
+        if left_out:
+            config.hook.pytest_deselected(items=left_out)
+            dropped = set(map(id, left_out))
+            items[:] = [item for item in items if id(item) not in dropped]
     for item in items:
         ids = clause_ids(item)
         if not ids:
@@ -621,6 +669,7 @@ class _Recorder:
                 complete=complete,
                 incomplete=incomplete,
                 checks_sha256=manifest.files_digest(manifest.check_files()),
+                selection=_selection_label(self.config),
             )
         )
         if opts.report:

@@ -39,7 +39,6 @@ import contextlib
 import importlib
 import logging
 import os
-import secrets
 import shutil
 import tempfile
 import threading
@@ -52,7 +51,8 @@ from typing import Any
 
 import yaml
 
-from conformance import backends, capabilities, config, contract, leftovers, persistent_path, redact
+from conformance import backends, capabilities, config, contract, credentials, leftovers, persistent_path, redact
+from conformance.credentials import Credentials
 from conformance.errors import FakeServiceError, UsageError
 from conformance.host import abi, factory, features, loader
 from conformance.host.calls import Call, CallHung
@@ -99,6 +99,7 @@ class KitRun:
     _environ: EnvironChanges | None = field(default=None, repr=False)
     _create_hung: str | None = field(default=None, repr=False)
     fault_world: Any = field(default=None, repr=False)  # client-side transport faults (conformance.client_faults)
+    credentials: Credentials | None = field(default=None, repr=False)  # names and origins
     created: int = field(default=0, repr=False)  # environments this run has created (conformance.check_costs)
 
     def __repr__(self) -> str:  # shown in tracebacks: never the secrets, config env or fake keys
@@ -164,7 +165,15 @@ class KitRun:
         registry = ProviderRegistry()
         terminal_config = dict(backend_config.terminal)
         plugin = loader.load(spec, registry, config={"terminal": terminal_config}, deadline=options.call_deadline)
-        run_secrets = _seed_secrets(plugin.provider, fake, changes)
+        creds = credentials.gather(
+            provider=plugin.provider,
+            manifest=getattr(plugin, "manifest", None),
+            fake=fake,
+            config_env=backend_config.env,
+            fake_env=dict(getattr(fake, "env", {}) or {}),
+            set_var=changes.set,
+            backend=options.backend,
+        )
         sandbox = LocalSandbox.make(workdir, changes) if not _flag(plugin.provider, "is_remote") else None
         if sandbox is not None:
             undo.append(sandbox.remove)
@@ -201,7 +210,8 @@ class KitRun:
             fake,
             caps,
             hermes_home,
-            run_secrets,
+            creds.values,
+            credentials=creds,
             sandbox=sandbox,
             fault_world=fault_world,
         )
@@ -330,6 +340,7 @@ class KitRun:
             "fake": getattr(self.fake, "name", None),
             "fake_world": self._fake_world(),
             "live": self.options.live,
+            "credentials": self.credentials.report() if self.credentials is not None else [],
         }
 
     def _fake_world(self) -> dict[str, Any] | None:
@@ -432,22 +443,6 @@ def _make_hermes_home(home: Path, terminal: dict[str, Any]) -> Path:
     settings = {**terminal, "credential_files": ["credentials/service.json"]}
     (home / "config.yaml").write_text(yaml.safe_dump({"terminal": settings}))
     return home
-
-
-def _seed_secrets(provider: Any, fake: Any, changes: EnvironChanges) -> dict[str, str]:
-    """Give every credential variable a recognisable value so leaks can be found."""
-    try:
-        names = {str(k) for k in provider.strip_env_keys}
-    except Exception:
-        names = set()
-    names |= set(getattr(fake, "secret_vars", ()))
-    values = {}
-    for name in sorted(names):
-        if not os.environ.get(name):
-            changes.set(name, f"kit-secret-{secrets.token_hex(12)}")
-        values[name] = os.environ[name]
-        redact.register(values[name])
-    return values
 
 
 def _register_fake_keys(fake: Any) -> None:

@@ -29,7 +29,10 @@ A clause's verdict combines every check that cites it (``combine``):
   check the run could not make, even when a black-box check of the same
   clause passed: that check sees only part of what the clause says);
 - else ``not-applicable`` (every check was, by capability, host or backend);
-- a clause no check ran for is ``skipped`` with the reason "no check ran".
+- a clause no check ran for is ``not-run`` (a narrowed run: ``--select``,
+  ``-k``, node ids).  It is no failure of the backend, but a run with one is
+  incomplete, so it never certifies: the certificate says how many MUST
+  clauses were not run.
 
 Undeclared capabilities (``probed``, ``undeclared``): a declared capability
 the backend neither declares nor disclaims is *undeclared*.  When the kit
@@ -48,8 +51,9 @@ mislead says so with one line (disclaim the capability), which the report
 and badge then show.  A probe that passes counts as passes, and the report
 and badge still list the capability as undeclared.
 
-Certification (``certification``): the run reached the backend, is complete,
-no waiver is in error, no MUST clause failed or was skipped unless waived
+Certification (``certification``): the run reached the backend, is complete
+and not narrowed (a run with a ``selection`` is a diagnostic run), no waiver
+is in error, no MUST clause failed or was skipped unless waived
 (probed ones included), and some profile is met.  A profile covers the MUST
 clauses whose harness capabilities it lists; it is met when none of them is
 unverified, failing or skipped (unless waived).  The certificate names the
@@ -66,7 +70,8 @@ from conformance.contract import Clause, Contract
 
 NA_PREFIX = "not-applicable"
 UNVERIFIED_PREFIX = "unverified"
-VERDICTS = ("pass", "fail", "not-applicable", "unverified", "skipped")
+NOT_RUN = "not-run"
+VERDICTS = ("pass", "fail", "not-applicable", "unverified", "skipped", NOT_RUN)
 LEVELS = ("must", "should", "may")
 APPLIES = "applies"
 
@@ -187,7 +192,7 @@ def aggregate(contract: Contract, outcomes: Iterable[CheckOutcome]) -> list[Clau
 def combine(results: list[CheckOutcome]) -> tuple[str, str]:
     """(verdict, reason) of one clause from the outcomes of the checks citing it."""
     if not results:
-        return "skipped", "no check ran"
+        return NOT_RUN, "no check of this clause ran in this run"
     failed = [o for o in results if o.outcome == "failed"]
     if failed:
         return "fail", "; ".join(f"{o.nodeid.rsplit('::', 1)[-1]}: {o.reason}" for o in failed)[:2000]
@@ -226,11 +231,12 @@ def from_evidence(
 
 # ------------------------------------------------------------------ clause verdicts -> summary, profiles, certificate
 def summarize(clauses: Iterable[dict[str, Any]]) -> dict[str, dict[str, int]]:
-    """Per level, how many clauses got each verdict, and how many of them are waived."""
-    summary = {level: {**dict.fromkeys(VERDICTS, 0), "waived": 0} for level in LEVELS}
+    """Per level, how many clauses got each verdict, and how many of them are waived (``not-run`` only
+    when a clause was not run: a complete run's summary has the same keys it always had)."""
+    summary = {level: {**{v: 0 for v in VERDICTS if v != NOT_RUN}, "waived": 0} for level in LEVELS}
     for c in clauses:
         row = summary[c["level"].lower()]
-        row[c["verdict"]] += 1
+        row[c["verdict"]] = row.get(c["verdict"], 0) + 1
         row["waived"] += "waived" in c
     return summary
 
@@ -260,7 +266,10 @@ def profiles(contract: Contract, clauses: Iterable[dict[str, Any]]) -> dict[str,
             "failing": sorted(c["id"] for c in scope if _blocking(c)),
             "unverified": sorted(c["id"] for c in scope if c["verdict"] == "unverified"),
         }
-        row["met"] = not row["failing"] and not row["unverified"]
+        not_run = sorted(c["id"] for c in scope if c["verdict"] == NOT_RUN)
+        if not_run:
+            row[NOT_RUN] = not_run
+        row["met"] = not row["failing"] and not row["unverified"] and not not_run
         out[name] = row
     return out
 
@@ -292,7 +301,7 @@ def undeclared(contract: Contract, clauses: Iterable[dict[str, Any]], backend: d
         entry["failed"] = failed
         entry["must_failed"] = sorted(c["id"] for c in needing if c["verdict"] == "fail" and c["level"] == "MUST")
         entry["passed"] = sorted(c["id"] for c in needing if c["verdict"] == "pass")
-        open_must = [c for c in needing if c["level"] == "MUST" and c["verdict"] in ("unverified", "skipped")]
+        open_must = [c for c in needing if c["level"] == "MUST" and c["verdict"] in ("unverified", "skipped", NOT_RUN)]
         entry["probe"] = "failed" if failed else ("incomplete" if open_must else "passed")
         out.append(entry)
     return out
@@ -311,8 +320,13 @@ def certification(report: dict[str, Any]) -> tuple[bool, str | None, list[str]]:
     reasons = []
     if not report.get("backend", {}).get("name"):
         reasons.append("no check reached the backend")
-    if not report.get("complete"):
+    if report.get("selection"):
+        reasons.append(f"a diagnostic run narrowed by {report['selection']}: never certified")
+    elif not report.get("complete"):
         reasons.append("the run is not complete")
+    not_run = sum(1 for c in report.get("clauses", []) if c["level"] == "MUST" and c["verdict"] == NOT_RUN)
+    if not_run:
+        reasons.append(f"{not_run} MUST clause(s) not run")
     reasons += [f"waiver error: {e}" for e in report.get("errors", [])]
     for clause in report.get("clauses", []):
         if _blocking(clause):
@@ -326,7 +340,7 @@ def certification(report: dict[str, Any]) -> tuple[bool, str | None, list[str]]:
             reasons.append(reason)
     rows = report.get("profiles", {})
     met = [name for name, row in rows.items() if row["met"]]
-    if not met and not any(_blocking(c) for c in report.get("clauses", [])):
+    if not met and not not_run and not any(_blocking(c) for c in report.get("clauses", [])):
         reasons.append(
             "no certification profile is met: "
             + "; ".join(f"{name} has {len(row['unverified'])} unverified MUST clause(s)" for name, row in rows.items())

@@ -36,9 +36,9 @@ def test_not_applicable_only_when_every_check_is():
     assert _verdict(_outcome("a", "skipped", na), _outcome("b", "passed"))[0] == "pass"
 
 
-def test_a_clause_nothing_checked_is_skipped():
+def test_a_clause_nothing_checked_is_not_run():
     verdicts = {v.id: v for v in aggregate(CONTRACT, [])}
-    assert verdicts[MUST].verdict == "skipped" and verdicts[MUST].reason == "no check ran"
+    assert verdicts[MUST].verdict == "not-run" and verdicts[MUST].reason == "no check of this clause ran in this run"
 
 
 def test_setup_error_counts_as_failure():
@@ -65,7 +65,7 @@ def _report(verdict: str, reason: str = "", *, complete: bool = True, waivers=()
 
 def test_certified_needs_no_must_failure_and_no_must_skip():
     assert _report("fail")["certified"] is False
-    assert _report("pass")["certified"] is False  # every other MUST clause was skipped: "no check ran"
+    assert _report("pass")["certified"] is False  # every other MUST clause was not run
     lines = table.render(_report("fail"))
     assert lines[-1].startswith("NOT CERTIFIED") and any(MUST.split(".", 1)[1] in line for line in lines)
 

@@ -83,6 +83,17 @@ def unverified(reason: str) -> NoReturn:
     pytest.skip(f"{UNVERIFIED_PREFIX} (harness: {reason})")
 
 
+def credential_values(kit: Any) -> list[str]:
+    """The run's credential values (conformance.credentials); unverified when there are none to look for."""
+    values: list[str] = kit.secret_values()
+    if not values:
+        unverified(
+            "no credential value to look for: the provider names no strip_env_keys and plugin.yaml no "
+            "requires_env that is set, and no fake issued one"
+        )
+    return values
+
+
 def plant(env: Any, label: str = "id") -> tuple[str, str]:
     """Write a nonce file under the sandbox's $HOME; return (relpath, nonce)."""
     value = nonce(label)

@@ -51,6 +51,7 @@ def build(
     complete: bool = False,
     incomplete: Sequence[str] = (),
     checks_sha256: str = "",
+    selection: str | None = None,
 ) -> dict[str, Any]:
     outcomes = list(outcomes)
     by_clause: dict[str, list[CheckOutcome]] = {}
@@ -92,6 +93,8 @@ def build(
         "fake": context.get("fake"),
         **({"fake_world": context["fake_world"]} if context.get("fake_world") else {}),
         "live": context.get("live", False),
+        "credentials": list(context.get("credentials") or []),
+        **({"selection": selection} if selection else {}),
         "waivers": [w.to_dict() for w in waivers],
         "errors": errors,
         "complete": complete,

@@ -57,8 +57,21 @@ def undeclared_lines(report: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _must_tally(report: dict[str, Any]) -> str:
+    must = report["summary"]["must"]
+    tally = (
+        f"MUST {must['pass']} pass, {must['fail']} fail, {must['skipped']} skipped, "
+        f"{must['unverified']} unverified, {must['not-applicable']} not applicable"
+    )
+    if must.get("not-run"):
+        tally += f", {must['not-run']} not run"
+    return tally
+
+
 def certificate(report: dict[str, Any]) -> tuple[str, str]:
-    """("CERTIFIED" or "NOT CERTIFIED", what it covers)."""
+    """("CERTIFIED", "NOT CERTIFIED" or "DIAGNOSTIC" (a narrowed run, never certified), what it covers)."""
+    if report.get("selection"):
+        return "DIAGNOSTIC", f"{report['selection']}: {_must_tally(report)}; a narrowed run is never certified"
     profile = report.get("profile")
     if report["certified"] and profile:
         row = report["profiles"][profile]
@@ -72,11 +85,7 @@ def certificate(report: dict[str, Any]) -> tuple[str, str]:
         if needs:
             detail += "; " + ", ".join(f"{n} MUST unverified, need the {name} profile" for name, n in needs)
     else:
-        must = report["summary"]["must"]
-        detail = (
-            f"MUST {must['pass']} pass, {must['fail']} fail, {must['skipped']} skipped, "
-            f"{must['unverified']} unverified, {must['not-applicable']} not applicable"
-        )
+        detail = _must_tally(report)
     note = undeclared_note(report)
     if note:
         detail += f"; {note}"

@@ -22,8 +22,8 @@ from conformance import redact
 from conformance.contract import Clause, Contract
 from conformance.report import matrix
 from conformance.report.headline import certificate, undeclared_lines
-from conformance.report.markdown import fake_world_line
-from conformance.report.table import COLUMNS, group_counts
+from conformance.report.markdown import credentials_line, fake_world_line
+from conformance.report.table import LABELS, columns, group_counts
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
 FIELDS = (
@@ -40,7 +40,7 @@ FIELDS = (
     "complete",
 )
 REASONS_SHOWN = 8
-VERDICT_ORDER = ("fail", "error", "skipped", "unverified", "not-applicable", "pass")
+VERDICT_ORDER = ("fail", "error", "skipped", "not-run", "unverified", "not-applicable", "pass")
 STYLE = """
 body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; color: #1b1f23; margin: 0;
        background: #f6f7f9; }
@@ -56,12 +56,12 @@ th, td { border: 1px solid #d0d7de; padding: 4px 8px; text-align: left; vertical
 th { background: #eef1f4; }
 td.n { text-align: right; font-variant-numeric: tabular-nums; }
 .banner { padding: 14px 18px; border-radius: 6px; color: #fff; margin-bottom: 14px; }
-.banner.ok { background: #1e7e34; } .banner.no { background: #b3261e; }
+.banner.ok { background: #1e7e34; } .banner.no { background: #b3261e; } .banner.diag { background: #57606a; }
 .banner .word { font-size: 24px; font-weight: 700; letter-spacing: .5px; }
 .banner .detail { margin-top: 4px; }
 .v { display: inline-block; padding: 0 6px; border-radius: 3px; font-weight: 600; font-size: 12px; }
 .v-pass { background: #d7f0dd; color: #14532d; } .v-fail, .v-error { background: #fbd5d2; color: #7f1d1d; }
-.v-not-applicable, .v-skipped { background: #e5e7eb; color: #374151; }
+.v-not-applicable, .v-skipped, .v-not-run { background: #e5e7eb; color: #374151; }
 .v-unverified { background: #fdf0c4; color: #713f12; }
 .failure { background: #fff; border-left: 4px solid #b3261e; padding: 8px 12px; margin: 10px 0; }
 details.group { background: #fff; border: 1px solid #d0d7de; border-radius: 6px; margin: 8px 0; }
@@ -105,10 +105,10 @@ def _failing_first(clauses: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def _header(report: dict[str, Any]) -> list[str]:
     b = report["backend"]
     word, detail = certificate(report)
-    ok = word == "CERTIFIED"
+    style = {"CERTIFIED": "ok", "DIAGNOSTIC": "diag"}.get(word, "no")
     return [
         f"<h1>Certification report: {_e(b.get('name') or b.get('spec'))}</h1>",
-        f'<div class="banner {"ok" if ok else "no"}" id="verdict"><div class="word">{_e(word)}</div>'
+        f'<div class="banner {style}" id="verdict"><div class="word">{_e(word)}</div>'
         f'<div class="detail">{_e(detail)}</div>'
         f'<div class="detail">profile: <b>{_e(report.get("profile") or "none")}</b>; contract '
         f"{_e(report['contract']['version'])}; hermes-backend-kit {_e(report['kit']['version'])}; run "
@@ -163,15 +163,16 @@ def _failures(report: dict[str, Any], contract: Contract) -> list[str]:
 
 def _summary(report: dict[str, Any]) -> list[str]:
     groups = group_counts(report)
-    head = "".join(f"<th>{_e(c if c != 'not-applicable' else 'n/a')}</th>" for c in COLUMNS)
+    shown = columns(report)
+    head = "".join(f"<th>{_e(LABELS.get(c, c))}</th>" for c in shown)
     out = ["<h2>Summary</h2>", f"<table><tr><th>group</th>{head}<th>MUST failed</th></tr>"]
     for group, row in groups.items():
-        cells = "".join(f'<td class="n">{row[c]}</td>' for c in COLUMNS)
+        cells = "".join(f'<td class="n">{row[c]}</td>' for c in shown)
         out.append(
             f'<tr><td><a href="#group-{_e(group)}">{_e(group)}</a></td>{cells}'
             f"<td>{_e(', '.join(row['must_failed']) or '-')}</td></tr>"
         )
-    totals = "".join(f'<td class="n">{sum(r[c] for r in groups.values())}</td>' for c in COLUMNS)
+    totals = "".join(f'<td class="n">{sum(r[c] for r in groups.values())}</td>' for c in shown)
     out.append(f"<tr><th>total</th>{totals}<td>{_e(report['summary']['must']['fail'])}</td></tr></table>")
     out += [
         "<h3>Profiles</h3>",
@@ -312,6 +313,8 @@ def _environment(report: dict[str, Any]) -> list[str]:
         rows.append(("host features missing", ", ".join(missing)))
     if report.get("fake_world"):
         rows.append(("fake boxes", fake_world_line(report["fake_world"])))
+    if report.get("credentials"):
+        rows.append(("credentials", credentials_line(report["credentials"])))
     rows += [
         (
             "contract",

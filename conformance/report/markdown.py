@@ -9,6 +9,11 @@ from conformance.report.headline import certificate, undeclared_lines
 from conformance.report.table import render as table_lines
 
 
+def credentials_line(credentials: list[dict[str, str]]) -> str:
+    """The run's credential variables by name and origin (a report never holds their values)."""
+    return ", ".join(f"{c['name']} ({c['origin']})" for c in credentials) or "none"
+
+
 def fake_world_line(world: dict[str, Any]) -> str:
     """How the fake's boxes ran: isolated (own namespaces) or as host processes (paths_note says why);
     for a backend whose sandboxes are this machine's by design (tempdir_box), just that."""
@@ -41,6 +46,8 @@ def render(report: dict[str, Any], contract: Contract) -> str:
     ]
     if report.get("fake_world"):
         lines.append(f"- fake boxes: {fake_world_line(report['fake_world'])}")
+    if report.get("credentials"):
+        lines.append(f"- credentials: {credentials_line(report['credentials'])}")
     if not report["certified"]:
         lines += ["", "Why not certified:", ""] + [f"- {r}" for r in report["not_certified_because"]]
     if report.get("undeclared"):
@@ -105,9 +112,9 @@ def render(report: dict[str, Any], contract: Contract) -> str:
         lines += ["## Unverified: the kit could not observe these", ""]
         lines += [f"- `{c['id']}` {c['level']}: {c.get('reason', '')}" for c in unverified]
         lines.append("")
-    skipped = [c for c in report["clauses"] if c["verdict"] in ("skipped", "not-applicable")]
+    skipped = [c for c in report["clauses"] if c["verdict"] in ("skipped", "not-applicable", "not-run")]
     if skipped:
-        lines += ["## Not applicable or skipped", ""]
+        lines += ["## Not applicable, skipped or not run", ""]
         lines += [f"- `{c['id']}` {c['verdict']}: {c.get('reason', '')}" for c in skipped]
     return "\n".join(lines).rstrip() + "\n"
 
@@ -115,6 +122,8 @@ def render(report: dict[str, Any], contract: Contract) -> str:
 def badge(report: dict[str, Any]) -> dict[str, Any]:
     """A shields.io endpoint badge naming the certificate's profile."""
     profile = report.get("profile")
+    if report.get("selection"):
+        return {"schemaVersion": 1, "label": "hermes backend", "message": "diagnostic run", "color": "lightgrey"}
     if report["certified"] and profile:
         row = report["profiles"][profile]
         message = f"certified, {profile} ({row['pass']}/{row['must'] - row['not-applicable']} MUST"

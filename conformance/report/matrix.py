@@ -34,6 +34,7 @@ SHOWN = {
     "not-applicable": "n/a",
     "unverified": "unverified",
     "skipped": "skipped",
+    "not-run": "not run",
     "error": "**ERROR**",
 }
 

@@ -8,7 +8,7 @@ FIELDS = ("backend", "certified", "summary", "duration_s", "not_certified_becaus
 
 
 def _counts(row: dict[str, int]) -> str:
-    extra = [f"{row[k]} {k}" for k in ("unverified", "skipped", "waived") if row.get(k)]
+    extra = [f"{row[k]} {k.replace('-', ' ')}" for k in ("unverified", "skipped", "not-run", "waived") if row.get(k)]
     return f"{row.get('pass', 0)}/{row.get('fail', 0)}" + (f" ({', '.join(extra)})" if extra else "")
 
 
