@@ -268,10 +268,14 @@ def cmd_certify(args: argparse.Namespace) -> int:
     bench = bench_plot.load(args.bench) if args.bench else None  # before the run: a bad file costs no suite run
     _certify_inputs(args)
     out = Path(args.out).resolve()
+    made_out = not out.exists()  # removed again when the run never starts
     out.mkdir(parents=True, exist_ok=True)
     report_path = out / "report.json"
     report_path.unlink(missing_ok=True)
-    backend = str(Path(args.backend).resolve()) if Path(args.backend).exists() else args.backend
+    # A name the kit knows is that backend even beside a folder of the same name (an earlier --out):
+    # a directory of that name is given as a path (./NAME).
+    named = args.backend in backends.KNOWN_BACKENDS
+    backend = str(Path(args.backend).resolve()) if not named and Path(args.backend).exists() else args.backend
     run_root = Path(tempfile.mkdtemp(prefix="hermes-kit-certify-"))
     cmd = suite_command.command(
         "-W",
@@ -354,7 +358,9 @@ def cmd_certify(args: argparse.Namespace) -> int:
         leftovers.end_processes_under(run_root)
         shutil.rmtree(run_root, ignore_errors=True)
     if setup_error is not None:
-        raise setup_error  # bad backend, plugin.yaml, config, fake: the run did not start
+        if made_out:
+            shutil.rmtree(out, ignore_errors=True)
+        raise setup_error  # bad backend, plugin.yaml, config, fake, credential: the run did not start
     if not report_path.exists():
         if returncode == 4:
             raise UsageError(

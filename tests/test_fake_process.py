@@ -28,6 +28,7 @@ from fakes.control import RemoteObject
 from fakes.services import FakeError, FakeOptions
 from fakes.world import World
 from tests.conftest import ROOT, run_suite
+from tests.served import serve
 from tests.test_canaries import CANARIES
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -57,6 +58,11 @@ def upstash(tmp_path: Path) -> Iterator[process.FakeService]:
 
 def _sdk(fake: process.FakeService) -> dict[str, str]:
     return {"api_key": fake.env["UPSTASH_BOX_API_KEY"], "base_url": fake.env["UPSTASH_BOX_BASE_URL"]}
+
+
+def _started(*argv: str, env: dict[str, str] | None = None) -> tuple[subprocess.Popen[str], dict[str, str], str]:
+    served = serve(*argv, env=env)
+    return served.proc, served.exports, served.control
 
 
 def test_a_spawned_fake_is_steered_through_its_world_like_an_in_process_one(upstash, tmp_path):
@@ -187,35 +193,13 @@ def test_a_kit_run_serves_its_fake_from_another_process(tmp_path, saved_environ)
 
 
 # ------------------------------------------------------------------ fake serve, by hand
-def _serve(*argv: str, env: dict[str, str] | None = None) -> tuple[subprocess.Popen[str], dict[str, str], str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "conformance.cli", "fake", "serve", *argv],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
-    assert proc.stdout is not None
-    lines: list[str] = []
-    while not lines or "fake is serving" not in lines[-1]:
-        line = proc.stdout.readline()
-        if not line:
-            proc.wait(10)
-            raise AssertionError(f"fake serve ended early: {lines} {proc.stderr.read() if proc.stderr else ''}")
-        lines.append(line.rstrip("\n"))
-    exports = dict(line.removeprefix("export ").split("=", 1) for line in lines if line.startswith("export "))
-    control = next(line.split("=", 1)[1] for line in lines if line.startswith(f"# control: {process.CONTROL_VAR}="))
-    return proc, exports, control
-
-
 def _stopped(proc: subprocess.Popen[str]) -> int:
     proc.send_signal(signal.SIGINT)
     return proc.wait(30)
 
 
 def test_fake_serve_lifts_the_cap_and_prints_a_control_address(tmp_path):
-    proc, exports, control = _serve("deepinfra", "--max-sandboxes", "2", "--root", str(tmp_path / "root"))
+    proc, exports, control = _started("deepinfra", "--max-sandboxes", "2", "--root", str(tmp_path / "root"))
     try:
         script = (
             "from deepinfra import Sandbox\n"
@@ -251,7 +235,7 @@ def test_fake_serve_lifts_the_cap_and_prints_a_control_address(tmp_path):
 
 
 def test_fake_serve_takes_the_key_and_profile_it_is_given():
-    proc, exports, control = _serve("cloudflare", "--api-key", "cf-token-for-this-test", "--profile", "suite")
+    proc, exports, control = _started("cloudflare", "--api-key", "cf-token-for-this-test", "--profile", "suite")
     try:
         assert exports["HERMES_CF_TOKEN"] == "cf-token-for-this-test"
         fake = process.attach(control, expect="cloudflare")
@@ -275,7 +259,7 @@ def test_fake_serve_rejects_a_cap_the_fake_does_not_have():
 
 
 def test_a_hand_started_fake_refuses_several_workers(tmp_path):
-    proc, _, control = _serve("upstash", "--profile", "suite")
+    proc, _, control = _started("upstash", "--profile", "suite")
     try:
         run = run_suite(
             "--backend",
@@ -298,7 +282,7 @@ def test_a_hand_started_fake_refuses_several_workers(tmp_path):
 def test_the_suite_certifies_deepinfra_against_a_fake_started_by_hand(tmp_path):
     """With the user's credentials exported to both sides, and none of them reaching the fake's boxes or log."""
     root = tmp_path / "fake-root"
-    proc, _, control = _serve(
+    proc, _, control = _started(
         "deepinfra", "--max-sandboxes", "1000", "--root", str(root), env={**os.environ, **CANARIES}
     )
     seen: set[str] = set()

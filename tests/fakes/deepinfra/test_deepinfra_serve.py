@@ -7,9 +7,8 @@ import signal
 import socket
 import subprocess
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[3]
+from tests.served import serve
 
 
 def _free_port() -> int:
@@ -18,28 +17,10 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _serve(*extra: str) -> tuple[subprocess.Popen[str], dict[str, str], list[str]]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "conformance.cli", "fake", "serve", "deepinfra", *extra],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stdout is not None
-    lines: list[str] = []
-    while not lines or not lines[-1].startswith("# the deepinfra fake is serving"):
-        line = proc.stdout.readline()
-        if not line:
-            raise AssertionError(f"fake serve ended early: {lines} {proc.stderr.read() if proc.stderr else ''}")
-        lines.append(line.rstrip("\n"))
-    exports = dict(line.removeprefix("export ").split("=", 1) for line in lines if line.startswith("export "))
-    return proc, exports, lines
-
-
 def test_serve_prints_the_sdk_variables_and_the_unmodified_sdk_works_with_them():
     port = _free_port()
-    proc, exports, lines = _serve("--port", str(port), "--api-key", "di_cli_key")
+    served = serve("deepinfra", "--port", str(port), "--api-key", "di_cli_key")
+    proc, exports, lines = served.proc, served.exports, served.lines
     try:
         assert exports == {"DEEPINFRA_BASE_URL": f"http://127.0.0.1:{port}", "DEEPINFRA_API_KEY": "di_cli_key"}
         assert any(line.startswith("# paths: ") for line in lines)

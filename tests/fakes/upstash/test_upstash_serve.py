@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -14,28 +13,10 @@ from pathlib import Path
 import pytest
 from upstash_box import Box, BoxError
 
+from tests.served import serve
+
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 MIB = 1024 * 1024
-ROOT = Path(__file__).resolve().parents[3]
-
-
-def _serve(*extra: str) -> tuple[subprocess.Popen[str], dict[str, str], list[str]]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "conformance.cli", "fake", "serve", "upstash", *extra],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stdout is not None
-    lines: list[str] = []
-    while not lines or not lines[-1].startswith("# the upstash fake is serving"):
-        line = proc.stdout.readline()
-        if not line:
-            raise AssertionError(f"fake serve ended early: {lines} {proc.stderr.read() if proc.stderr else ''}")
-        lines.append(line.rstrip("\n"))
-    exports = dict(line.removeprefix("export ").split("=", 1) for line in lines if line.startswith("export "))
-    return proc, exports, lines
 
 
 def _stop(proc: subprocess.Popen[str], signum: int = signal.SIGINT) -> int:
@@ -45,7 +26,8 @@ def _stop(proc: subprocess.Popen[str], signum: int = signal.SIGINT) -> int:
 
 @pytest.fixture(scope="module")
 def served() -> Iterator[tuple[subprocess.Popen[str], dict[str, str]]]:
-    proc, exports, _ = _serve()
+    served = serve("upstash")
+    proc, exports = served.proc, served.exports
     try:
         yield proc, exports
     finally:
@@ -90,7 +72,8 @@ def _written(pid: int) -> int:
 
 
 def test_serve_prints_exports_and_stops_on_ctrl_c(tmp_path):
-    proc, exports, lines = _serve("--api-key", "ubx_cli_key", "--host", "127.0.0.1")
+    served = serve("upstash", "--api-key", "ubx_cli_key", "--host", "127.0.0.1")
+    proc, exports, lines = served.proc, served.exports, served.lines
     assert exports["UPSTASH_BOX_API_KEY"] == "ubx_cli_key"
     assert exports["UPSTASH_BOX_BASE_URL"].startswith("http://127.0.0.1:")
     assert exports["UPSTASH_DISABLE_TELEMETRY"] == "1"
