@@ -11,6 +11,8 @@ states and lifecycle map onto these.
 
 from __future__ import annotations
 
+import os
+import stat
 from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
 from typing import ClassVar
@@ -22,6 +24,49 @@ from fakes.keys import key_digest
 from fakes.world import Box, World
 
 CAPABILITIES = frozenset({"world", "world-states", "transport-faults"})
+RECORD_DEPTH = 4  # how deep under a sandbox's places a check's record file is looked for
+RECORD_LIMIT = 1 << 16
+
+
+def find_records(places: Iterable[tuple[str, Path]], name: str) -> dict[str, str]:
+    """Sandbox id -> the text of the regular file called ``name`` found under its places.
+
+    A check names its record with a nonce, so a name found anywhere within
+    RECORD_DEPTH levels is the check's own.  The walk never follows a symlink
+    and a file is opened without following one and without blocking (a box's
+    FIFO of that name is skipped), so a sandbox's contents cannot lead the kit
+    out of it or make it wait.
+    """
+    found: dict[str, str] = {}
+    for sandbox_id, base in places:
+        if sandbox_id in found:
+            continue
+        base_depth = len(base.parts)
+        for folder, dirs, files in os.walk(base, followlinks=False):
+            if len(Path(folder).parts) - base_depth >= RECORD_DEPTH:
+                dirs[:] = []
+            if name not in files:
+                continue
+            text = _read_regular(Path(folder) / name)
+            if text is not None:
+                found[sandbox_id] = text
+                break
+    return found
+
+
+def _read_regular(path: Path) -> str | None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        return os.read(fd, RECORD_LIMIT).decode("utf-8", "replace")
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 class WorldView:
@@ -43,6 +88,15 @@ class WorldView:
     def credentials(self, sandbox_id: str) -> Collection[str]:
         """Digests (fakes.keys.key_digest) of the credentials that reached the sandbox."""
         raise NotImplementedError
+
+    def record_places(self) -> Iterable[tuple[str, Path]]:
+        """(sandbox id, directory) pairs under which a check's record file may be (it lives in the
+        directory the backend keeps, or the environment's cwd): the nonce places unless a view adds more."""
+        return self.nonce_places()
+
+    def find_record(self, name: str) -> dict[str, str]:
+        """Sandbox id -> the text of the check's record file ``name``, for every sandbox holding one."""
+        return find_records(self.record_places(), name)
 
     def pause(self, sandbox_id: str) -> None:
         raise NotImplementedError
@@ -90,6 +144,11 @@ class BoxWorldView(WorldView):
     def nonce_places(self) -> Iterable[tuple[str, Path]]:
         for box in self.world.boxes():
             yield box.id, box.home_dir
+
+    def record_places(self) -> Iterable[tuple[str, Path]]:
+        for box in self.world.boxes():
+            yield box.id, box.home_dir
+            yield box.id, box.workspace_dir
 
     def credentials(self, sandbox_id: str) -> Collection[str]:
         return self.box(sandbox_id).credentials_seen

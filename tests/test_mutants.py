@@ -24,6 +24,7 @@ TWO_WORKERS = frozenset(
         "leaves_processes",
         "output_cap",
         "stops_sandbox_on_timeout",
+        "wipes_home_on_timeout",
         "kernel_runner_killed",
         "resends_commands",
         "no_rate_limit_retry",

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from conformance.checks._run_count import count_runs, counting, describe, drive
-from conformance.checks._support import locate, nonce, out, rc, run, unverified
+from conformance.checks._run_count import count_runs, counting, describe, drive, started_in
+from conformance.checks._support import locate, out, rc, run, unverified
 from conformance.host.calls import Call
 from conformance.host.drivers import GRACE_S, MAX_RETRIES, TerminalOutcome
 
@@ -30,15 +30,13 @@ MIB = 1024 * 1024
 @pytest.mark.clause("faults.vanished-mid-command")
 def test_sandbox_deleted_mid_command_fails_it_once(kit, env):
     timeout = 2
-    value = nonce("vanish")
-    relpath = f".kit-{value}"
-    # The command announces itself under $HOME, then runs far longer than its timeout.
-    command, record = counting("vanish", f"printf '%s' {value} > \"$HOME\"/{relpath}; sleep 30")
+    # The command's record shows its start, then it runs far longer than its timeout.
+    command, record = counting(kit, env, "vanish", "sleep 30")
     started = time.monotonic()
     call = Call(drive, env, command, timeout=timeout)
     sandbox = None
     while sandbox is None and not call.done and time.monotonic() < started + timeout + 5:
-        sandbox = kit.world.locate(relpath, value)
+        sandbox = started_in(kit, record)
         if sandbox is None:
             time.sleep(0.05)
     if sandbox is None:
@@ -56,7 +54,7 @@ def test_sandbox_deleted_mid_command_fails_it_once(kit, env):
         (MAX_RETRIES + 1) * (timeout + GRACE_S + 1), what="the terminal call in a sandbox deleted mid-command"
     )
     fault = f"the sandbox was deleted {deleted - started:.1f}s into a command with timeout={timeout}"
-    again = count_runs(kit, env, record, expect=0)
+    again = count_runs(kit, env, record, expect=0, exclude=frozenset({sandbox}))
     assert again.runs == 0, (
         f"{fault}, and the command ran {again.runs} more time(s) after it (in a replacement sandbox): "
         f"{'Hermes ran it again after execute() raised' if outcome.raised else 'the backend sent it again'}; "

@@ -253,7 +253,10 @@ def test_a_kill_leaves_the_sandbox_alone(make_env):
             assert code is not None, (
                 f"after the {how} the sandbox no longer runs commands: execute() raised {seen[:300]}"
             )
-            assert seen.strip() == mark, f"after the {how} a file written earlier is gone (rc {code}, {seen[-200:]!r})"
+            assert seen.strip() == mark, (
+                f"after the {how} a file written earlier in $HOME is gone (rc {code}, {seen[-200:]!r}): the "
+                "backend stopped, reset or replaced the sandbox to end one command"
+            )
             assert bg.alive(job), f"the {how} stopped a background job of the same sandbox"
         finally:
             bg.kill(job)

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from conformance.checks._run_count import count_runs, counting, describe, drive
+from conformance.checks._run_count import Record, count_runs, counting, describe, drive
 from conformance.checks._support import not_applicable, out, rc, run, unverified
 from conformance.host.calls import Call, CallHung
 from conformance.host.drivers import TerminalOutcome
@@ -126,7 +126,7 @@ def _ended_by_backend(workers: _Workers, fault: str) -> None:
 
 
 def _once(
-    kit: Any, env: Any, record: str, outcome: TerminalOutcome, fault: str, *, expect: int = 1, at_most: bool = False
+    kit: Any, env: Any, record: Record, outcome: TerminalOutcome, fault: str, *, expect: int = 1, at_most: bool = False
 ) -> None:
     """The command ran ``expect`` times (once when the fault let it start, never when it did not).
 
@@ -154,7 +154,7 @@ def test_dropped_connection_fails_cleanly_and_is_not_retried(kit, env, faults):
     _warm(env)
     # 4 KiB of output before the pause: a fault cutting in after 2 KiB lands while the command runs.
     command, record = counting(
-        "drop", f"head -c 4096 /dev/zero | tr '\\0' s; echo; sleep 1; echo finished; exit {EXIT}"
+        kit, env, "drop", f"head -c 4096 /dev/zero | tr '\\0' s; echo; sleep 1; echo finished; exit {EXIT}"
     )
     armed = faults.arm("drop", "exec", after_bytes=2048)
     outcome = drive(env, command, timeout=10)
@@ -233,7 +233,7 @@ def test_5xx_on_idempotent_reads_is_retried(make_env, faults):
 @pytest.mark.clause("faults.exec-5xx-not-retried")
 def test_5xx_on_the_command_call_is_not_retried(kit, env, faults):
     _warm(env)
-    command, record = counting("5xx", f"echo ran; exit {EXIT}")
+    command, record = counting(kit, env, "5xx", f"echo ran; exit {EXIT}")
     armed = faults.arm("status", "exec", status=500, message="Internal server error")
     outcome = drive(env, command, timeout=10)
     faults.clear()
@@ -253,7 +253,7 @@ def _held_connection(kit: Any, env: Any, faults: Any, kind: str, body: str, faul
     raising, and leave the command with ``expect`` runs.
     """
     _warm(env)
-    command, record = counting(kind, f"{body}; exit {EXIT}")
+    command, record = counting(kit, env, kind, f"{body}; exit {EXIT}")
     armed = faults.arm(kind, "exec")
     with _host_backstop() as workers:
         outcome = drive(env, command, timeout=2)
@@ -299,7 +299,7 @@ def test_half_closed_connection_cannot_outlast_the_timeout(kit, env, faults):
 def test_damaged_frame_never_becomes_a_wrong_exit_code(kit, env, faults, kind):
     _warm(env)
     # The service damages the reply of a command it started.
-    command, record = counting(kind, f"echo damaged-{kind}; exit {EXIT}")
+    command, record = counting(kit, env, kind, f"echo damaged-{kind}; exit {EXIT}")
     armed = faults.arm(kind, "exec")
     outcome = drive(env, command, timeout=10)
     faults.clear()

@@ -131,6 +131,11 @@ class BoxLiteWorld(WorldView):
         for name in self._names(self._registry()):
             yield name, self._box_dir(name) / "data" / "home"
 
+    def record_places(self) -> Iterable[tuple[str, Path]]:
+        """Each box's /data: the directory Box Lite keeps (home and workspace are inside it)."""
+        for name in self._names(self._registry()):
+            yield name, self._box_dir(name) / "data"
+
     def credentials(self, sandbox_id: str) -> Collection[str]:
         return ()  # boxes are made on this machine with no account: no credential reaches them
 

@@ -57,6 +57,13 @@ class CloudflareWorld(WorldView):
                 snapshots.append((ws.id, snapshot.path / "home"))
         yield from snapshots
 
+    def record_places(self) -> Iterable[tuple[str, Path]]:
+        """Each live container's home and workspace (/workspace, the directory the backend keeps)."""
+        for ws in self.bridge.all():
+            if ws.box is not None:
+                yield ws.id, ws.box.home_dir
+                yield ws.id, ws.box.workspace_dir
+
     def credentials(self, sandbox_id: str) -> Collection[str]:
         ws = self.bridge.find(sandbox_id)
         return ws.credentials if ws is not None else ()

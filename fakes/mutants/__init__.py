@@ -27,6 +27,7 @@ MUTANTS = (
     "local_fallback",
     "bad_config_schema",
     "stops_sandbox_on_timeout",
+    "wipes_home_on_timeout",
     "resends_commands",
     "no_rate_limit_retry",
     "blocking_finalizer",

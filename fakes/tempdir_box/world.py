@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from fakes.world_view import find_records
+
 from .boxes import Box, list_boxes, owner_digest
 
 CAPABILITIES = frozenset({"world", "world-states"})
@@ -27,6 +29,10 @@ class TempdirWorld:
             except OSError:
                 continue
         return None
+
+    def find_record(self, name: str) -> dict[str, str]:
+        """Box id -> the text of a check's record file ``name`` under the box's $HOME (its cwd)."""
+        return find_records(((box.id, box.home) for box in list_boxes(self.root)), name)
 
     def authenticated_with(self, sandbox_id: str, credential: str) -> bool:
         """Was the box created with this credential?"""
