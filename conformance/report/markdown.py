@@ -41,6 +41,7 @@ def render(report: dict[str, Any], contract: Contract) -> str:
     ]
     if report.get("fake_world"):
         lines.append(f"- fake boxes: {fake_world_line(report['fake_world'])}")
+    lines += [f"- {gap['note']}" for gap in h.get("gaps") or ()]
     if not report["certified"]:
         lines += ["", "Why not certified:", ""] + [f"- {r}" for r in report["not_certified_because"]]
     if report.get("undeclared"):
