@@ -95,7 +95,7 @@ DEFAULT_CONFIG: dict[str, Any] = {
     }
 }
 
-_FIX = "fix the YAML at that line (config.yaml is a mapping of sections such as terminal:)"
+_FIX = "edit it into a YAML mapping of sections such as terminal:, starting at the line named"
 _LOCK = threading.RLock()
 _LAST_GOOD: dict[str, dict[str, Any]] = {}  # config path -> the last configuration loaded from it
 _REPORTED: set[tuple[str, int, int]] = set()  # (path, mtime_ns, size) of broken files already reported
@@ -171,7 +171,7 @@ def _report_broken(path: Path, problem: str, fallback: str) -> None:
         if key in _REPORTED:
             return
         _REPORTED.add(key)
-    message = f"hermes config: {path} is unusable: {problem}; {fallback} until it is fixed ({_FIX})"
+    message = f"hermes config: {path} is unusable: {problem}; {fallback} until it is fixed: {_FIX}"
     logger.warning(message)
     try:
         sys.stderr.write(message + "\n")
@@ -238,7 +238,7 @@ def load_config() -> dict[str, Any]:
             "using the configuration loaded before it broke" if last is not None else "using the default configuration",
         )
         return copy.deepcopy(last if last is not None else DEFAULT_CONFIG)
-    merged = _expand(_deep_merge(copy.deepcopy(DEFAULT_CONFIG), user or {}))
+    merged: dict[str, Any] = _expand(_deep_merge(copy.deepcopy(DEFAULT_CONFIG), user or {}))
     if user is not None:
         with _LOCK:
             _LAST_GOOD[str(path)] = copy.deepcopy(merged)

@@ -43,4 +43,9 @@ def _provider() -> Any:
 
 
 def register(ctx: Any) -> None:
-    ctx.register_terminal_environment_provider(_provider())
+    try:
+        provider = _provider()
+    except ImportError as exc:  # a Hermes without terminal backend plugins: register nothing, as tempdir_box does
+        logger.warning("this Hermes cannot host terminal backends (%s); not registered", exc)
+        return
+    ctx.register_terminal_environment_provider(provider)

@@ -10,7 +10,10 @@ the module, never as the backend's failures.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
+
+logger = logging.getLogger("fakes.plugins.hermes_gap_box")
 
 
 def _provider() -> Any:
@@ -20,7 +23,7 @@ def _provider() -> Any:
         name = "hermes_gap_box"
 
         def create_environment(self, **kwargs: Any) -> Any:
-            import hermes_cli.nonexistent_thing  # noqa: F401  (the module the host lacks)
+            import hermes_cli.nonexistent_thing  # type: ignore[import-not-found]  # noqa: F401  (no host has it)
 
             return super().create_environment(**kwargs)
 
@@ -28,4 +31,9 @@ def _provider() -> Any:
 
 
 def register(ctx: Any) -> None:
-    ctx.register_terminal_environment_provider(_provider())
+    try:
+        provider = _provider()
+    except ImportError as exc:  # a Hermes without terminal backend plugins: register nothing, as tempdir_box does
+        logger.warning("this Hermes cannot host terminal backends (%s); not registered", exc)
+        return
+    ctx.register_terminal_environment_provider(provider)
