@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import importlib
+import os
 import stat
+import subprocess
+import sys
 import textwrap
 
 import pytest
@@ -12,6 +15,7 @@ import yaml
 from conformance.host import gaps, loader
 from conformance.host.registry import ProviderRegistry
 from conformance.run import _make_hermes_home
+from tests.conftest import ROOT
 
 pytestmark = pytest.mark.usefixtures("builtin_host")
 
@@ -217,3 +221,31 @@ def test_a_missing_vendor_sdk_stays_the_backends_load_failure(tmp_path):
     (plugin / "__init__.py").write_text("import kit_no_such_vendor_sdk  # noqa: F401\n")
     with pytest.raises(loader.LoadError, match="install what provides the module 'kit_no_such_vendor_sdk'"):
         loader.load(str(plugin), ProviderRegistry())
+
+
+def test_a_hermes_host_without_the_config_module_gets_the_stand_in(tmp_path):
+    """--host hermes on an installed Hermes that lacks hermes_cli.config: the kit supplies it, reading HERMES_HOME."""
+    tree = tmp_path / "site"
+    for package in ("agent", "tools", "tools/environments", "hermes_cli"):
+        (tree / package).mkdir(parents=True)
+        (tree / package / "__init__.py").write_text("")
+    (tree / "tools" / "environments" / "base.py").write_text("class BaseEnvironment:\n    pass\n")
+    (tree / "hermes_constants.py").write_text(
+        "import os\nfrom pathlib import Path\n\ndef get_hermes_home():\n    return Path(os.environ['HERMES_HOME'])\n"
+    )
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.yaml").write_text("terminal:\n  acme_box:\n    region: eu-1\n")
+    script = textwrap.dedent(
+        """\
+        from conformance.host import abi
+        info = abi.install("hermes")
+        import hermes_cli.config as config
+        print(sorted(n for n in info.shimmed if n in ("hermes_cli.config", "agent.file_safety", "hermes_constants")))
+        print(config.cfg_get(config.load_config(), "terminal", "acme_box", "region"))
+        """
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree), str(ROOT)]), "HERMES_HOME": str(home)}
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.splitlines() == ["['agent.file_safety', 'hermes_cli.config']", "eu-1"]
