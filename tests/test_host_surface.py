@@ -14,7 +14,8 @@ import sys
 import pytest
 import yaml
 
-from conformance.report import verify
+from conformance import contract
+from conformance.report import html, markdown, verify
 from tests.conftest import ROOT, run_suite
 
 PLUGINS = ROOT / "fakes" / "plugins"
@@ -81,3 +82,5 @@ def test_a_hermes_module_the_host_lacks_is_one_note_and_unverified_clauses(tmp_p
     unverified = {c["id"] for c in report["clauses"] if c["verdict"] == "unverified" and reason in c["reason"]}
     assert "exec.result-shape" in unverified and report["certified"] is False
     assert verify.problems(report) == []
+    assert markdown.render(report, contract.load()).count(gap["note"]) == 1
+    assert html.render(report, contract.load()).count("<dt>host gap</dt>") == 1
