@@ -64,6 +64,7 @@ class _KitState:
         self.run: Any = None  # this process's KitRun, once a check asked for it
         self.run_root: Path | None = None  # the run-owned temp root this process made (and removes)
         self.bytecode_restore: tuple[dict[str, str | None], tuple[str | None, bool]] | None = None
+        self.host_gaps: dict[str, int] = {}  # Hermes module the host lacks -> checks it stopped (conformance.host.gaps)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -546,6 +547,40 @@ def pytest_runtest_call(item: pytest.Item) -> Any:
         signal.signal(signal.SIGALRM, signal.SIG_DFL)
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """A check stopped by a Hermes module the host lacks is unverified because of the host, not failed."""
+    outcome = yield
+    report = outcome.get_result()
+    if not report.failed or call.excinfo is None or report.when == "teardown" or not clause_ids(item):
+        return
+    from conformance.host import abi, gaps
+
+    module = gaps.missing_hermes_module(call.excinfo.value)
+    if module is None:
+        return
+    host = abi.active()
+    reason = gaps.unverified_reason(module, host.mode if host else None, host.hermes_version if host else None)
+    path, lineno = item.reportinfo()[:2]
+    report.outcome = "skipped"
+    report.longrepr = (str(path), (lineno or 0) + 1, f"Skipped: {reason}")
+    report.user_properties.append(("host_gap", module))
+
+
+def host_gap_notes(gaps_found: dict[str, int], host: dict[str, Any]) -> list[dict[str, Any]]:
+    """The report's ``host.gaps``: one entry (and one note) per Hermes module the host lacked."""
+    from conformance.host import gaps
+
+    return [
+        {
+            "module": module,
+            "checks": count,
+            "note": gaps.note(module, host.get("mode"), host.get("hermes_version"), count),
+        }
+        for module, count in sorted(gaps_found.items())
+    ]
+
+
 # ------------------------------------------------------------------ fixtures
 @pytest.fixture(scope="session")
 def kit(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
@@ -647,6 +682,9 @@ class _Recorder:
             report.nodeid, CheckOutcome(report.nodeid, tuple(ids), black_box="black_box" in props)
         )
         outcome.absorb(report.when, report.outcome, _reason(report), report.duration)
+        if "host_gap" in props:
+            gap = str(props["host_gap"])
+            self.state.host_gaps[gap] = self.state.host_gaps.get(gap, 0) + 1
 
     @pytest.hookimpl(tryfirst=True)  # before junitxml writes its file, so the certificate reaches it
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
@@ -656,11 +694,16 @@ class _Recorder:
 
         complete, incomplete = manifest.completeness(self.state.outcomes)
         opts = self.config.option
+        context = self.state.context
+        if self.state.host_gaps:
+            host = dict(context.get("host") or {"mode": None, "requested": opts.host})
+            host["gaps"] = host_gap_notes(self.state.host_gaps, host)
+            context = {**context, "host": host}
         self.state.report = redact.redact_data(
             build.build(
                 contract.load(),
                 self.state.outcomes.values(),
-                self.state.context,
+                context,
                 duration_s=time.time() - self.state.started,
                 started_at=self.state.started,
                 spec=opts.backend,
@@ -687,6 +730,8 @@ class _Recorder:
             terminalreporter.write_line(line)
         if report.get("fake_world"):
             terminalreporter.write_line(f"  fake boxes: {fake_world_line(report['fake_world'])}")
+        for gap in report["host"].get("gaps") or ():
+            terminalreporter.write_line(f"  {gap['note']}")
         for reason in report["incomplete_reasons"]:
             terminalreporter.write_line(f"  incomplete: {reason}")
         for error in report["errors"]:

@@ -49,12 +49,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from conformance import backends, capabilities, config, contract, credentials, leftovers, persistent_path, redact
 from conformance.credentials import Credentials
 from conformance.errors import FakeServiceError, UsageError
-from conformance.host import abi, factory, features, loader
+from conformance.host import abi, factory, features, hermes_home, loader
 from conformance.host.calls import Call, CallHung
 from conformance.host.registry import ProviderRegistry
 
@@ -441,7 +439,7 @@ def _make_hermes_home(home: Path, terminal: dict[str, Any]) -> Path:
     (home / "credentials").mkdir(exist_ok=True)
     (home / "credentials" / "service.json").write_text('{"token": "kit-credential"}\n')
     settings = {**terminal, "credential_files": ["credentials/service.json"]}
-    (home / "config.yaml").write_text(yaml.safe_dump({"terminal": settings}))
+    hermes_home.write_config(home / "config.yaml", {"terminal": settings})
     return home
 
 

@@ -25,6 +25,8 @@ HOST_MODES = ("auto", "builtin", "hermes")
 # Hermes import name -> the kit's stand-in module.
 STANDINS: dict[str, str] = {
     "hermes_constants": "conformance.host.standins.hermes_constants",
+    "hermes_cli.config": "conformance.host.standins.hermes_cli_config",
+    "agent.file_safety": "conformance.host.standins.file_safety",
     "agent.provider_base": "conformance.host.standins.provider_base",
     "agent.terminal_env_provider": "conformance.host.standins.terminal_env_provider",
     "agent.secret_scope": "conformance.host.standins.secret_scope",
@@ -37,7 +39,7 @@ STANDINS: dict[str, str] = {
     "tools.env_passthrough": "conformance.host.standins.env_passthrough",
     "tools.environments.remote_common": "conformance.host.standins.remote_common",
 }
-_PACKAGES = ("agent", "tools", "tools.environments")
+_PACKAGES = ("agent", "tools", "tools.environments", "hermes_cli")
 # Names a current host exports that older ones lack; supplied into the real module.
 _BASE_NAMES = ("EnvironmentConnectionError", "FileFetchError")
 _BASE_OUTPUT_NAMES = ("ProcessHandle", "_ThreadedProcessHandle", "_popen_bash", "_pipe_stdin")

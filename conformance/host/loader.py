@@ -33,6 +33,7 @@ from typing import Any
 import yaml
 
 from conformance.errors import BackendLoadError, PluginManifestError, file_problem, yaml_problem
+from conformance.host import abi, gaps
 from conformance.host.calls import CallHung, bounded
 from conformance.host.netguard import network_guard
 from conformance.host.registry import PluginContext, ProviderRegistry, provider_base_class
@@ -202,6 +203,17 @@ def load(
         except CallHung as exc:
             raise LoadError(str(exc), "register(ctx) must only register the provider: no network, no waiting") from None
         except Exception as exc:
+            gap = gaps.missing_hermes_module(exc)
+            if gap is not None:
+                host = abi.active()
+                what, fix = gaps.load_error(
+                    spec,
+                    gap,
+                    host.mode if host else None,
+                    host.hermes_version if host else None,
+                    where="importing it" if _import_failed(exc) else "register(ctx)",
+                )
+                raise LoadError(what, fix) from exc
             if _import_failed(exc) and isinstance(exc, ModuleNotFoundError) and exc.name:
                 fix = (
                     f"install what provides the module {exc.name!r} (the backend's SDK, often a pip extra), "

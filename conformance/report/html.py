@@ -311,6 +311,7 @@ def _environment(report: dict[str, Any]) -> list[str]:
     missing = [name for name, present in (h.get("features") or {}).items() if not present]
     if missing:
         rows.append(("host features missing", ", ".join(missing)))
+    rows += [("host gap", gap["note"].removeprefix("host gap: ")) for gap in h.get("gaps") or ()]
     if report.get("fake_world"):
         rows.append(("fake boxes", fake_world_line(report["fake_world"])))
     if report.get("credentials"):

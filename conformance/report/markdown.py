@@ -48,6 +48,7 @@ def render(report: dict[str, Any], contract: Contract) -> str:
         lines.append(f"- fake boxes: {fake_world_line(report['fake_world'])}")
     if report.get("credentials"):
         lines.append(f"- credentials: {credentials_line(report['credentials'])}")
+    lines += [f"- {gap['note']}" for gap in h.get("gaps") or ()]
     if not report["certified"]:
         lines += ["", "Why not certified:", ""] + [f"- {r}" for r in report["not_certified_because"]]
     if report.get("undeclared"):

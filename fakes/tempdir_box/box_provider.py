@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+from pathlib import Path
 from typing import Any
 
 from agent.terminal_env_provider import TerminalEnvironmentProvider
@@ -95,6 +96,10 @@ class TempdirBoxProvider(TerminalEnvironmentProvider):
     def setup_instructions(self) -> list[str]:
         return ["No setup needed: boxes are temp directories under $TEMPDIR_BOX_ROOT (or the system temp dir)."]
 
+    def box_root(self) -> Path:
+        """Where this provider's boxes live ($TEMPDIR_BOX_ROOT, else a per-user temp directory)."""
+        return default_root()
+
     def conformance_delete_sandbox(self, env: Any) -> None:
         """Delete the box ``env`` runs in behind its back, as another client of the same boxes
         would: the kit's black-box checks of a lost sandbox call it (the vendor's own delete)."""
@@ -118,7 +123,7 @@ class TempdirBoxProvider(TerminalEnvironmentProvider):
         )
         if task_id == "prompt-backend-probe":
             persistent = False  # the prompt probe must never keep or reuse a box
-        root = default_root()
+        root = self.box_root()
         root.mkdir(parents=True, exist_ok=True)
         box = Box(root / box_id_for(str(task_id), persistent=persistent))
         return (self.environment_class or TempdirBoxEnvironment)(

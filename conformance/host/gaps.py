@@ -1,0 +1,106 @@
+"""A backend that imports a Hermes module the running host does not have: the host's gap.
+
+The builtin host offers stand-ins for the Hermes modules terminal backends are
+known to import (docs/host-surface.md); the hermes host offers what the
+installed hermes-agent has.  When a backend imports another Hermes module, its
+code cannot run here, which says nothing about the backend.  So:
+
+- while the plugin is imported (``loader.load``), the run stops with one setup
+  error naming the module (``load_error``);
+- when a backend call imports it later (create_environment(), execute() ...),
+  each check that hit it is reported unverified because of the host
+  (``unverified_reason``), never failed, and the run's report carries one note
+  per missing module (``note``) under ``host.gaps``.
+
+``missing_hermes_module`` decides whether an exception is such a gap: a
+ModuleNotFoundError (anywhere in its cause/context chain, or quoted in the
+message of an exception that wrapped it) for a module under one of Hermes's
+own top-level packages.  A missing vendor SDK, or a plugin's own module, is
+not a host gap: that stays the backend's failure.
+"""
+
+from __future__ import annotations
+
+import re
+
+# Hermes 0.21's own top-level modules (hermes_constants.FIRST_PARTY_MODULE_ROOTS, plus its
+# hermes_* modules), without the generic names ("utils", "cli", "plugins", "providers") that a
+# plugin's own modules could also have.  ``hermes_plugins`` is where Hermes and the kit load
+# directory plugins: a module missing there is the plugin's own.
+HERMES_ROOTS = frozenset(
+    {
+        "agent",
+        "tools",
+        "hermes_cli",
+        "hermes_constants",
+        "hermes_yaml",
+        "gateway",
+        "cron",
+        "toolsets",
+        "model_tools",
+        "run_agent",
+        "tui_gateway",
+        "acp_adapter",
+    }
+)
+_NO_MODULE = re.compile(r"No module named '([A-Za-z_][\w.]*)'")
+_CHAIN_LIMIT = 20
+
+
+def is_hermes_module(name: str | None) -> bool:
+    return bool(name) and str(name).split(".", 1)[0] in HERMES_ROOTS
+
+
+def missing_hermes_module(exc: BaseException | None) -> str | None:
+    """The Hermes module whose absence ``exc`` reports, or None when it is not a host gap."""
+    seen: set[int] = set()
+    current = exc
+    while current is not None and id(current) not in seen and len(seen) < _CHAIN_LIMIT:
+        seen.add(id(current))
+        if isinstance(current, ModuleNotFoundError) and is_hermes_module(current.name):
+            return str(current.name)
+        for quoted in _NO_MODULE.findall(str(current)):
+            if is_hermes_module(quoted):
+                return str(quoted)
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def _host_words(mode: str | None, version: str | None = None) -> str:
+    if mode == "hermes":
+        return f"the installed hermes-agent{f' {version}' if version else ''}"
+    return "the kit's builtin host"
+
+
+def _fix(module: str, mode: str | None) -> str:
+    if mode == "hermes":
+        return f"run under a hermes-agent that has {module} (the hermes host uses the installed one)"
+    return f"run with --host hermes under a hermes-agent that has {module}"
+
+
+def unverified_reason(module: str, mode: str | None, version: str | None = None) -> str:
+    """A check's skip reason (it starts with ``unverified``, so its clause is unverified, not failed)."""
+    return (
+        f"unverified (host: the backend imports the Hermes module {module!r}, which "
+        f"{_host_words(mode, version)} does not provide; {_fix(module, mode)})"
+    )
+
+
+def note(module: str, mode: str | None, version: str | None = None, checks: int = 0) -> str:
+    """The run's one note about a missing module."""
+    counted = f"{checks} check(s) could not run and their clauses are unverified" if checks else "checks could not run"
+    return (
+        f"host gap: the backend imports the Hermes module {module!r}, which {_host_words(mode, version)} "
+        f"does not provide, so {counted}. This is the host's gap, not a backend failure: {_fix(module, mode)}"
+    )
+
+
+def load_error(
+    spec: str, module: str, mode: str | None, version: str | None = None, *, where: str = "importing it"
+) -> tuple[str, str]:
+    """(what, fix) of the setup error for a plugin that needs the missing module while it loads."""
+    return (
+        f"loading backend {spec!r} failed in {where}: it imports the Hermes module {module!r}, which "
+        f"{_host_words(mode, version)} does not provide (the host's gap, not the backend's)",
+        _fix(module, mode),
+    )

@@ -1,0 +1,1 @@
+"""Hermes's hermes_cli package, typed by the kit's stand-ins."""
