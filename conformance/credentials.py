@@ -12,11 +12,13 @@ the non-optional ``requires_env`` entries of plugin.yaml.  Each gets one origin:
 - ``unset``: nobody set it (a ``requires_env`` name the fake does not know
   stays unset, so ``doctor`` can name it).
 
-Only a run against a fake gets invented values.  A run against a real service
-(``--live``, or a backend with no fake) sends whatever it sends to that
-service, so an invented key would reach the vendor and make a probe report a
-key that does not exist: there an unset required variable stops the run before
-any check (``CredentialError``, exit 2, naming the variable).  Values are
+Only a run against a fake, or of a backend whose sandboxes are on this
+machine (not ``is_remote``) and not ``--live``, gets invented values: nothing
+it sends leaves the machine.  A run against a real service (``--live``, or a
+remote backend with no fake) sends whatever it sends to that service, so an
+invented key would reach the vendor and make a probe report a key that does
+not exist: there an unset required variable stops the run before any check
+(``CredentialError``, exit 2, naming the variable).  Values are
 registered with conformance.redact and never leave this module in a report:
 the report holds names and origins only.
 """
@@ -78,6 +80,7 @@ def gather(
     provider: Any,
     manifest: Any,
     fake: Any,
+    local: bool,
     config_env: Mapping[str, str],
     fake_env: Mapping[str, str],
     set_var: Callable[[str, str], None],
@@ -85,9 +88,11 @@ def gather(
 ) -> Credentials:
     """Decide each credential variable's value and origin; set the invented ones through ``set_var``.
 
-    ``fake`` is None for a run against a real service: then nothing is invented, and a required
-    variable left unset raises CredentialError before any check runs.
+    ``fake`` is None and ``local`` False for a run against a real service: then nothing is invented,
+    and a required variable left unset raises CredentialError before any check runs.  ``local``: the
+    backend's sandboxes are on this machine and the run is not --live.
     """
+    invent = fake is not None or local
     required = required_names(manifest)
     seeded = _declared(provider)  # what a leak check looks for: the names the backend strips
     if fake is not None:
@@ -102,7 +107,7 @@ def gather(
             creds.origins[name] = BACKEND_CONFIG
         elif os.environ.get(name):
             creds.origins[name] = USER
-        elif fake is not None and name in seeded:
+        elif invent and name in seeded:
             set_var(name, ISSUED_PREFIX + secrets.token_hex(12))
             creds.origins[name] = FAKE
         else:
@@ -112,7 +117,7 @@ def gather(
         if value:
             creds.values[name] = value
             redact.register(value)
-    if fake is None:
+    if not invent:
         _require(required, creds, backend)
     return creds
 

@@ -167,6 +167,7 @@ class KitRun:
             provider=plugin.provider,
             manifest=getattr(plugin, "manifest", None),
             fake=fake,
+            local=not options.live and not _flag(plugin.provider, "is_remote"),
             config_env=backend_config.env,
             fake_env=dict(getattr(fake, "env", {}) or {}),
             set_var=changes.set,
