@@ -85,7 +85,7 @@ def start_dir(world: World, box: Box, path: str) -> str:
         raise NotInBox(errno.ENOENT, "no such directory in the box", path)
     if not stat.S_ISDIR(mode):
         raise NotInBox(errno.ENOTDIR, "not a directory in the box", path)
-    return path if world.isolated else str(world.host_path(box, resolved))
+    return path if world.isolated else _host(fs, resolved)
 
 
 def make_dirs(world: World, box: Box, path: str) -> None:
@@ -121,6 +121,14 @@ def system_dir(path: str) -> bool:
     real = os.path.realpath(path)
     inside = [os.path.realpath(top) for top in tops]
     return os.path.isdir(real) and any(real == top or real.startswith(top + "/") for top in inside)
+
+
+def _host(fs: boxfs.BoxFS, path: str) -> str:
+    """This machine's directory behind box path ``path`` of one of the areas (the longest match: an area's
+    host path may itself lie under another area's vendor path, such as a world kept under /tmp)."""
+    area = next(a for a in fs.areas if a.holds(path))
+    rest = path[len(area.box_path) :].lstrip("/")
+    return str(area.host / rest) if rest else str(area.host)
 
 
 def _in_areas(fs: boxfs.BoxFS, path: str) -> bool:

@@ -296,15 +296,17 @@ class World:
         return False, f"host paths (namespaces unavailable: boxes are not isolated: {why})"
 
     def host_path(self, box: Box, path: str) -> Path:
-        """The host file behind an absolute path inside ``box``."""
-        for inside, outside in (
+        """The host file behind an absolute path inside ``box`` (the longest matching area: a world kept
+        under /tmp has its boxes' host paths under the box path /tmp too)."""
+        pairs = (
             (self.layout.home, box.home_dir),
             (self.layout.workspace, box.workspace_dir),
             ("/tmp", box.tmp_dir),
             (str(box.home_dir), box.home_dir),
             (str(box.workspace_dir), box.workspace_dir),
             (str(box.tmp_dir), box.tmp_dir),
-        ):
+        )
+        for inside, outside in sorted(pairs, key=lambda pair: len(pair[0]), reverse=True):
             if path == inside or path.startswith(inside.rstrip("/") + "/"):
                 return outside / path[len(inside) :].lstrip("/")
         raise PermissionError(f"{path} is outside the box's home, workspace and tmp")
