@@ -18,7 +18,8 @@ the hostname is the box's name or id.  Root inside maps to ``World.box_uid``
 and ``box_gid`` on the host, so whatever the fakes write into a box must be
 given to those ids.  Where namespaces are unusable (or ``namespaces=False``)
 commands run on the host at host paths, not isolated; ``World.paths_note``
-says which, and ``World.isolated`` tells the checks.
+says which, and ``World.isolated`` tells the checks.  Either way a command's
+directory is resolved inside the box (fakes.box_paths), never on this machine.
 """
 
 from __future__ import annotations

@@ -383,9 +383,10 @@ class Workspace:
 
         Resolved in the box, never on this machine (fakes.box_paths): home, workspace and /tmp are made
         through boxfs (never through a symlink out of the box); any other path is made by the box itself,
-        whose root and system directories are read-only.  The fake's image has no /root (the container
-        user is ``hermes``, its home /home/hermes), so ``cwd=/root``, like any directory the container
-        cannot make, is ``invalid_cwd`` and no command runs.
+        whose root and system directories are read-only.  The fake's image has no /root: the container
+        user is ``hermes`` with its home at /home/hermes, and a base image's /root is root's own (0700),
+        no directory that user could start a command in.  So ``cwd=/root``, like any directory the
+        container cannot make, is ``invalid_cwd`` and no command runs.
         """
         try:
             box_paths.make_dirs(self.world, box, cwd)
