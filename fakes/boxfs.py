@@ -312,6 +312,12 @@ class BoxFS:
             except OSError as exc:
                 raise _from_os(exc, path)
 
+    def realpath(self, path: str) -> str:
+        """The box path ``path`` leads to with its symlinks resolved inside the box (the last component
+        need not exist); a link out of the areas is ``outside``."""
+        with self._resolve(path, follow=True) as place:
+            return posixpath.normpath(place.path)
+
     def is_dir(self, path: str) -> bool:
         try:
             return stat.S_ISDIR(self.stat(path, follow=True).st_mode)

@@ -18,7 +18,8 @@ the hostname is the box's name or id.  Root inside maps to ``World.box_uid``
 and ``box_gid`` on the host, so whatever the fakes write into a box must be
 given to those ids.  Where namespaces are unusable (or ``namespaces=False``)
 commands run on the host at host paths, not isolated; ``World.paths_note``
-says which, and ``World.isolated`` tells the checks.
+says which, and ``World.isolated`` tells the checks.  Either way a command's
+directory is resolved inside the box (fakes.box_paths), never on this machine.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, overload
 
+from fakes import box_paths
 from isolation import Bind, BoxSpec, IsolationError, NamespaceBox, NamespaceDriver
 
 logger = logging.getLogger("fakes.world")
@@ -54,6 +56,8 @@ BOX_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _LAUNCH_ENV = {"PATH": BOX_PATH, "LANG": "C.UTF-8"}
 # KIT_WORLD_NAMESPACES=off: every world of this process runs unisolated, at host paths.
 NAMESPACES_ENV = "KIT_WORLD_NAMESPACES"
+# A question put to a box about its own files (``World.probe``) gets at most this long.
+PROBE_TIMEOUT_S = 10.0
 # One driver per process: whether namespaces work here is probed once.
 _DRIVER = NamespaceDriver()
 _warned_unisolated = threading.Event()
@@ -293,15 +297,17 @@ class World:
         return False, f"host paths (namespaces unavailable: boxes are not isolated: {why})"
 
     def host_path(self, box: Box, path: str) -> Path:
-        """The host file behind an absolute path inside ``box``."""
-        for inside, outside in (
+        """The host file behind an absolute path inside ``box`` (the longest matching area: a world kept
+        under /tmp has its boxes' host paths under the box path /tmp too)."""
+        pairs = (
             (self.layout.home, box.home_dir),
             (self.layout.workspace, box.workspace_dir),
             ("/tmp", box.tmp_dir),
             (str(box.home_dir), box.home_dir),
             (str(box.workspace_dir), box.workspace_dir),
             (str(box.tmp_dir), box.tmp_dir),
-        ):
+        )
+        for inside, outside in sorted(pairs, key=lambda pair: len(pair[0]), reverse=True):
             if path == inside or path.startswith(inside.rstrip("/") + "/"):
                 return outside / path[len(inside) :].lstrip("/")
         raise PermissionError(f"{path} is outside the box's home, workspace and tmp")
@@ -503,8 +509,9 @@ class World:
         """Start a command in ``box``: ``cmd`` through ``bash -lc`` (or ``-c``), or ``argv`` as is.
 
         ``tty`` runs it on a new PTY (sized ``rows`` x ``cols``, default 24 x 80) that
-        becomes its controlling terminal, so stdout and stderr are merged.  A cwd
-        that does not exist falls back to /.
+        becomes its controlling terminal, so stdout and stderr are merged.  ``cwd``
+        (default: the box's home) is resolved inside the box (fakes.box_paths); one
+        the box does not have raises ``box_paths.NotInBox``, never a start in /.
         """
         if argv:
             command = list(argv)
@@ -523,7 +530,7 @@ class World:
             "TMPDIR": "/tmp" if self.isolated else str(box.tmp_dir),
         }
         merged = {**base_env, **(env or {})}
-        where = cwd or self.box_home(box)
+        where = box_paths.start_dir(self, box, cwd or self.box_home(box))
         proc = (
             self._spawn_isolated(box, command, merged, where, tty, rows, cols)
             if self.isolated
@@ -566,7 +573,7 @@ class World:
         self, box: Box, command: list[str], env: dict[str, str], cwd: str, tty: bool, rows: int | None, cols: int | None
     ) -> BoxProcess:
         args = ["/usr/bin/env", "-i", *(f"{k}={v}" for k, v in env.items()), *command]
-        host_cwd = cwd if Path(cwd).is_dir() else str(box.home_dir)
+        host_cwd = cwd  # already resolved inside the box and mapped to its host directory (spawn)
         if not tty:
             popen = subprocess.Popen(
                 args,
@@ -598,6 +605,28 @@ class World:
         finally:
             os.close(slave)
         return BoxProcess(popen, pty_master=master)
+
+    def probe(self, box: Box, argv: Sequence[str]) -> bool:
+        """Whether ``argv`` exits 0 inside the isolated ``box`` (from /, no input or output, a bounded wait):
+        how the fakes ask a box about its own filesystem outside its home, workspace and /tmp."""
+        if not self.isolated:
+            raise RuntimeError("an unisolated box has no filesystem of its own to ask")
+        popen = self.driver.spawn(
+            self._running(box),
+            list(argv),
+            env=dict(_LAUNCH_ENV),
+            cwd="/",
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            return popen.wait(PROBE_TIMEOUT_S) == 0
+        except subprocess.TimeoutExpired:
+            popen.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                popen.wait(PROBE_TIMEOUT_S)
+            return False
 
     def kill_all(self) -> None:
         """Kill every process of every box (the boxes and their files stay)."""

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import shutil
 import signal
 import threading
@@ -30,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fakes import boxfs
+from fakes import box_paths, boxfs
 from fakes.world import Box, BoxProcess, World
 
 from .protocol import ApiError, ExecRequest, WorkspaceConfig
@@ -380,26 +379,27 @@ class Workspace:
             raise ApiError(503, "startup_timeout", "Container did not become ready")
 
     def _make_cwd(self, box: Box, cwd: str) -> None:
-        """``mkdir -p`` of the cwd inside the box (never through a symlink out of it)."""
-        try:
-            boxfs.for_box(self.world, box).makedirs(cwd)
-        except boxfs.FsError as exc:
-            if exc.kind == "outside" and os.path.isdir(cwd):
-                return  # outside home, workspace and /tmp the container user can only use what exists
-            raise ApiError(400, "invalid_cwd", "Working directory is not writable")
+        """``mkdir -p`` of the cwd inside the container, as the Worker does on every start.
 
-    def spawn_cwd(self, box: Box, cwd: str) -> str:
-        if self.world.namespaced:
-            return cwd
+        Resolved in the box, never on this machine (fakes.box_paths): home, workspace and /tmp are made
+        through boxfs (never through a symlink out of the box); any other path is made by the box itself,
+        whose root and system directories are read-only.  The fake's image has no /root: the container
+        user is ``hermes`` with its home at /home/hermes, and a base image's /root is root's own (0700),
+        no directory that user could start a command in.  So ``cwd=/root``, like any directory the
+        container cannot make, is ``invalid_cwd`` and no command runs.
+        """
         try:
-            return str(self.world.host_path(box, cwd))
-        except PermissionError:
-            return cwd
+            box_paths.make_dirs(self.world, box, cwd)
+        except box_paths.NotInBox:
+            raise ApiError(400, "invalid_cwd", "Working directory is not writable")
 
     def launch(self, box: Box, request: ExecRequest, config: WorkspaceConfig) -> BoxProcess:
         """Start ``bash -c|-lc command`` in its own process group, stderr merged into stdout."""
         argv = ["/bin/sh", "-c", _MERGED_BASH, "hermes-exec", "-lc" if request.login else "-c", request.command]
-        return self.world.spawn(box, argv=argv, cwd=self.spawn_cwd(box, config.cwd))
+        try:
+            return self.world.spawn(box, argv=argv, cwd=config.cwd)
+        except box_paths.NotInBox:  # a command removed the cwd after it was made
+            raise ApiError(400, "invalid_cwd", "Working directory is missing")
 
     def lost(self, generation: int) -> bool:
         with self.lock:

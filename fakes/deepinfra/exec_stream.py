@@ -80,9 +80,8 @@ class ExecStream:
         self.svc, self.box, self.argv, self.timeout_s, self.fault = svc, box, list(argv), timeout_s, fault
 
     def _spawn(self) -> BoxProcess:
-        world, cwd = self.svc.world, self.svc.settings.exec_cwd
-        where = cwd if world.namespaced else str(world.host_path(self.box, cwd))
-        proc = world.spawn(self.box, argv=[*_DEVNULL_STDIN, *self.argv], cwd=where)
+        # The sandbox's directory, resolved inside it by the world (missing there: the start fails).
+        proc = self.svc.world.spawn(self.box, argv=[*_DEVNULL_STDIN, *self.argv], cwd=self.svc.settings.exec_cwd)
         if proc.stdin is not None:
             proc.stdin.close()
         return proc

@@ -13,13 +13,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from fakes import bodies, procio
+from fakes import bodies, box_paths, procio
 from fakes.delivery import CuttableStream, DroppedConnection, hang
 from fakes.faults import Fault
 from fakes.rest_skeleton import endpoint
 from fakes.world import DELETED, PAUSED, Box, BoxProcess
 
-from .service import ApiError, BoxContext, Service
+from .service import ApiError, BoxContext, Service, missing_cwd
 
 FLOOD_LINE = b"flood " * 15 + b"flood\n"
 
@@ -61,6 +61,8 @@ def _events(svc: Service, proc: BoxProcess, exited: asyncio.Future[Any]) -> Asyn
 
 def spawn_error(exc: OSError) -> ApiError:
     """A command that could not start: 400 if the request made it impossible, else the fake's own 500."""
+    if isinstance(exc, box_paths.NotInBox):  # the cwd went away between the check and the start
+        return missing_cwd(exc)
     if exc.errno == errno.E2BIG:
         return ApiError(
             400,

@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from fakes import bodies, boxfs
+from fakes import bodies, box_paths, boxfs
 from fakes.faults import Faults
 from fakes.keys import Account
 from fakes.rest_skeleton import ApiError, Context, VendorService
@@ -36,6 +36,11 @@ _FS_ERRORS = {
 }
 _LABEL = re.compile(r"^[A-Za-z0-9._-]+$")
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def missing_cwd(exc: box_paths.NotInBox) -> ApiError:
+    """A command's directory that the box does not have, as the exec routes answer it."""
+    return ApiError(400, f"cwd {exc.path}: {exc.strerror}")
 
 
 class BoxContext(Context):
@@ -128,15 +133,15 @@ class Service(VendorService):
         return posixpath.normpath(path)
 
     def command_cwd(self, box: Box, path: Any) -> str:
-        """Where a command starts, as the spawned process must see it."""
+        """Where a command starts, as the spawned process must see it: a directory of the box, resolved
+        inside it (fakes.box_paths), whatever this machine has at that path.  The real service's answer
+        to a missing one is not documented; a process cannot start in it, so the fake refuses it before
+        the command starts, with a 400 naming the path."""
         path = self._absolute(path or self.world.layout.workspace)
         try:
-            host = self.world.host_path(box, path)
-        except PermissionError:
-            return path  # a system directory (/, /usr, ...): used as given
-        if not boxfs.for_box(self.world, box).is_dir(path):
-            raise ApiError(400, f"cwd {path}: no such directory in the box")
-        return path if self.world.namespaced else str(host)
+            return box_paths.start_dir(self.world, box, path)
+        except box_paths.NotInBox as exc:
+            raise missing_cwd(exc)
 
     def files(self, box: Box) -> boxfs.BoxFS:
         """The box's files as the files API reaches them: the workspace, or (files_jail off) home and /tmp too."""

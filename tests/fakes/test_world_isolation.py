@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from fakes import box_paths
 from fakes.world import World
 from isolation import SYSTEM_DIRS
 
@@ -259,7 +260,8 @@ def test_exit_codes_cwd_and_missing_programs(world: World) -> None:
     assert run(world, box, "exit 7")[0] == 7
     assert run(world, box, "kill -TERM $$")[0] == 143
     assert run(world, box, "kill -9 $$")[0] == 137
-    assert run(world, box, "pwd", cwd="/no/such/dir")[1] == "/\n"
+    with pytest.raises(box_paths.NotInBox, match="no such directory in the box"):
+        world.spawn(box, cmd="pwd", cwd="/no/such/dir")  # never started in / instead
     assert run(world, box, "pwd", cwd=world.layout.workspace)[1] == world.layout.workspace + "\n"
     proc = world.spawn(box, argv=["/no/such/program"])
     _, err = proc.popen.communicate(timeout=10)
