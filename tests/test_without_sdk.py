@@ -1,0 +1,75 @@
+"""An SDK taken away as on a machine that never had it, and a plugin judged by what it does there."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from tests.conftest import ROOT
+
+PLUGIN = ROOT / "fakes" / "plugins" / "sdk_probe_box"
+
+
+def test_a_hidden_sdk_is_missing_every_way_a_plugin_can_look():
+    script = textwrap.dedent(
+        """
+        import importlib.metadata, importlib.util, json, sys
+        import upstash_box  # imported before: hiding must also forget it
+        from conformance.host.without_sdk import hide
+        hide(["upstash_box"], ["upstash-box"])
+        seen = {"in_sys_modules": "upstash_box" in sys.modules, "find_spec": importlib.util.find_spec("upstash_box")}
+        try:
+            import upstash_box.client
+        except ModuleNotFoundError as exc:
+            seen["import"] = ["ModuleNotFoundError", exc.name]
+        try:
+            importlib.metadata.version("upstash-box")
+        except importlib.metadata.PackageNotFoundError:
+            seen["metadata"] = "PackageNotFoundError"
+        seen["others"] = importlib.metadata.version("PyYAML") != "" and __import__("yaml") is not None
+        print(json.dumps(seen))
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {
+        "in_sys_modules": False,
+        "find_spec": None,
+        "import": ["ModuleNotFoundError", "upstash_box"],
+        "metadata": "PackageNotFoundError",
+        "others": True,
+    }
+
+
+@pytest.mark.suite
+def test_a_plugin_that_looks_in_sys_modules_and_names_only_its_sdk_passes_unconfigured(tmp_path):
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "conformance.cli",
+            "certify",
+            "--backend",
+            str(PLUGIN),
+            "--fake",
+            "tempdir",
+            "--select",
+            "provider.unconfigured",
+            "--progress",
+            "off",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    verdicts = {c["id"]: c["verdict"] for c in json.loads((out / "report.json").read_text())["clauses"]}
+    assert verdicts["provider.unconfigured"] == "pass"
