@@ -470,7 +470,9 @@ def cmd_keygen(args: argparse.Namespace) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from conformance import doctor
+    from conformance import doctor, redact
+
+    redact.redact_logging()  # the plugin runs in this process: what it logs is masked like the rows
 
     return doctor.main(
         args.backend,

@@ -358,6 +358,7 @@ def _configure_check_run(config: pytest.Config) -> None:
     state = config.stash[_STATE]
     redact.register_environ()
     _redact_terminal(config)
+    redact.redact_logging()  # a plugin's own handlers too, during the run and after the summary
     # A deprecation raised inside third-party code (a vendor SDK's use of its own dependencies)
     # is not the backend's behaviour and would bury the verdicts; the kit's own stay visible,
     # and a -W option still overrides this.

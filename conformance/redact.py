@@ -3,7 +3,9 @@
 The kit registers each value it can know is a credential:
 
 - the values of the backend's ``strip_env_keys`` variables (seeded by the run),
-- the values of ``--backend-config`` ``env`` entries, except plain URLs and paths,
+- the values of ``--backend-config`` ``env`` entries whose names look like a
+  credential's, and the password of a URL that carries one (a host, port,
+  URL or path stays readable),
 - the fake service's keys (its ``secret_vars`` and credential variable),
 - every variable of the user's environment whose *name* looks like a
   credential (``credential_name``), when its value is at least
@@ -12,9 +14,11 @@ The kit registers each value it can know is a credential:
 ``redact`` masks them (and their URL- and JSON-escaped spellings) in text;
 ``redact_data`` walks JSON-like data.  The pytest plugin applies it to each
 check's report before the terminal, junit.xml or an xdist controller sees it,
-to report.json/md and the badge; ``redact_handler`` makes a log handler write
-masked text.  The registry is per process: each xdist worker registers what
-it knows (its own fake's keys, its environment) and redacts before it sends.
+to report.json/md and the badge; ``redact_logging`` makes every log handler of
+the process (a plugin's own, and Python's last-resort stderr handler that
+prints what is logged after pytest's handlers are gone) write masked text.
+The registry is per process: each xdist worker registers what it knows (its
+own fake's keys, its environment) and redacts before it sends.
 """
 
 from __future__ import annotations
@@ -80,10 +84,13 @@ class Redactor:
         return sorted(names)
 
     def register_config_env(self, env: Mapping[str, str]) -> None:
-        """--backend-config env values: all but endpoints and paths (they are not secrets)."""
+        """--backend-config env values of credential-named variables (hosts, ports and paths are not secrets;
+        a secret in another variable is registered when the backend names it in strip_env_keys)."""
         for name, value in env.items():
-            if credential_name(name) or not _endpoint_or_path(value):
+            if credential_name(name):
                 self.register(value, min_length=MIN_KNOWN)
+            elif password := _url_password(value):
+                self.register(password, min_length=1)
 
     def values(self) -> frozenset[str]:
         with self._lock:
@@ -124,12 +131,13 @@ class Redactor:
             self._pattern = None
 
 
-def _endpoint_or_path(value: str) -> bool:
-    value = value.strip()
-    if value.startswith("/"):
-        return True
-    parsed = urllib.parse.urlsplit(value)
-    return bool(parsed.scheme in ("http", "https", "ws", "wss") and parsed.netloc and "@" not in parsed.netloc)
+def _url_password(value: str) -> str | None:
+    """The password of a URL that carries one (``https://user:pw@proxy``), else None."""
+    try:
+        parsed = urllib.parse.urlsplit(value.strip())
+        return parsed.password if parsed.scheme and parsed.netloc else None
+    except ValueError:
+        return None
 
 
 # The process-wide redactor every part of the kit uses.
@@ -148,6 +156,24 @@ def register_all(values: Iterable[object]) -> None:
 
 
 # ------------------------------------------------------------------ logs
+def redact_logging() -> None:
+    """Every handler of this process formats through the redactor from now on (idempotent).
+
+    Patched on ``logging.Handler`` itself, so handlers a plugin adds and the
+    last-resort handler are covered; records are untouched, so a check that
+    reads what was logged (``record.getMessage()``) still sees a leak.
+    """
+    if getattr(logging.Handler, "_kit_redacting", False):
+        return
+    fmt = logging.Handler.format
+
+    def format_redacted(self: logging.Handler, record: logging.LogRecord) -> str:
+        return REDACTOR.redact(fmt(self, record))
+
+    logging.Handler.format = format_redacted  # type: ignore[method-assign]
+    logging.Handler._kit_redacting = True  # type: ignore[attr-defined]
+
+
 def redact_handler(handler: logging.Handler) -> logging.Handler:
     """Make ``handler`` write redacted text.
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import logging
+import subprocess
+import sys
 
 import pytest
 
@@ -70,21 +72,42 @@ def test_short_values_and_guessed_short_values_are_not_registered():
     assert r.redact("true /usr/bin:/bin ghp_canary_1234") == f"true /usr/bin:/bin {MASK}"
 
 
-def test_backend_config_env_keeps_endpoints_and_paths_readable():
+def test_backend_config_env_masks_secrets_and_keeps_hosts_ports_endpoints_and_paths_readable():
     r = Redactor()
     r.register_config_env(
         {
             "VENDOR_BASE_URL": "https://api.example.invalid/v1",
             "VENDOR_ROOT": "/srv/boxes",
             "VENDOR_ACCOUNT": "acct-7f3a9c21",
+            "SSH_HOST": "127.0.0.1",
+            "SSH_PORT": "2299",
             "VENDOR_API_KEY": "https://looks-like-a-url",
-            "VENDOR_PROXY": "https://user:pw@proxy.invalid",
+            "VENDOR_PROXY": "https://user:pw-1234@proxy.invalid",
         }
     )
     text = (
-        "https://api.example.invalid/v1 /srv/boxes acct-7f3a9c21 https://looks-like-a-url https://user:pw@proxy.invalid"
+        "https://api.example.invalid/v1 /srv/boxes acct-7f3a9c21 connect to host 127.0.0.1 port 2299 "
+        "https://looks-like-a-url https://user:pw-1234@proxy.invalid"
     )
-    assert r.redact(text) == f"https://api.example.invalid/v1 /srv/boxes {MASK} {MASK} {MASK}"
+    assert r.redact(text) == (
+        "https://api.example.invalid/v1 /srv/boxes acct-7f3a9c21 connect to host 127.0.0.1 port 2299 "
+        f"{MASK} https://user:{MASK}@proxy.invalid"
+    )
+
+
+def test_every_handler_a_plugin_adds_writes_masked_text_even_after_the_run(tmp_path):
+    script = (
+        "import logging, sys\n"
+        "from conformance import redact\n"
+        "redact.register('kit-canary-late-0123456789')\n"
+        "redact.redact_logging()\n"
+        "own = logging.getLogger('plugin'); own.addHandler(logging.StreamHandler(sys.stdout))\n"
+        "own.warning('own handler kit-canary-late-0123456789')\n"
+        "logging.getLogger('other').warning('last resort kit-canary-late-0123456789')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"own handler {MASK}\n" and done.stderr == f"last resort {MASK}\n"
 
 
 def test_redact_data_walks_json_like_data():
