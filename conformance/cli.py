@@ -400,9 +400,9 @@ def cmd_certify(args: argparse.Namespace) -> int:
     print(f"{line}: " + "; ".join(because[:5]) + more, file=sys.stderr)
     hangs = _hangs(report)
     for hang in hangs[:3]:
-        print(f"the backend hung: {hang}", file=sys.stderr)
+        print(f"a backend call overran its deadline (its check failed; the run went on): {hang}", file=sys.stderr)
     if len(hangs) > 3:
-        print(f"the backend hung: and {len(hangs) - 3} more call(s) (see report.md)", file=sys.stderr)
+        print(f"and {len(hangs) - 3} more backend call(s) overran their deadlines (see report.md)", file=sys.stderr)
     return 1
 
 
@@ -412,8 +412,8 @@ def _hangs(report: dict[str, Any]) -> list[str]:
     for clause in report.get("clauses", []):
         for check in clause.get("checks", []):
             text = str(check.get("excerpt") or "")
-            if "did not return within" in text:
-                found[text.split("CallHung: ", 1)[-1].split("; after that hang", 1)[0]] = None
+            if "CallHung: " in text and "did not return within" in text:
+                found[text.split("CallHung: ", 1)[1].split("; after that hang", 1)[0]] = None
     return list(found)
 
 

@@ -398,3 +398,40 @@ def test_certify_stopped_by_a_signal_ends_its_run_and_removes_its_temp_root(tmp_
     assert f"interrupted ({signal.Signals(sig).name})" in err
     assert list(temp.iterdir()) == [], "certify left its temp root behind"
     assert not leftovers.processes_under(temp), "certify left processes of its run"
+
+
+# ------------------------------------------------------------------ messages that name the real failure
+def test_a_tool_plugin_is_told_it_is_not_a_terminal_backend(tmp_path):
+    directory = tmp_path / "a_tool"
+    directory.mkdir()
+    (directory / "plugin.yaml").write_text("name: a_tool\nversion: '1.0'\ndescription: a tool\nkind: standalone\n")
+    (directory / "__init__.py").write_text("def register(ctx):\n    ctx.register_tool('say', lambda: 'hi')\n")
+    done = _run("doctor", "--backend", directory, "--fake", "tempdir", cwd=tmp_path)
+    line = _one_error_line(done)
+    assert "is not a terminal backend: its register(ctx) called register_tool (plugin.yaml kind: standalone)" in line
+    assert "become" not in line and "call ctx.register_terminal_environment_provider(provider) in" not in line
+
+
+def test_a_class_that_is_not_a_provider_is_named_as_such_never_called_as_register(tmp_path):
+    (tmp_path / "not_provider.py").write_text(
+        "CALLS = []\n\nclass Helper:\n    def __init__(self, *args):\n        CALLS.append(args)\n"
+    )
+    done = _run("doctor", "--backend", "not_provider:Helper", "--fake", "tempdir", cwd=tmp_path)
+    line = _one_error_line(done)
+    assert "names the class Helper, which is not a TerminalEnvironmentProvider subclass" in line
+
+
+@pytest.mark.suite
+def test_certify_twice_into_a_folder_named_like_the_backend(tmp_path):
+    for _ in range(2):
+        done = _run("certify", "--backend", "tempdir_box", "--select", "probe", "--out", "tempdir_box", cwd=tmp_path)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        assert "has no __init__.py" not in done.stderr and (tmp_path / "tempdir_box" / "report.json").is_file()
+
+
+def test_a_lost_run_record_says_the_sandbox_lost_its_files():
+    from conformance.checks._run_count import RunCount
+
+    said = RunCount(0, gone="~/work (provider attribute conformance_persistent_path)").explain()
+    assert "gone from every sandbox" in said and "stopped, reset or replaced" in said and "~/work" in said
+    assert "0 run" not in said

@@ -143,8 +143,8 @@ def _once(
         )
     again = "Hermes's terminal tool sent it again after execute() raised" if outcome.raised else "it was sent again"
     raise AssertionError(
-        f"{fault} and the command ran {count.runs} time(s) where the service started it "
-        f"{expect} time(s): {again}; {describe(outcome)}"
+        f"{fault} and the command's record shows {count.runs} run(s), expected {'at most ' if at_most else ''}"
+        f"{expect}: {again}; {describe(outcome)}"
     )
 
 

@@ -313,6 +313,17 @@ def _from_package(
             from conformance.host.registry import unknown_register_name
 
             why = "; ".join(unknown_register_name(n) for n in dict.fromkeys(ctx.unknown_names))
+        kind = (manifest or {}).get("kind")
+        if ctx.other_calls and not ctx.rejected and not ctx.unknown_names and kind != "backend":
+            # A plugin of another kind (tools, commands, hooks): nothing to certify, nothing to fix.
+            calls = ", ".join(dict.fromkeys(ctx.other_calls))
+            raise LoadError(
+                f"{spec} is not a terminal backend: its register(ctx) called {calls}"
+                + (f" (plugin.yaml kind: {kind})" if kind else "")
+                + ", and no terminal provider",
+                "the kit certifies terminal backends (plugins that call ctx.register_terminal_environment_provider); "
+                "give it one of those",
+            )
         raise LoadError(
             f"{spec}: register(ctx) registered no terminal provider ({why})",
             "call ctx.register_terminal_environment_provider(provider) in register(ctx)",
@@ -338,6 +349,13 @@ def _from_object(
     if isinstance(target, base):
         registry.register(target)
         return LoadedPlugin(spec=spec, source="object", provider=target, module=module)
+    if inspect.isclass(target):
+        # A class is never register(ctx): calling it would only construct it.
+        raise LoadError(
+            f"{spec} names the class {target.__name__}, which is not a TerminalEnvironmentProvider subclass",
+            f"name the provider class (a subclass of {base.__module__}.{base.__name__}), an instance of it, or "
+            "the plugin's register(ctx) function",
+        )
     if callable(target):
         manifest = None
         directory = _module_dir(module)
