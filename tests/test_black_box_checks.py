@@ -120,3 +120,37 @@ def test_with_a_world_both_kinds_of_check_must_pass():
     clause = next(c for c in report["clauses"] if c["id"] == REPLACED)
     assert clause["verdict"] == "pass" and [e["outcome"] for e in clause["checks"]] == ["passed", "passed"]
     assert verify.problems(report) == []
+
+
+@pytest.mark.suite
+def test_a_backend_ignoring_force_remove_is_not_certified_even_without_a_world(tmp_path):
+    """No fake, so no world: the black-box check of lifecycle.force-remove alone must catch the mutant."""
+    import json
+    import subprocess
+    import sys
+
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "conformance.cli",
+            "certify",
+            "--backend",
+            "fakes.mutants.force_remove_ignored:provider",
+            "--progress",
+            "off",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=tmp_path,
+    )
+    report = json.loads((out / "report.json").read_text())
+    assert done.returncode == 1 and not report["certified"], done.stdout[-2000:]
+    assert report["fake"] is None
+    verdicts = {c["id"]: c["verdict"] for c in report["clauses"]}
+    assert verdicts["lifecycle.force-remove"] == "fail"
+    assert "MUST clause lifecycle.force-remove failed" in report["not_certified_because"]

@@ -22,7 +22,10 @@ from typing import Any
 import pytest
 
 from conformance.capabilities import DELETE_HOOK
-from conformance.checks._support import attempt, keep, kept, locate, nonce, plant, rc, run
+from conformance.checks._support import attempt, keep, kept, locate, nonce, not_applicable, plant, rc, run
+from conformance.checks.test_force_remove import declares_force_remove
+from conformance.host.calls import bounded
+from conformance.host.lifecycle import cleanup_env
 
 
 def _read(env: Any, relpath: str) -> tuple[int | None, str]:
@@ -116,4 +119,24 @@ def test_sandbox_deleted_elsewhere_is_reported_then_replaced(kit, env):
     assert code == 0 and seen != value, (
         f"after the sandbox was deleted through {channel}, the environment still reads its file "
         f"(rc={code}): the command ran in the deleted sandbox or its files were carried over"
+    )
+
+
+@pytest.mark.black_box
+@pytest.mark.clause("lifecycle.force-remove")
+def test_a_force_removed_persistent_sandbox_is_not_found_again(kit, make_env):
+    task_id = kit.new_task_id("force-bb")
+    first = kit.create(task_id, persistent=True, track=False)
+    if not declares_force_remove(first):
+        bounded(first.cleanup, deadline=30, what="cleanup()")
+        not_applicable("cleanup() does not declare force_remove, so the host never passes it")
+    # In the directory the backend keeps: what a kept sandbox would show the next environment.
+    name, value = f".{nonce('force-bb')}", nonce("force-bb")
+    keep(kit, first, name, value)
+    bounded(cleanup_env, first, force_remove=True, deadline=30, what="cleanup(force_remove=True)")
+    second = make_env(task_id, persistent=True)
+    _, seen, where = kept(kit, second, name)
+    assert seen != value, (
+        f"after cleanup(force_remove=True) of a persistent environment, a new environment for the same task id "
+        f"found its file in {where.describe()}: the sandbox was kept and reattached; force_remove must delete it"
     )

@@ -16,7 +16,7 @@ from conformance.host.calls import bounded
 from conformance.host.lifecycle import cleanup_env
 
 
-def _declares_force_remove(env) -> bool:
+def declares_force_remove(env) -> bool:
     try:
         return "force_remove" in inspect.signature(env.cleanup).parameters
     except (TypeError, ValueError):
@@ -26,7 +26,7 @@ def _declares_force_remove(env) -> bool:
 @pytest.mark.clause("lifecycle.force-remove")
 def test_force_remove_deletes_and_its_absence_keeps_a_persistent_sandbox(kit):
     removed = kit.create(kit.new_task_id("force"), persistent=True, track=False)
-    if not _declares_force_remove(removed):
+    if not declares_force_remove(removed):
         bounded(removed.cleanup, deadline=30, what="cleanup()")
         not_applicable("cleanup() does not declare force_remove, so the host never passes it")
     doomed = locate(kit, removed, "force")
