@@ -696,9 +696,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--client-faults",
         nargs="?",
         const="on",
-        metavar="on|off|VENDOR|ROUTES.yaml",
-        help="inject transport faults in the backend's own clients instead of the fake's script "
-        "(docs/transport-faults.md); automatic for a live run of a backend the kit knows",
+        metavar="on|off|VENDOR|ROUTES.yaml|tcp:HOST:PORT",
+        help="inject transport faults in the backend's own clients instead of the fake's script, or "
+        "(tcp:HOST:PORT) in a TCP proxy in front of that endpoint (docs/transport-faults.md); "
+        "automatic for a live run of a backend the kit knows",
     )
     c.set_defaults(func=cmd_certify)
 
