@@ -215,11 +215,15 @@ def cmd_backends(args: argparse.Namespace) -> int:
 def _certify_inputs(args: argparse.Namespace) -> None:
     """Read --backend-config and --waivers before the run (a KitError costs no suite run), and register
     what this process knows to mask: the user's credential variables and --backend-config env values."""
-    from conformance import capabilities, config, redact, waivers
+    from conformance import capabilities, config, fault_routes, redact, waivers
 
     redact.register_environ()
     if args.backend_config:
-        loaded = config.load(args.backend_config, set(capabilities.declarable(contract.load())))
+        loaded = config.load(
+            args.backend_config,
+            set(capabilities.declarable(contract.load())),
+            run_sets=fault_routes.run_variables(args.client_faults),
+        )
         redact.register_config_env(loaded.env)
     if args.waivers:
         waivers.load(args.waivers, contract.load())

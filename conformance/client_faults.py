@@ -57,7 +57,7 @@ from respx.mocks import HTTPCoreMocker
 from conformance import fault_routes
 from conformance.damage import UNIT_KINDS, Cutter, alines, lines
 from conformance.fault_proxy import FaultProxy, TcpFaultProxy
-from conformance.fault_routes import IGNORE, Route, RouteTable
+from conformance.fault_routes import IGNORE, TCP_PROXY_HOST_VAR, TCP_PROXY_PORT_VAR, TCP_PROXY_VAR, Route, RouteTable
 from conformance.verdicts import UNVERIFIED_PREFIX
 from fakes.fault_script import Armed, FaultScript
 from fakes.faults import Fault, Faults
@@ -71,10 +71,6 @@ UNSUPPORTED = {
 PLAINTEXT_KINDS = ("status", "garbage", "truncate")  # need to read the request or the frames
 OBSERVED_FIRST = ("exec",)  # roles every check uses before arming them (a warm-up command)
 POLL_S = 0.05
-# Where a run with tcp:HOST:PORT exports its TCP proxy's address, for --backend-config env values (${NAME}).
-TCP_PROXY_VAR = "HERMES_KIT_TCP_PROXY"  # 127.0.0.1:PORT
-TCP_PROXY_HOST_VAR = "HERMES_KIT_TCP_PROXY_HOST"
-TCP_PROXY_PORT_VAR = "HERMES_KIT_TCP_PROXY_PORT"
 OPAQUE_CHANNELS = {"wss": "a TLS WebSocket", "tcp": "raw TCP connections"}  # the proxy cannot read their bytes
 
 _INNER: contextvars.ContextVar[bool] = contextvars.ContextVar("kit_client_faults_inner", default=False)

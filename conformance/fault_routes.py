@@ -51,6 +51,17 @@ IGNORE = "ignore"
 METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "WS")
 FORMAT = "the format is in conformance/fault_routes.py"
 TCP_PREFIX = "tcp:"
+# What a run with tcp:HOST:PORT exports (its TCP proxy's address), for --backend-config env values (${NAME}).
+TCP_PROXY_VAR = "HERMES_KIT_TCP_PROXY"  # 127.0.0.1:PORT
+TCP_PROXY_HOST_VAR = "HERMES_KIT_TCP_PROXY_HOST"
+TCP_PROXY_PORT_VAR = "HERMES_KIT_TCP_PROXY_PORT"
+TCP_PROXY_VARS = (TCP_PROXY_VAR, TCP_PROXY_HOST_VAR, TCP_PROXY_PORT_VAR)
+
+
+def run_variables(setting: str | None) -> tuple[str, ...]:
+    """The variables a run with this --client-faults setting exports itself (before --backend-config is read)."""
+    return TCP_PROXY_VARS if setting is not None and setting.startswith(TCP_PREFIX) else ()
+
 
 # The vendors' routes, from their API references (the kit's fakes serve the same routes).
 VENDOR_ROUTES: dict[str, dict[str, tuple[str, ...]]] = {

@@ -6,7 +6,8 @@ byte for byte what passed each way and when each end closed.  Faults are
 armed by role through the client-side injector, as the transport checks
 arm them, and decided per connection.  The last tests run the line-exec
 service (fakes/line_exec) through the proxy: a real bash command whose
-connection is dropped is killed on the service's side.
+connection is dropped is killed on the service's side, and certify runs the
+transport checks against line_exec with its commands through the proxy.
 """
 
 from __future__ import annotations
@@ -14,15 +15,20 @@ from __future__ import annotations
 import json
 import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
-from conformance import fault_routes
-from conformance.client_faults import TCP_PROXY_HOST_VAR, TCP_PROXY_PORT_VAR, TCP_PROXY_VAR, ClientFaults
+from conformance import contract, fault_routes
+from conformance.client_faults import ClientFaults
 from conformance.errors import RouteTableError
+from conformance.fault_routes import TCP_PROXY_HOST_VAR, TCP_PROXY_PORT_VAR, TCP_PROXY_VAR
 from conformance.verdicts import UNVERIFIED_PREFIX
 
 BLOB = bytes(range(256)) * 32  # 8 KiB, every byte value
@@ -249,3 +255,94 @@ def test_a_dropped_command_is_killed_by_the_service_behind_the_proxy(line_exec, 
     assert ended == "eof" and len(reply) == 2048 and b'"exit"' not in reply
     time.sleep(1.5)
     assert not marker.exists(), "the service kept running a command whose connection was dropped"
+
+
+# ------------------------------------------------------------------ certify through the proxy
+TRANSPORT = sorted(c.id for c in contract.load().clauses if "transport-faults" in c.capabilities)
+# What a proxy that cannot read the protocol cannot do: answer in the service's place, damage a frame.
+NEEDS_PLAINTEXT = {
+    "faults.create-rate-limited",
+    "faults.read-5xx-retried",
+    "faults.exec-5xx-not-retried",
+    "faults.damaged-frame",
+}
+
+
+def _certify(tmp_path: Path, backend: str, select: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    """certify a line_exec backend with its commands through the kit's TCP proxy, pointed there by
+    --backend-config (the proxy's address is the run's $HERMES_KIT_TCP_PROXY)."""
+    from fakes.line_exec.server import LineExecServer
+
+    config = tmp_path / "backend.yaml"
+    config.write_text(f"env:\n  LINE_EXEC_ADDR: ${{{TCP_PROXY_VAR}}}\n")
+    out = tmp_path / "out"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "HERMES_", "LINE_EXEC_"))}
+    service = LineExecServer().start()
+    try:
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "conformance.cli",
+                "certify",
+                "--backend",
+                backend,
+                "--backend-config",
+                str(config),
+                f"--client-faults=tcp:{service.address}",
+                "--select",
+                select,
+                "--workers",
+                "0",
+                "--out",
+                str(out),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            cwd=tmp_path,
+            env=env,
+        )
+        connections = service.connections
+    finally:
+        service.stop()
+    report = json.loads((out / "report.json").read_text())
+    assert connections > 0, "no command reached the service"
+    assert report["backend"]["transport_faults"].startswith(f"client-side (tcp:{service.address}")
+    return proc, report
+
+
+@pytest.mark.suite
+def test_certify_over_raw_tcp_gives_the_transport_clauses_verdicts(tmp_path):
+    proc, report = _certify(tmp_path, "fakes.line_exec:provider", "transport")
+    verdicts = {c["id"]: c["verdict"] for c in report["clauses"] if c["id"] in TRANSPORT}
+    assert len(verdicts) >= 8 and set(NEEDS_PLAINTEXT) < set(verdicts)
+    assert {cid: v for cid, v in verdicts.items() if cid not in NEEDS_PLAINTEXT} == dict.fromkeys(
+        sorted(set(verdicts) - NEEDS_PLAINTEXT), "pass"
+    ), proc.stdout[-3000:]
+    assert {cid: verdicts[cid] for cid in NEEDS_PLAINTEXT} == dict.fromkeys(NEEDS_PLAINTEXT, "unverified")
+
+
+@pytest.mark.suite
+def test_certify_over_raw_tcp_fails_a_backend_that_reads_a_dropped_connection_as_success(tmp_path):
+    proc, report = _certify(
+        tmp_path, "fakes.line_exec:lost_is_success", "faults.dropped-mid-command,faults.half-closed"
+    )
+    verdicts = {c["id"]: c["verdict"] for c in report["clauses"] if c["verdict"] != "not-run"}
+    assert verdicts == {"faults.dropped-mid-command": "fail", "faults.half-closed": "pass"}, proc.stdout[-3000:]
+    assert "a lost stream read as success" in proc.stdout
+
+
+def test_a_config_naming_the_proxy_without_tcp_faults_says_which_option_sets_it(tmp_path, monkeypatch):
+    from conformance import config
+    from conformance.errors import BackendConfigError
+
+    monkeypatch.delenv(TCP_PROXY_VAR, raising=False)
+    path = tmp_path / "backend.yaml"
+    path.write_text(f"env:\n  LINE_EXEC_ADDR: ${{{TCP_PROXY_VAR}}}\n")
+    with pytest.raises(BackendConfigError) as caught:
+        config.load(str(path), set())
+    assert "--client-faults=tcp:HOST:PORT" in str(caught.value)
+    # checked before the run, which exports it itself
+    checked = config.load(str(path), set(), run_sets=fault_routes.run_variables("tcp:127.0.0.1:22"))
+    assert checked.env == {"LINE_EXEC_ADDR": ""}

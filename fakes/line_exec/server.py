@@ -144,7 +144,7 @@ class LineExecServer(socketserver.ThreadingTCPServer):
 
     @property
     def address(self) -> str:
-        host, port = self.server_address[:2]
+        host, port = self.socket.getsockname()[:2]
         return f"{host}:{port}"
 
     def count(self) -> None:
