@@ -1,4 +1,5 @@
-"""A loopback HTTP CONNECT proxy that faults the connections tunneled through it.
+"""Loopback proxies that fault the connections passing through them: an HTTP CONNECT proxy, and a
+plain TCP forward to one endpoint (``TcpFaultProxy``, for ``--client-faults tcp:HOST:PORT``).
 
 For clients the kit cannot reach inside (a WebSocket library, a raw TCP
 client), faults are injected between the client and the server: the client
