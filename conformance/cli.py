@@ -606,6 +606,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_init_plugin(sub)
 
+    from conformance.bench.options import add_parser as add_bench
+
+    add_bench(sub)
+
     from conformance.workspace import add_parser as add_workspace
 
     add_workspace(sub)
