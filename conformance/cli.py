@@ -606,7 +606,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_init_plugin(sub)
 
-    from conformance.bench.options import add_parser as add_bench
+    from conformance.bench.command import add_parser as add_bench
 
     add_bench(sub)
 

@@ -1,31 +1,16 @@
-"""The bench's options, shared by ``python -m conformance.bench`` and ``hermes-backend-kit bench``.
-
-Kept apart from cli.py so that building hermes-backend-kit's parser imports none of the measuring code.
-"""
+"""The bench's options, shared by ``python -m conformance.bench`` and ``hermes-backend-kit bench``
+(conformance/bench/command.py), kept apart from cli.py: building hermes-backend-kit's parser imports none
+of the measuring code."""
 
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 from conformance.backends import DEFAULT_BACKENDS
 from conformance.bench.entries import DEFAULT_REFERENCE
 from conformance.bench.world import DEFAULT_ROUNDS as DEFAULT_WORLD_ROUNDS
 
 DESCRIPTION = "Benchmark matrix: backends on their fakes against local bash -c (docs/benchmarks.md)."
-
-
-def add_parser(sub: Any) -> None:
-    """``hermes-backend-kit bench``: the same options and run."""
-    p = sub.add_parser("bench", help="benchmark backends against local bash -c", description=DESCRIPTION)
-    add_options(p)
-    p.set_defaults(func=_run)
-
-
-def _run(args: argparse.Namespace) -> int:
-    from conformance.bench.cli import run
-
-    return run(args)
 
 
 def add_options(p: argparse.ArgumentParser) -> None:

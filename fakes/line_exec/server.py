@@ -138,14 +138,11 @@ class LineExecServer(socketserver.ThreadingTCPServer):
 
     def __init__(self, port: int = 0):
         super().__init__(("127.0.0.1", port), _Handler)
+        host, bound = self.socket.getsockname()[:2]
+        self.address = f"{host}:{bound}"  # what LINE_EXEC_ADDR names
         self.connections = 0
         self._count_lock = threading.Lock()
         self._thread: threading.Thread | None = None
-
-    @property
-    def address(self) -> str:
-        host, port = self.socket.getsockname()[:2]
-        return f"{host}:{port}"
 
     def count(self) -> None:
         with self._count_lock:
