@@ -3,7 +3,7 @@
 The kit registers each value it can know is a credential:
 
 - the values of the backend's ``strip_env_keys`` variables (seeded by the run),
-- the values of ``--backend-config`` ``env`` entries, except plain URLs, IP addresses and paths,
+- the values of ``--backend-config`` ``env`` entries, except plain URLs and paths,
 - the fake service's keys (its ``secret_vars`` and credential variable),
 - every variable of the user's environment whose *name* looks like a
   credential (``credential_name``), when its value is at least
@@ -19,7 +19,6 @@ it knows (its own fake's keys, its environment) and redacts before it sends.
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import logging
 import os
@@ -127,27 +126,10 @@ class Redactor:
 
 def _endpoint_or_path(value: str) -> bool:
     value = value.strip()
-    if value.startswith("/") or _ip_endpoint(value):
+    if value.startswith("/"):
         return True
     parsed = urllib.parse.urlsplit(value)
     return bool(parsed.scheme in ("http", "https", "ws", "wss") and parsed.netloc and "@" not in parsed.netloc)
-
-
-def _ip_endpoint(value: str) -> bool:
-    """An IP address, alone or with a port (``127.0.0.1:2222``, ``[::1]:22``): an endpoint, never a secret."""
-    host, port = value, ""
-    if value.startswith("["):
-        host, _, rest = value[1:].partition("]")
-        port = rest[1:] if rest.startswith(":") else rest
-    elif value.count(":") == 1:
-        host, _, port = value.partition(":")
-    if port and not port.isdigit():
-        return False
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    return True
 
 
 # The process-wide redactor every part of the kit uses.

@@ -87,22 +87,6 @@ def test_backend_config_env_keeps_endpoints_and_paths_readable():
     assert r.redact(text) == f"https://api.example.invalid/v1 /srv/boxes {MASK} {MASK} {MASK}"
 
 
-def test_backend_config_env_keeps_ip_endpoints_readable():
-    """A TCP endpoint in the config (the kit's own fault proxy, ${HERMES_KIT_TCP_PROXY}) is no secret."""
-    r = Redactor()
-    r.register_config_env(
-        {
-            "EXEC_ADDR": "127.0.0.1:41234",
-            "EXEC_HOST": "127.0.0.1",
-            "EXEC_V6": "[::1]:2222",
-            "VENDOR_TOKEN_ISH": "acct:123456",
-            "VENDOR_API_KEY": "10.0.0.7:22",
-        }
-    )
-    text = "127.0.0.1:41234 [::1]:2222 acct:123456 10.0.0.7:22"
-    assert r.redact(text) == f"127.0.0.1:41234 [::1]:2222 {MASK} {MASK}"
-
-
 def test_redact_data_walks_json_like_data():
     r = Redactor()
     r.register("tok-123456")
