@@ -510,6 +510,11 @@ class FaultWorld:
         """The fake's sandboxes; none without a fake (as a run without any world view sees)."""
         return {} if self._world is None else self._world.sandboxes()
 
+    def find_record(self, name: str) -> dict[str, str]:
+        """A check's record file in the fake's sandboxes; none without a fake (the checks then read it
+        through the backend, as a run without any world view does)."""
+        return {} if self._world is None else dict(self._world.find_record(name))
+
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_") or self._world is None:
             raise AttributeError(f"this run has no world view ({name}); only client-side transport faults")
