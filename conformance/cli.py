@@ -215,11 +215,15 @@ def cmd_backends(args: argparse.Namespace) -> int:
 def _certify_inputs(args: argparse.Namespace) -> None:
     """Read --backend-config and --waivers before the run (a KitError costs no suite run), and register
     what this process knows to mask: the user's credential variables and --backend-config env values."""
-    from conformance import capabilities, config, redact, waivers
+    from conformance import capabilities, config, fault_routes, redact, waivers
 
     redact.register_environ()
     if args.backend_config:
-        loaded = config.load(args.backend_config, set(capabilities.declarable(contract.load())))
+        loaded = config.load(
+            args.backend_config,
+            set(capabilities.declarable(contract.load())),
+            run_sets=fault_routes.run_variables(args.client_faults),
+        )
         redact.register_config_env(loaded.env)
     if args.waivers:
         waivers.load(args.waivers, contract.load())
@@ -610,6 +614,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_init_plugin(sub)
 
+    from conformance.bench.command import add_parser as add_bench
+
+    add_bench(sub)
+
     from conformance.workspace import add_parser as add_workspace
 
     add_workspace(sub)
@@ -704,9 +712,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--client-faults",
         nargs="?",
         const="on",
-        metavar="on|off|VENDOR|ROUTES.yaml",
-        help="inject transport faults in the backend's own clients instead of the fake's script "
-        "(docs/transport-faults.md); automatic for a live run of a backend the kit knows",
+        metavar="on|off|VENDOR|ROUTES.yaml|tcp:HOST:PORT",
+        help="inject transport faults in the backend's own clients instead of the fake's script, or "
+        "(tcp:HOST:PORT) in a TCP proxy in front of that endpoint (docs/transport-faults.md); "
+        "automatic for a live run of a backend the kit knows",
     )
     c.set_defaults(func=cmd_certify)
 

@@ -17,6 +17,11 @@ unchanged against a vendor's live service or against any fake:
   session): ``ws_proxy`` / ``wss_proxy`` point them at a loopback CONNECT
   proxy (conformance/fault_proxy.py).  On plain ws:// it applies every kind;
   over TLS it can only drop, half-close, stall or delay a connection.
+- Any other protocol over TCP (SSH, a vendor's own wire protocol):
+  ``tcp:HOST:PORT`` starts a loopback TCP proxy in front of that endpoint
+  and exports its address (``HERMES_KIT_TCP_PROXY``), which the run's
+  --backend-config hands to the backend; every connection through it is an
+  ``exec`` connection, which it can drop, half-close, stall or delay.
 
 Which request is which role comes from a route table (conformance/fault_routes.py),
 and faults are kept in the fakes' own registry (fakes.faults.Faults) keyed
@@ -51,8 +56,8 @@ from respx.mocks import HTTPCoreMocker
 
 from conformance import fault_routes
 from conformance.damage import UNIT_KINDS, Cutter, alines, lines
-from conformance.fault_proxy import FaultProxy
-from conformance.fault_routes import IGNORE, Route, RouteTable
+from conformance.fault_proxy import FaultProxy, TcpFaultProxy
+from conformance.fault_routes import IGNORE, TCP_PROXY_HOST_VAR, TCP_PROXY_PORT_VAR, TCP_PROXY_VAR, Route, RouteTable
 from conformance.verdicts import UNVERIFIED_PREFIX
 from fakes.fault_script import Armed, FaultScript
 from fakes.faults import Fault, Faults
@@ -66,6 +71,7 @@ UNSUPPORTED = {
 PLAINTEXT_KINDS = ("status", "garbage", "truncate")  # need to read the request or the frames
 OBSERVED_FIRST = ("exec",)  # roles every check uses before arming them (a warm-up command)
 POLL_S = 0.05
+OPAQUE_CHANNELS = {"wss": "a TLS WebSocket", "tcp": "raw TCP connections"}  # the proxy cannot read their bytes
 
 _INNER: contextvars.ContextVar[bool] = contextvars.ContextVar("kit_client_faults_inner", default=False)
 _ASYNC: contextvars.ContextVar[bool] = contextvars.ContextVar("kit_client_faults_async", default=False)
@@ -141,6 +147,7 @@ class ClientFaults(FaultScript):
         self._stopping = threading.Event()
         self._router: _Router | None = None
         self.proxy: FaultProxy | None = None
+        self.tcp_proxy: TcpFaultProxy | None = None
 
     # -- the FaultScript interface ------------------------------------------------------------
     def arm(self, kind: str, role: str, *, sandbox: str | None = None, times: int = 1, **params: object) -> Armed:
@@ -153,6 +160,20 @@ class ClientFaults(FaultScript):
     def _require_observable(self, kind: str, role: str) -> None:
         with self._seen_lock:
             channels = +self.seen[role]
+        tcp = self.table.tcp_target
+        if kind in PLAINTEXT_KINDS and not self.routes[role]:
+            _unverified(
+                f"the run's client-side faults reach only the backend's TCP connections to the endpoint of "
+                f"{self.table.name}, which carry its commands; a {kind} fault on {role} needs an HTTP route "
+                "the injector can answer in the service's place"
+            )
+        if role in OBSERVED_FIRST and not channels and tcp is not None:
+            _unverified(
+                f"no connection of this backend reached the kit's TCP proxy in front of {self.table.name}, "
+                f"so a {kind} fault on {role} would never fire: point the backend at the proxy through "
+                f"${TCP_PROXY_VAR} (or ${TCP_PROXY_HOST_VAR} and ${TCP_PROXY_PORT_VAR}) in --backend-config "
+                "(docs/transport-faults.md), and make it open a connection per command"
+            )
         if role in OBSERVED_FIRST and not channels:
             _unverified(
                 f"no {role} request of this backend reached the client-side fault injector (routes: "
@@ -160,17 +181,18 @@ class ClientFaults(FaultScript):
                 f"{role} would never fire: the backend's client is neither httpx nor a websockets "
                 "connection, or the route table does not match it"
             )
-        if kind in PLAINTEXT_KINDS and channels and set(channels) == {"wss"}:
+        if kind in PLAINTEXT_KINDS and channels and set(channels) <= set(OPAQUE_CHANNELS):
+            over = " and ".join(OPAQUE_CHANNELS[c] for c in sorted(channels))
             _unverified(
-                f"the backend's {role} calls go over a TLS WebSocket, where the fault proxy sees only "
-                f"encrypted bytes: it can drop, half-close, stall or delay the connection but cannot "
-                f"inject {kind}"
+                f"the backend's {role} calls go over {over}, whose bytes the fault proxy cannot read: it can "
+                f"drop, half-close, stall or delay a connection but cannot inject {kind}"
             )
 
     # -- lifecycle ----------------------------------------------------------------------------
     def start(self, set_env: Callable[[str, str], None]) -> None:
-        """Route this process's httpx traffic through the injector and its WebSocket clients through the
-        fault proxy (``set_env`` exports ws_proxy / wss_proxy).  One injector per process."""
+        """Route this process's httpx traffic through the injector, its WebSocket clients through the
+        fault proxy (``set_env`` exports ws_proxy / wss_proxy) and, for tcp:HOST:PORT, start the TCP
+        proxy in front of that endpoint (``set_env`` exports its address).  One injector per process."""
         global _active
         with _active_lock:
             if _active is not None:
@@ -180,15 +202,23 @@ class ClientFaults(FaultScript):
                 )
             _active = self
         try:
-            router = _Router(assert_all_called=False, assert_all_mocked=False, using=_PoolMocker.name)
-            router.route().mock(side_effect=self._on_request)
-            router.start()
-            self._router = router
+            if any(r.method not in ("WS", "TCP") for r in self.table.routes):
+                router = _Router(assert_all_called=False, assert_all_mocked=False, using=_PoolMocker.name)
+                router.route().mock(side_effect=self._on_request)
+                router.start()
+                self._router = router
             if any(r.method == "WS" for r in self.table.routes):
                 self.proxy = FaultProxy(self._decide_tunnel)
                 address = self.proxy.start()
                 set_env("ws_proxy", address)
                 set_env("wss_proxy", address)
+            if self.table.tcp_target is not None:
+                self.tcp_proxy = TcpFaultProxy(self._decide_connection, self.table.tcp_target)
+                address = self.tcp_proxy.start()
+                host, _, port = address.rpartition(":")
+                set_env(TCP_PROXY_VAR, address)
+                set_env(TCP_PROXY_HOST_VAR, host)
+                set_env(TCP_PROXY_PORT_VAR, port)
         except BaseException:
             self.stop()
             raise
@@ -200,9 +230,10 @@ class ClientFaults(FaultScript):
         if self._router is not None:
             self._router.stop(quiet=True)
             self._router = None
-        if self.proxy is not None:
-            self.proxy.stop()
-            self.proxy = None
+        for proxy in (self.proxy, self.tcp_proxy):
+            if proxy is not None:
+                proxy.stop()
+        self.proxy = self.tcp_proxy = None
         with _active_lock:
             if _active is self:
                 _active = None
@@ -220,12 +251,21 @@ class ClientFaults(FaultScript):
         else:
             found = self.table.classify("WS", path or "")
             matches = [(found.route, found.sandbox)] if found is not None and found.route.role != IGNORE else []
+        return self._take(matches, "wss" if tls else "ws")
+
+    def _decide_connection(self) -> Fault | None:
+        """The fault a TCP connection to the tcp:HOST:PORT endpoint meets (the TCP proxy's question)."""
+        return self._take([(route, None) for route in self.table.routes if route.method == "TCP"], "tcp")
+
+    def _take(self, matches: list[tuple[Route, str | None]], channel: str) -> Fault | None:
+        """The first armed fault of the matching routes the channel can apply, noting what was seen."""
         if not matches:
             return None
-        self._observe(matches[0][0].role, "wss" if tls else "ws")
+        self._observe(matches[0][0].role, channel)
+        opaque = channel in OPAQUE_CHANNELS
 
         def usable(fault: Fault) -> bool:
-            return not (tls and fault.kind in PLAINTEXT_KINDS)
+            return not (opaque and fault.kind in PLAINTEXT_KINDS)
 
         for route, sandbox in matches:
             fault = self.registry.take_usable(route.text, sandbox, usable)
@@ -470,6 +510,11 @@ class FaultWorld:
         """The fake's sandboxes; none without a fake (as a run without any world view sees)."""
         return {} if self._world is None else self._world.sandboxes()
 
+    def find_record(self, name: str) -> dict[str, str]:
+        """A check's record file in the fake's sandboxes; none without a fake (the checks then read it
+        through the backend, as a run without any world view does)."""
+        return {} if self._world is None else dict(self._world.find_record(name))
+
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_") or self._world is None:
             raise AttributeError(f"this run has no world view ({name}); only client-side transport faults")
@@ -494,10 +539,28 @@ def table_for_run(setting: str | None, *, vendor: str | None, world: Any) -> Rou
     return fault_routes.resolve(setting, vendor_hint=vendor)
 
 
+def start_before_config(setting: str | None, *, set_env: Callable[[str, str], None]) -> ClientFaults | None:
+    """For tcp:HOST:PORT, start the TCP proxy before the run reads --backend-config, whose env values may
+    name its address (``${HERMES_KIT_TCP_PROXY}``); None for every other setting."""
+    if setting is None or not setting.startswith(fault_routes.TCP_PREFIX):
+        return None
+    faults = ClientFaults(fault_routes.tcp(setting))
+    faults.start(set_env)
+    return faults
+
+
 def start_for_run(
-    setting: str | None, *, vendor: str | None, world: Any, set_env: Callable[[str, str], None]
+    setting: str | None,
+    *,
+    vendor: str | None,
+    world: Any,
+    set_env: Callable[[str, str], None],
+    started: ClientFaults | None = None,
 ) -> FaultWorld | None:
-    """Start client-side injection when the run uses it; the world view the checks then see."""
+    """Start client-side injection when the run uses it (``started``: the injector start_before_config
+    started); the world view the checks then see."""
+    if started is not None:
+        return FaultWorld(world, started)
     table = table_for_run(setting, vendor=vendor, world=world)
     if table is None:
         return None

@@ -15,13 +15,16 @@
                                   # (conformance.persistent_path; default: the environment's cwd)
 
 Values of ``env`` may be written ``${NAME}`` to take them from the caller's
-environment, so secrets never need to be written into the file.
+environment, so secrets never need to be written into the file, or from the
+run's own variables: with ``--client-faults=tcp:HOST:PORT``,
+``${HERMES_KIT_TCP_PROXY}`` (``_HOST``, ``_PORT``) is its TCP fault proxy.
 """
 
 from __future__ import annotations
 
 import os
 import re
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,9 +33,16 @@ import yaml
 
 from conformance import persistent_path
 from conformance.errors import BackendConfigError, file_problem, yaml_problem
+from conformance.fault_routes import TCP_PROXY_VARS
 
 _ALLOWED = {"terminal", "env", "capabilities", "disclaims", "persistent_path"}
 _REF = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$")
+# Variables the run itself sets, and how to make it.
+_RUN_VARIABLES = {
+    name: "the run sets it to its TCP fault proxy's address when given --client-faults=tcp:HOST:PORT "
+    "(docs/transport-faults.md); give that option"
+    for name in TCP_PROXY_VARS
+}
 
 
 @dataclass
@@ -45,7 +55,9 @@ class BackendConfig:
     persistent_path: str | None = None
 
 
-def load(path: str | None, known_capabilities: set[str]) -> BackendConfig:
+def load(path: str | None, known_capabilities: set[str], *, run_sets: Collection[str] = ()) -> BackendConfig:
+    """The config at ``path``; ``run_sets``: variables the run will export itself (an ``env`` value naming
+    one that is unset yet is read as empty, for a check of the file before the run)."""
     if not path:
         return BackendConfig()
     p = Path(path)
@@ -86,12 +98,12 @@ def load(path: str | None, known_capabilities: set[str]) -> BackendConfig:
     for name, value in env_raw.items():
         ref = _REF.match(str(value))
         if ref:
-            if ref.group(1) not in os.environ:
+            if ref.group(1) not in os.environ and ref.group(1) not in run_sets:
                 raise BackendConfigError(
                     f"--backend-config {p}: env.{name} refers to ${{{ref.group(1)}}}, which is not set",
-                    f"export {ref.group(1)} before the run",
+                    _RUN_VARIABLES.get(ref.group(1), f"export {ref.group(1)} before the run"),
                 )
-            value = os.environ[ref.group(1)]
+            value = os.environ.get(ref.group(1), "")
         env[str(name)] = str(value)
     caps = _capability_list(p, data, "capabilities", known_capabilities)
     disclaims = _capability_list(p, data, "disclaims", known_capabilities)

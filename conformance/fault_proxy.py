@@ -1,4 +1,5 @@
-"""A loopback HTTP CONNECT proxy that faults the connections tunneled through it.
+"""Loopback proxies that fault the connections passing through them: an HTTP CONNECT proxy, and a
+plain TCP forward to one endpoint (``TcpFaultProxy``, for ``--client-faults tcp:HOST:PORT``).
 
 For clients the kit cannot reach inside (a WebSocket library, a raw TCP
 client), faults are injected between the client and the server: the client
@@ -60,7 +61,13 @@ TLS_APPLICATION_DATA = 23
 # with room for padding; a WebSocket upgrade request is always longer.
 FINISHED_MAX = 100
 
+# How a connection's bytes are read: WebSocket frames (ws://), TLS records, or raw bytes (a plain TCP forward).
+WS, TLS, RAW = "ws", "tls", "raw"
+
 Decide = Callable[[str | None, bool], Fault | None]
+DecideConnection = Callable[[], Fault | None]
+# What the proxy can do to a connection whose bytes it cannot read (TLS, a raw TCP forward).
+OPAQUE_KINDS = ("drop", "half-close", "silence", "latency")
 
 
 class _Gone(Exception):
@@ -131,6 +138,13 @@ class _Frames:
             frames.append(self.buffer[: offset + size])
             self.buffer = self.buffer[offset + size :]
         return frames
+
+
+class _Chunks:
+    """A raw byte stream as it arrives: the proxy knows nothing of the protocol's messages."""
+
+    def feed(self, data: bytes) -> list[bytes]:
+        return [data]
 
 
 class _Records:
@@ -209,14 +223,17 @@ class FaultProxy:
     # -- lifecycle ----------------------------------------------------------------------------
     def start(self) -> str:
         """Listen on an ephemeral loopback port; returns the proxy URL (http://127.0.0.1:PORT)."""
+        self.address = f"http://127.0.0.1:{self._listen()}"
+        return self.address
+
+    def _listen(self) -> int:
         listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         listener.bind(("127.0.0.1", 0))
         listener.listen(64)
         self._listener = listener
-        self.address = f"http://127.0.0.1:{listener.getsockname()[1]}"
         self._spawn(self._accept, "kit-fault-proxy")
-        return self.address
+        return int(listener.getsockname()[1])
 
     def stop(self) -> None:
         """Close the listener and every tunnel; a held (silent, half-closed) connection ends too."""
@@ -290,32 +307,40 @@ class FaultProxy:
             fault = self._decide(None if tls else _path(request), tls)
             with self._lock:
                 self.tunnels += 1
-            kind = fault.kind if fault is not None else None
-            if kind == "silence":
-                self._hold(client)
-                return
-            if kind == "status" and not tls:
-                assert fault is not None
+            if fault is not None and fault.kind == "status" and not tls:
                 self._answer(client, fault)
                 return
-            if kind == "latency":
-                assert fault is not None
-                if self._stopping.wait(fault.delay_s):
-                    return
             host, _, port = target.rpartition(":")
-            upstream = socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S)
-            upstream.settimeout(None)
-            self._track(upstream)
-            if request or early:
-                upstream.sendall(request + early)
-            damaging = fault if kind in ("drop", "half-close", "garbage", "truncate") else None
-            self._tunnel(client, upstream, damaging, tls)
+            upstream = self._forward(client, fault, (host.strip("[]"), int(port)), request + early, TLS if tls else WS)
         except (_Gone, OSError, ValueError) as exc:
             logger.debug("fault proxy tunnel ended: %s", exc)
         finally:
             if upstream is not None:
                 self._close(upstream)
             self._close(client)
+
+    def _forward(
+        self, client: socket.socket, fault: Fault | None, target: tuple[str, int], early: bytes, mode: str
+    ) -> socket.socket | None:
+        """One connection from its fault on: stall it, delay it, or connect to ``target`` and pass bytes
+        both ways through the fault (``early``: the client's bytes already read).  Returns the server's
+        socket, for the caller to close."""
+        kind = fault.kind if fault is not None else None
+        if kind == "silence":
+            self._hold(client)
+            return None
+        if kind == "latency":
+            assert fault is not None
+            if self._stopping.wait(fault.delay_s):
+                return None
+        upstream = socket.create_connection(target, timeout=CONNECT_TIMEOUT_S)
+        upstream.settimeout(None)
+        self._track(upstream)
+        if early:
+            upstream.sendall(early)
+        damaging = fault if kind in ("drop", "half-close", "garbage", "truncate") else None
+        self._tunnel(client, upstream, damaging, mode)
+        return upstream
 
     def _answer(self, client: socket.socket, fault: Fault) -> None:
         body = json.dumps({"error": fault.message}).encode()
@@ -329,14 +354,14 @@ class FaultProxy:
             + body
         )
 
-    def _tunnel(self, client: socket.socket, upstream: socket.socket, fault: Fault | None, tls: bool) -> None:
+    def _tunnel(self, client: socket.socket, upstream: socket.socket, fault: Fault | None, mode: str) -> None:
         """Pass bytes both ways until the client leaves; server -> client through ``fault``."""
-        position = _Position(tls) if fault is not None else None
+        position = _Position(mode == TLS) if fault is not None and mode != RAW else None
         up = threading.Thread(
-            target=self._to_server, args=(client, upstream, position, tls), daemon=True, name="kit-fault-proxy-up"
+            target=self._to_server, args=(client, upstream, position, mode), daemon=True, name="kit-fault-proxy-up"
         )
         up.start()
-        action = self._to_client(client, upstream, fault, position, tls)
+        action = self._to_client(client, upstream, fault, position, mode)
         if action == "drop":
             return  # the caller closes both ends
         if action == "half-close":
@@ -348,9 +373,10 @@ class FaultProxy:
                 return
         up.join()  # until the client leaves (or stop() closes the sockets)
 
-    def _to_server(self, client: socket.socket, upstream: socket.socket, position: _Position | None, tls: bool) -> None:
+    def _to_server(self, client: socket.socket, upstream: socket.socket, position: _Position | None, mode: str) -> None:
         """Client -> server, unchanged (noting the client's messages); ends the server's side when the
         client stops sending."""
+        tls = mode == TLS
         units = (_Records() if tls else _Frames()) if position is not None else None
         try:
             while True:
@@ -367,20 +393,23 @@ class FaultProxy:
             pass
 
     def _to_client(
-        self, client: socket.socket, upstream: socket.socket, fault: Fault | None, position: _Position | None, tls: bool
+        self, client: socket.socket, upstream: socket.socket, fault: Fault | None, position: _Position | None, mode: str
     ) -> str | None:
         """Server -> client through the fault, until the server ends or the fault acts; returns its action
-        (``"drop"``, ``"half-close"``) or None."""
-        if fault is None or position is None:
+        (``"drop"``, ``"half-close"``) or None.  On a raw connection every byte counts toward the fault
+        from the first; on a WebSocket only those past the server's answer (``position``)."""
+        if fault is None:
             try:
                 while data := upstream.recv(CHUNK):
                     client.sendall(data)
             except OSError:
                 return "drop"
             return None
-        cutter = Cutter(fault.kind, fault.after_bytes, text_frame(fault.payload.encode("utf-8", "replace")))
-        units = _Records() if tls else _Frames()
-        head_pending, head = not tls, b""  # ws://: the upgrade response passes as it is
+        tls = mode == TLS
+        payload = fault.payload.encode("utf-8", "replace")
+        cutter = Cutter(fault.kind, fault.after_bytes, payload if mode == RAW else text_frame(payload))
+        units = _Chunks() if mode == RAW else _Records() if tls else _Frames()
+        head_pending, head = mode == WS, b""  # ws://: the upgrade response passes as it is
         try:
             while data := upstream.recv(CHUNK):
                 if head_pending:
@@ -391,7 +420,7 @@ class FaultProxy:
                     client.sendall(head[:end])
                     data, head_pending = head[end:], False
                 for unit in units.feed(data):
-                    if not (_carries_data(unit, tls) and position.server()):
+                    if position is not None and not (_carries_data(unit, tls) and position.server()):
                         client.sendall(unit)
                         continue
                     pieces, action = cutter.feed(unit)
@@ -414,3 +443,38 @@ class FaultProxy:
                 pass
         except OSError:
             pass
+
+
+class TcpFaultProxy(FaultProxy):
+    """Forwards every connection on a loopback port to one fixed TCP endpoint, faulting each as ``decide``
+    says: a backend whose client speaks a protocol of its own (SSH, a vendor's wire protocol) is pointed
+    here instead of at its server.  The proxy reads nothing of the protocol, so it can stall (``silence``),
+    delay (``latency``), drop or half-close a connection, counting ``after_bytes`` from the server's first
+    byte; a kind it cannot apply (status, garbage, truncate) is never asked of it."""
+
+    def __init__(self, decide: DecideConnection, target: tuple[str, int]):
+        super().__init__(lambda _path, _tls: None)
+        self._decide_connection = decide
+        self.target = target
+
+    def start(self) -> str:
+        """Listen on an ephemeral loopback port; returns ``127.0.0.1:PORT``."""
+        self.address = f"127.0.0.1:{self._listen()}"
+        return self.address
+
+    def _serve(self, client: socket.socket) -> None:
+        upstream: socket.socket | None = None
+        try:
+            fault = self._decide_connection()
+            with self._lock:
+                self.tunnels += 1
+            if fault is not None and fault.kind not in OPAQUE_KINDS:
+                logger.warning("a %s fault cannot be applied to a raw TCP connection; it passes unfaulted", fault.kind)
+                fault = None
+            upstream = self._forward(client, fault, self.target, b"", RAW)
+        except (_Gone, OSError, ValueError) as exc:
+            logger.debug("fault proxy connection ended: %s", exc)
+        finally:
+            if upstream is not None:
+                self._close(upstream)
+            self._close(client)

@@ -28,10 +28,16 @@ connection matches the table's WebSocket routes only when they all have one
 role.  ``ignore`` lists routes that are no role although a less specific
 route would match them; when several routes match, the one with the most
 literal segments wins.
+
+A backend whose commands travel over a protocol of its own (SSH, a raw TCP
+service) names its endpoint instead: ``tcp:HOST:PORT`` is a table whose one
+route is every TCP connection to that endpoint, in role ``exec``; the kit
+puts a loopback TCP proxy in front of it (conformance/client_faults.py).
 """
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +50,18 @@ ROLES = ("create", "exec", "read")
 IGNORE = "ignore"
 METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "WS")
 FORMAT = "the format is in conformance/fault_routes.py"
+TCP_PREFIX = "tcp:"
+# What a run with tcp:HOST:PORT exports (its TCP proxy's address), for --backend-config env values (${NAME}).
+TCP_PROXY_VAR = "HERMES_KIT_TCP_PROXY"  # 127.0.0.1:PORT
+TCP_PROXY_HOST_VAR = "HERMES_KIT_TCP_PROXY_HOST"
+TCP_PROXY_PORT_VAR = "HERMES_KIT_TCP_PROXY_PORT"
+TCP_PROXY_VARS = (TCP_PROXY_VAR, TCP_PROXY_HOST_VAR, TCP_PROXY_PORT_VAR)
+
+
+def run_variables(setting: str | None) -> tuple[str, ...]:
+    """The variables a run with this --client-faults setting exports itself (before --backend-config is read)."""
+    return TCP_PROXY_VARS if setting is not None and setting.startswith(TCP_PREFIX) else ()
+
 
 # The vendors' routes, from their API references (the kit's fakes serve the same routes).
 VENDOR_ROUTES: dict[str, dict[str, tuple[str, ...]]] = {
@@ -122,8 +140,9 @@ class Match:
 
 @dataclass(frozen=True)
 class RouteTable:
-    name: str  # the vendor, or the file the table came from
+    name: str  # the vendor, the file the table came from, or tcp:HOST:PORT
     routes: tuple[Route, ...]
+    tcp_target: tuple[str, int] | None = None  # tcp:HOST:PORT: the endpoint the kit's TCP proxy forwards to
 
     def classify(self, method: str, path: str) -> Match | None:
         """The most specific route ``method path`` matches (its role may be IGNORE), or None."""
@@ -223,8 +242,45 @@ def load(path: str | Path) -> RouteTable:
     return build(str(data.get("vendor") or p.name), data["routes"], f"route table {p}")
 
 
+def tcp(spec: str) -> RouteTable:
+    """``tcp:HOST:PORT``: every connection to that endpoint carries commands (role ``exec``), faulted by the
+    kit's TCP proxy (conformance/fault_proxy.py::TcpFaultProxy); nothing else is a role."""
+    rest = spec[len(TCP_PREFIX) :]
+    host, _, port = rest.rpartition(":")
+    host = host.strip()
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if (
+        not host
+        or not port.isdigit()
+        or not 0 < int(port) < 65536
+        or any(c in host for c in "/ []")
+        or not (":" not in host or _ipv6(host))
+    ):
+        raise RouteTableError(
+            f"--client-faults={spec}: not tcp:HOST:PORT with a host and a port from 1 to 65535",
+            "name the endpoint your backend connects to, e.g. --client-faults=tcp:127.0.0.1:2222 "
+            "(an IPv6 host in brackets: tcp:[::1]:2222)",
+        )
+    target = (host, int(port))
+    shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    route = Route(f"TCP {shown}", "TCP", (), "exec")
+    return RouteTable(f"{TCP_PREFIX}{shown}", (route,), tcp_target=target)
+
+
+def _ipv6(host: str) -> bool:
+    try:
+        ipaddress.IPv6Address(host)
+    except ValueError:
+        return False
+    return True
+
+
 def resolve(spec: str, *, vendor_hint: str | None) -> RouteTable:
-    """The table ``spec`` names: a vendor, a YAML file, or ``on`` (the run's vendor, ``vendor_hint``)."""
+    """The table ``spec`` names: a vendor, a YAML file, ``tcp:HOST:PORT``, or ``on`` (the run's vendor,
+    ``vendor_hint``)."""
+    if spec.startswith(TCP_PREFIX):
+        return tcp(spec)
     if spec == "on":
         if vendor_hint in VENDOR_ROUTES:
             return vendor(vendor_hint)
@@ -239,6 +295,7 @@ def resolve(spec: str, *, vendor_hint: str | None) -> RouteTable:
     if spec.endswith((".yaml", ".yml")) or Path(spec).exists():
         return load(spec)
     raise RouteTableError(
-        f"--client-faults={spec}: not a vendor the kit knows, not 'on' or 'off', and not a route table file",
-        f"pass on, off, one of {', '.join(sorted(VENDOR_ROUTES))} or a routes.yaml",
+        f"--client-faults={spec}: not a vendor the kit knows, not 'on' or 'off', not tcp:HOST:PORT and not a "
+        "route table file",
+        f"pass on, off, one of {', '.join(sorted(VENDOR_ROUTES))}, tcp:HOST:PORT or a routes.yaml",
     )

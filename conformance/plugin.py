@@ -111,11 +111,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         nargs="?",
         const="on",
         default=None,
-        metavar="on|off|VENDOR|ROUTES.yaml",
+        metavar="on|off|VENDOR|ROUTES.yaml|tcp:HOST:PORT",
         help="inject transport faults in the backend's own HTTP (httpx, through respx) and WebSocket "
         "clients instead of the fake's fault script; the value names the route table (the run's "
-        "vendor by default). Without the option: client-side only when no fake scripts faults "
-        "(live) and the kit knows the vendor; off: never. Write --client-faults=VALUE",
+        "vendor by default), or tcp:HOST:PORT puts a loopback TCP proxy in front of that endpoint "
+        "(its address in $HERMES_KIT_TCP_PROXY for --backend-config). Without the option: client-side "
+        "only when no fake scripts faults (live) and the kit knows the vendor; off: never. Write "
+        "--client-faults=VALUE",
     )
     group.addoption("--report", default=None, metavar="PATH", help="write the JSON certification report here")
     group.addoption(

@@ -147,6 +147,12 @@ class KitRun:
             undo.append(stop_fake)
         kit_contract = contract.load()
         declarable = {n for n, c in kit_contract.capabilities.items() if c["determined_by"] == "declared"}
+        from conformance import client_faults
+
+        # tcp:HOST:PORT: the proxy's address first, for --backend-config values that name it.
+        tcp_faults = client_faults.start_before_config(options.client_faults, set_env=changes.set)
+        if tcp_faults is not None:
+            undo.append(tcp_faults.stop)
         backend_config = config.load(options.backend_config, declarable)
 
         redact.register_config_env(backend_config.env)
@@ -177,13 +183,12 @@ class KitRun:
         if sandbox is not None:
             undo.append(sandbox.remove)
         world = getattr(fake, "world", None)
-        from conformance import client_faults
-
         fault_world = client_faults.start_for_run(
             options.client_faults,
             world=world,
             set_env=changes.set,
             vendor=getattr(fake, "name", None) or fake_name or default_fake,
+            started=tcp_faults,
         )
         if fault_world is not None:
             undo.append(fault_world.faults.stop)

@@ -1,4 +1,5 @@
-"""``python -m conformance.bench``: measure every selected backend and the baseline in one process."""
+"""``python -m conformance.bench`` and ``hermes-backend-kit bench``: measure every selected backend and the
+baseline in one process (``--backends`` names the kit knows, or ``--backend SPEC`` beside a reference)."""
 
 from __future__ import annotations
 
@@ -16,12 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from conformance.backends import DEFAULT_BACKENDS, KNOWN_BACKENDS
-from conformance.bench import calls, cold, goals, growth, minimal, report, suite, world
+from conformance.backends import KNOWN_BACKENDS
+from conformance.bench import calls, cold, entries, goals, growth, minimal, options, report, suite, world
 from conformance.bench.cold import Contender
 from conformance.bench.measure import MIB, human_size, measured, parse_size, percentile, timed_ms
 from conformance.bench.report import Figure, TargetResult
 from conformance.bench.targets import KitBackend, LocalBash, Target, Unsupported, concurrent_floods
+from conformance.errors import UsageError
 from conformance.scope import Scope, restored
 
 REPEAT_UP_TO = 4 * MIB  # output sizes up to this are repeated (median of 3); larger ones run once
@@ -226,47 +228,8 @@ def _plan(args: argparse.Namespace) -> Plan:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m conformance.bench",
-        description="Benchmark matrix: backends on their fakes against local bash -c.",
-    )
-    p.add_argument(
-        "--backends",
-        default=",".join(DEFAULT_BACKENDS),
-        help=f"comma-separated backends (default {','.join(DEFAULT_BACKENDS)})",
-    )
-    p.add_argument("--quick", action="store_true", help="smaller sizes, fewer rounds (about a minute)")
-    p.add_argument("--skip-suite", action="store_true", help="do not certify (no suite figures)")
-    p.add_argument(
-        "--suite-only",
-        action="store_true",
-        help="only certify the backends, measured, and update the 'suite' key of --out (and its .md)",
-    )
-    p.add_argument("--out", default="bench/results.json", help="JSON path; the Markdown goes next to it (.md)")
-    p.add_argument("--sizes", help="output sizes of the growth series, e.g. 1K,16K,256K,4M,64M,100M")
-    p.add_argument("--stream-size", help="output size of the throughput figures (default 100M; quick 4M)")
-    p.add_argument("--stdin-size", help="stdin size (default 50M; quick 4M)")
-    p.add_argument("--sync-files", type=int, help="small files to sync (default 1000; quick 100)")
-    p.add_argument("--sync-big-size", help="size of the one big synced file (default 50M; quick 4M)")
-    p.add_argument("--concurrency", help="concurrent execute() calls, e.g. 1,2,4,8,16")
-    p.add_argument("--per-call-size", help="output per concurrent call (default 4M; quick 256K)")
-    p.add_argument("--rounds", type=int, help="round trips of `true` (default 50; quick 10)")
-    p.add_argument(
-        "--cold-samples",
-        type=int,
-        help="interleaved rounds of cold starts, one per target and minimal client each (default 9; quick 5)",
-    )
-    p.add_argument(
-        "--world-rounds",
-        type=int,
-        default=world.DEFAULT_ROUNDS,
-        help=f"samples of the box world's spawn-to-exit figure (default {world.DEFAULT_ROUNDS})",
-    )
-    p.add_argument(
-        "--world-only",
-        action="store_true",
-        help="measure only the box world figure and update the 'world' key of --out (and its .md)",
-    )
+    p = argparse.ArgumentParser(prog="python -m conformance.bench", description=options.DESCRIPTION)
+    options.add_options(p)
     return p
 
 
@@ -282,10 +245,10 @@ def _measure_world(args: argparse.Namespace, progress: Progress) -> dict[str, An
     return {"world": figure, "world_detail": detail}
 
 
-def _measure_suite(name: str, env: dict[str, str], progress: Progress) -> dict[str, Any]:
-    workers = KNOWN_BACKENDS[name].workers
+def _measure_suite(entry: entries.Entry, env: dict[str, str], progress: Progress) -> dict[str, Any]:
+    name, workers = entry.name, entry.workers
     progress(name, "certify", f"--workers {workers}, with each check's cost")
-    figures = suite.run(name, env, workers)
+    figures = suite.run(entry.spec, env, workers, entry.certify_args())
     kinds = ", ".join(f"{k} {v:.1f}" for k, v in figures["cpu_by_kind_s"].items() if v)
     progress(
         name,
@@ -298,14 +261,14 @@ def _measure_suite(name: str, env: dict[str, str], progress: Progress) -> dict[s
 
 def suite_only(args: argparse.Namespace) -> int:
     """Certify the selected backends, measured, and update only the 'suite' key of --out (and its .md)."""
-    backends = [b.strip() for b in args.backends.split(",") if b.strip()]
-    check_extras(backends)
+    selected = _selected(args)
+    backends = [e.name for e in selected]
     out = Path(args.out)
     data: dict[str, Any] = json.loads(out.read_text()) if out.exists() else {}
     progress = Progress()
     suites = dict(data.get("suite") or {})
-    for name in backends:
-        suites[name] = _measure_suite(name, dict(os.environ), progress)
+    for entry in selected:
+        suites[entry.name] = _measure_suite(entry, dict(os.environ), progress)
     data["suite"] = suites
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(data, indent=2) + "\n")
@@ -330,17 +293,18 @@ def world_only(args: argparse.Namespace) -> int:
 
 
 def _start_backends(
-    backends: list[str], workdir: Path, progress: Progress, clean: Scope
+    selected: list[entries.Entry], workdir: Path, progress: Progress, clean: Scope
 ) -> tuple[dict[str, tuple[KitBackend, Scope]], dict[str, TargetResult]]:
     """Every backend on its fake, all at once (the cold start is interleaved across them), each with the
     environment its run set up; a backend that cannot start becomes a result with its error."""
     kits: dict[str, tuple[KitBackend, Scope]] = {}
     failed: dict[str, TargetResult] = {}
-    for name in backends:
+    for entry in selected:
+        name = entry.name
         clean.apply()
-        progress(name, "start", f"{KNOWN_BACKENDS[name].description}; starting its fake")
+        progress(name, "start", f"{entry.description}; starting its run")
         try:
-            target = KitBackend(name, workdir / name)
+            target = KitBackend(name, workdir / entry.directory, entry.run_options())
         except Exception as exc:
             failed[name] = TargetResult(name, name, error=f"{type(exc).__name__}: {exc}")
             progress(name, "start", f"failed: {exc}")
@@ -418,14 +382,32 @@ def _minimal_entry(contender: Contender) -> dict[str, Any]:
     }
 
 
+def _selected(args: argparse.Namespace) -> list[entries.Entry]:
+    """The entries the options name, their SDKs checked; a spec's module importable from here."""
+    selected = entries.select(args)
+    check_extras([e.name for e in selected if e.known])  # a spec loads, or says why, when its run starts
+    if any(not e.known for e in selected):
+        entries.importable_here()
+    return selected
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    """``python -m conformance.bench``; a wrong option is one line and exit 2, as in hermes-backend-kit."""
+    try:
+        return run(parser().parse_args(argv))
+    except UsageError as exc:
+        print(f"error: {exc.one_line()}", file=sys.stderr)
+        return 2
+
+
+def run(args: argparse.Namespace) -> int:
     if args.world_only:
         return world_only(args)
     if args.suite_only:
         return suite_only(args)
-    backends = [b.strip() for b in args.backends.split(",") if b.strip()]
-    check_extras(backends)
+    selected = _selected(args)
+    by_name = {e.name: e for e in selected}
+    backends = list(by_name)
     plan = _plan(args)
     clean_env = dict(os.environ)  # each KitRun exports its fake's variables into this process
     clean = Scope.capture()
@@ -436,7 +418,7 @@ def main(argv: list[str] | None = None) -> int:
     minimal_figures: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="kit-bench-") as tmp:
         local = LocalBash(Path(tmp))
-        kits, failed = _start_backends(backends, Path(tmp), progress, clean)
+        kits, failed = _start_backends(selected, Path(tmp), progress, clean)
         clients: dict[str, minimal.MinimalClient] = {}
         try:
             clients = _minimal_clients(kits)
@@ -480,11 +462,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.skip_suite:
             r.figures["suite_s"] = Figure(na="skipped (--skip-suite)")
             continue
-        suites[r.name] = _measure_suite(r.name, clean_env, progress)
+        suites[r.name] = _measure_suite(by_name[r.name], clean_env, progress)
         r.figures["suite_s"] = Figure(suites[r.name]["wall_s"], detail={"returncode": suites[r.name]["returncode"]})
     options: dict[str, Any] = {
         "quick": args.quick,
         "backends": backends,
+        "specs": {e.name: {"fake": e.fake, "live": e.live} for e in selected if not e.known},
         "skip_suite": args.skip_suite,
         "sizes": plan.sizes,
         "stream": plan.stream,

@@ -29,6 +29,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -185,7 +186,8 @@ def _subreaper() -> Any:
                 pass
 
 
-def command(backend: str, workers: int, out: Path, costs: Path) -> list[str]:
+def command(backend: str, workers: int, out: Path, costs: Path, extra: Sequence[str] = ()) -> list[str]:
+    """certify's command line; ``extra``: its options for a backend that is not a known name (--fake, ...)."""
     return [
         sys.executable,
         "-m",
@@ -199,6 +201,7 @@ def command(backend: str, workers: int, out: Path, costs: Path) -> list[str]:
         str(out),
         "--check-costs",
         str(costs),
+        *extra,
     ]
 
 
@@ -207,11 +210,11 @@ def _children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def run(backend: str, env: dict[str, str], workers: int = 2) -> dict[str, Any]:
+def run(backend: str, env: dict[str, str], workers: int = 2, extra: Sequence[str] = ()) -> dict[str, Any]:
     """Certify ``backend`` once and measure it (see the module docstring); the figures as results.json keeps them."""
     with tempfile.TemporaryDirectory(prefix="kit-bench-suite-") as tmp:
         out, costs = Path(tmp) / "out", Path(tmp) / "costs.jsonl"
-        cmd = command(backend, workers, out, costs)
+        cmd = command(backend, workers, out, costs, extra)
         load_before = os.getloadavg()[0]
         sampler = Sampler()
         with _subreaper():

@@ -161,14 +161,15 @@ class LocalBash:
 
 # --------------------------------------------------------------------- a backend
 class KitBackend:
-    """A known backend on its fake, loaded by KitRun as the conformance suite loads it."""
+    """A backend on its fake, loaded by KitRun as the conformance suite loads it."""
 
-    def __init__(self, name: str, workdir: Path):
+    def __init__(self, name: str, workdir: Path, options: Any = None):
+        """``name``: a backend the kit knows, on its fake; ``options``: a RunOptions for any other spec."""
         from conformance.run import KitRun, RunOptions
 
         self.name = name
         self.label = name
-        self.run = KitRun.start(RunOptions(backend=name), workdir)
+        self.run = KitRun.start(options or RunOptions(backend=name), workdir)
         self.capabilities = frozenset(self.run.capabilities.present)
         self._env: Any = None
 
