@@ -433,6 +433,10 @@ def test_a_live_run_of_a_known_backend_injects_client_side(tmp_path, monkeypatch
     monkeypatch.delenv("CI", raising=False)
     for name in ("ws_proxy", "wss_proxy"):
         monkeypatch.delenv(name, raising=False)
+    # A live run never invents the key (conformance.credentials): the user sets it, as for the real service.
+    monkeypatch.setenv(
+        {"upstash_box": "UPSTASH_BOX_API_KEY", "deepinfra": "DEEPINFRA_API_KEY"}[backend], "user-key-1234"
+    )
     kit = KitRun.start(RunOptions(backend=backend, live=True, host="builtin"), tmp_path)
     try:
         assert kit.fake is None and isinstance(kit.world, FaultWorld) and kit.has("transport-faults")
