@@ -510,10 +510,10 @@ class FaultWorld:
         """The fake's sandboxes; none without a fake (as a run without any world view sees)."""
         return {} if self._world is None else self._world.sandboxes()
 
-    def find_record(self, name: str) -> dict[str, str]:
+    def find_record(self, name: str, near: str | None = None) -> dict[str, str]:
         """A check's record file in the fake's sandboxes; none without a fake (the checks then read it
         through the backend, as a run without any world view does)."""
-        return {} if self._world is None else dict(self._world.find_record(name))
+        return {} if self._world is None else dict(self._world.find_record(name, near))
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_") or self._world is None:

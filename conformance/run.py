@@ -98,6 +98,7 @@ class KitRun:
     _create_hung: str | None = field(default=None, repr=False)
     fault_world: Any = field(default=None, repr=False)  # client-side transport faults (conformance.client_faults)
     credentials: Credentials | None = field(default=None, repr=False)  # names and origins
+    vendor_world: Any = field(default=None, repr=False)  # the plugin's conformance_world, without a fake
     created: int = field(default=0, repr=False)  # environments this run has created (conformance.check_costs)
 
     def __repr__(self) -> str:  # shown in tracebacks: never the secrets, config env or fake keys
@@ -183,6 +184,11 @@ class KitRun:
         if sandbox is not None:
             undo.append(sandbox.remove)
         world = getattr(fake, "world", None)
+        own_world = None
+        if world is None:  # a plugin's own view of its sandboxes, where it offers one (a live run's full profile)
+            from conformance import vendor_world
+
+            world = own_world = vendor_world.from_provider(plugin.provider)
         fault_world = client_faults.start_for_run(
             options.client_faults,
             world=world,
@@ -216,6 +222,7 @@ class KitRun:
             hermes_home,
             creds.values,
             credentials=creds,
+            vendor_world=own_world,
             sandbox=sandbox,
             fault_world=fault_world,
         )
@@ -231,7 +238,7 @@ class KitRun:
     def world(self) -> Any:
         if self.fault_world is not None:
             return self.fault_world
-        return getattr(self.fake, "world", None)
+        return getattr(self.fake, "world", None) or self.vendor_world
 
     def has(self, capability: str) -> bool:
         return self.capabilities.has(capability)

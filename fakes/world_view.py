@@ -94,8 +94,9 @@ class WorldView:
         directory the backend keeps, or the environment's cwd): the nonce places unless a view adds more."""
         return self.nonce_places()
 
-    def find_record(self, name: str) -> dict[str, str]:
-        """Sandbox id -> the text of the check's record file ``name``, for every sandbox holding one."""
+    def find_record(self, name: str, near: str | None = None) -> dict[str, str]:
+        """Sandbox id -> the text of the check's record file ``name``, for every sandbox holding one
+        (found by its name under the sandbox's places: ``near``, the directory it was made in, is not needed)."""
         return find_records(self.record_places(), name)
 
     def pause(self, sandbox_id: str) -> None:

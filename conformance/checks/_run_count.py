@@ -76,7 +76,7 @@ class RunCount:
 
 def started_in(kit: Any, record: Record) -> str | None:
     """The sandbox (world id) whose record shows a start of the command, if any yet."""
-    found = kit.world.find_record(record.name)
+    found = kit.world.find_record(record.name, record.where.path)
     return next((sid for sid, text in sorted(found.items()) if "x" in text), None)
 
 
@@ -85,7 +85,7 @@ def _in_world(kit: Any, record: Record, exclude: frozenset[str] = frozenset()) -
     world = kit.world
     if world is None:
         return None
-    found = {sid: text for sid, text in world.find_record(record.name).items() if sid not in exclude}
+    found = {sid: text for sid, text in world.find_record(record.name, record.where.path).items() if sid not in exclude}
     if not found:
         return None
     return min(MOST_RUNS, sum(text.count("x") for text in found.values()))

@@ -30,7 +30,7 @@ class TempdirWorld:
                 continue
         return None
 
-    def find_record(self, name: str) -> dict[str, str]:
+    def find_record(self, name: str, near: str | None = None) -> dict[str, str]:
         """Box id -> the text of a check's record file ``name`` under the box's $HOME (its cwd)."""
         return find_records(((box.id, box.home) for box in list_boxes(self.root)), name)
 
