@@ -114,7 +114,8 @@ def gather(
             creds.origins[name] = UNSET
             continue
         value = os.environ.get(name, "")
-        if value:
+        # A required variable that is no credential (an endpoint URL) is listed, never masked or leak-checked.
+        if value and (name in seeded or redact.credential_name(name)):
             creds.values[name] = value
             redact.register(value)
     if not invent:

@@ -53,6 +53,36 @@ def run_suite(
     return SuiteRun(proc.returncode, proc.stdout + proc.stderr, data)
 
 
+KIT_CLI = (sys.executable, "-W", "ignore::DeprecationWarning", "-m", "conformance.cli")
+
+
+@dataclass
+class Certified:
+    done: subprocess.CompletedProcess[str]
+    report: dict[str, Any] | None
+
+    def output(self) -> str:
+        return self.done.stdout[-3000:] + self.done.stderr[-2000:]
+
+    def verdicts(self) -> dict[str, str]:
+        assert self.report is not None, f"no report was written:\n{self.output()}"
+        return {c["id"]: c["verdict"] for c in self.report["clauses"]}
+
+
+def certify(*args: object, out: Path, cwd: Path, env: dict[str, str] | None = None, timeout: float = 900) -> Certified:
+    """`hermes-backend-kit certify ARGS --progress off --out OUT` in a fresh process, and its report."""
+    done = subprocess.run(
+        [*KIT_CLI, "certify", *map(str, args), "--progress", "off", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd,
+        env=env,
+    )
+    path = out / "report.json"
+    return Certified(done, json.loads(path.read_text()) if path.exists() else None)
+
+
 @pytest.fixture(scope="session")
 def builtin_host():
     from conformance.host import abi

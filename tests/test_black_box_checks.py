@@ -9,6 +9,7 @@ import pytest
 from conformance import manifest
 from conformance.report import verify
 from conformance.verdicts import CheckOutcome, applicability, combine
+from tests.conftest import certify
 from tests.report_sim import CONTRACT, DECLARED, WORLD, rederive, run
 
 OWN = "lifecycle.delete-own-only"
@@ -125,32 +126,7 @@ def test_with_a_world_both_kinds_of_check_must_pass():
 @pytest.mark.suite
 def test_a_backend_ignoring_force_remove_is_not_certified_even_without_a_world(tmp_path):
     """No fake, so no world: the black-box check of lifecycle.force-remove alone must catch the mutant."""
-    import json
-    import subprocess
-    import sys
-
-    out = tmp_path / "out"
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "conformance.cli",
-            "certify",
-            "--backend",
-            "fakes.mutants.force_remove_ignored:provider",
-            "--progress",
-            "off",
-            "--out",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        cwd=tmp_path,
-    )
-    report = json.loads((out / "report.json").read_text())
-    assert done.returncode == 1 and not report["certified"], done.stdout[-2000:]
-    assert report["fake"] is None
-    verdicts = {c["id"]: c["verdict"] for c in report["clauses"]}
-    assert verdicts["lifecycle.force-remove"] == "fail"
-    assert "MUST clause lifecycle.force-remove failed" in report["not_certified_because"]
+    run = certify("--backend", "fakes.mutants.force_remove_ignored:provider", out=tmp_path / "out", cwd=tmp_path)
+    assert run.done.returncode == 1 and run.report and not run.report["certified"], run.output()
+    assert run.report["fake"] is None and run.verdicts()["lifecycle.force-remove"] == "fail"
+    assert "MUST clause lifecycle.force-remove failed" in run.report["not_certified_because"]

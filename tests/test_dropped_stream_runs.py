@@ -49,7 +49,7 @@ def kit_for(tmp_path: Path) -> Iterator:
 def _runs_after_dropped_stream(kit: KitRun) -> tuple[int, str]:
     env = kit.create()
     assert rc(run(env, "true")) == 0, "a plain command failed before the fault was armed"
-    command, record = counting("dropped", COMMAND)
+    command, record = counting(kit, env, "dropped", COMMAND)
     armed = kit.world.faults.arm("drop", "exec", after_bytes=2048)
     try:
         outcome = drive(env, command, timeout=10)

@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
 import pytest
 
 from conformance import vendor_world
-from tests.conftest import ROOT
+from tests.conftest import ROOT, certify
 
 PLUGIN = ROOT / "fakes" / "plugins" / "world_hook_box"
-CLI = (sys.executable, "-m", "conformance.cli")
 
 
 class _Listing:
@@ -51,15 +46,7 @@ def test_a_hook_that_lists_and_reads_is_a_world_and_one_that_also_steers_has_wor
 
 @pytest.mark.suite
 def test_a_plugin_offering_its_world_reaches_the_full_profile_without_a_fake(tmp_path):
-    out = tmp_path / "out"
-    done = subprocess.run(
-        [*CLI, "certify", "--backend", str(PLUGIN), "--progress", "off", "--out", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        cwd=tmp_path,
-    )
-    report = json.loads((out / "report.json").read_text())
-    assert done.returncode == 0 and report["certified"], done.stdout[-3000:] + done.stderr[-2000:]
-    assert report["fake"] is None and report["profile"] == "full"
-    assert "world-states" in report["backend"]["capabilities"]
+    run = certify("--backend", PLUGIN, out=tmp_path / "out", cwd=tmp_path)
+    assert run.done.returncode == 0 and run.report and run.report["certified"], run.output()
+    assert run.report["fake"] is None and run.report["profile"] == "full"
+    assert "world-states" in run.report["backend"]["capabilities"]

@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, certify
 
 PLUGIN = ROOT / "fakes" / "plugins" / "sdk_probe_box"
 
@@ -47,29 +47,15 @@ def test_a_hidden_sdk_is_missing_every_way_a_plugin_can_look():
 
 @pytest.mark.suite
 def test_a_plugin_that_looks_in_sys_modules_and_names_only_its_sdk_passes_unconfigured(tmp_path):
-    out = tmp_path / "out"
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "conformance.cli",
-            "certify",
-            "--backend",
-            str(PLUGIN),
-            "--fake",
-            "tempdir",
-            "--select",
-            "provider.unconfigured",
-            "--progress",
-            "off",
-            "--out",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
+    run = certify(
+        "--backend",
+        PLUGIN,
+        "--fake",
+        "tempdir",
+        "--select",
+        "provider.unconfigured",
+        out=tmp_path / "out",
         cwd=tmp_path,
     )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
-    verdicts = {c["id"]: c["verdict"] for c in json.loads((out / "report.json").read_text())["clauses"]}
-    assert verdicts["provider.unconfigured"] == "pass"
+    assert run.done.returncode == 0, run.output()
+    assert run.verdicts()["provider.unconfigured"] == "pass"

@@ -9,7 +9,9 @@ raises ModuleNotFoundError naming ``x``, ``importlib.util.find_spec("x")`` is
 None, ``"x" in sys.modules`` is False and ``importlib.metadata.version("x")``
 raises PackageNotFoundError, exactly as where the SDK was never installed.
 Then it installs the host, loads the plugin, and calls is_available(),
-probe(), doctor_checks() and check_requirements(config), each timed.  It
+probe(), doctor_checks() and check_requirements(config), each twice: what the
+first call said, and the faster call's time (the first also pays for imports
+a warm Hermes process has made already).  It
 prints one JSON object: what each call returned (``repr`` for what JSON cannot
 hold), what raised, the seconds each took and the warnings logged, or
 ``load_error`` when the plugin cannot even be loaded without its SDK.
@@ -108,12 +110,16 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
         results: dict[str, Any] = {}
         for name in CALLS:
             args = (request["config"],) if name == "check_requirements" else ()
-            started = time.perf_counter()
-            try:
-                results[name] = {"value": _plain(getattr(provider, name)(*args))}
-            except Exception as exc:
-                results[name] = {"raised": f"{type(exc).__name__}: {exc}"[:500]}
-            results[name]["seconds"] = round(time.perf_counter() - started, 3)
+            seconds = []
+            for _ in range(2):  # the faster of two: a fresh interpreter's first call also pays for imports
+                started = time.perf_counter()
+                try:
+                    value = {"value": _plain(getattr(provider, name)(*args))}
+                except Exception as exc:
+                    value = {"raised": f"{type(exc).__name__}: {exc}"[:500]}
+                seconds.append(time.perf_counter() - started)
+                results.setdefault(name, value)  # what the first call said
+            results[name]["seconds"] = round(min(seconds), 3)
         return {"calls": results, "warnings": capture.texts}
     finally:
         root.removeHandler(capture)

@@ -4,7 +4,7 @@ from fakes.mutants._base import provider_with
 from fakes.tempdir_box.environment import TempdirBoxEnvironment
 
 WHAT = "cleanup(force_remove=True) keeps a persistent box, so the prompt probe's and a user's teardown never delete it"
-SCOPE = "test_force_remove or test_lifecycle or test_probe"
+SCOPE = "test_force_remove or test_lifecycle or test_probe or test_a_force_removed_persistent_sandbox"
 
 
 class Env(TempdirBoxEnvironment):

@@ -9,8 +9,8 @@ record cannot vanish with $HOME and turn into "0 runs" under another clause.
 import os
 import shutil
 
+from fakes.mutants import stops_sandbox_on_timeout
 from fakes.mutants._base import provider_with
-from fakes.tempdir_box.environment import TempdirBoxEnvironment, _kill_group
 
 WHAT = "a timeout stops the whole sandbox: every process dies and $HOME is emptied but for ~/work"
 KEPT = "work"
@@ -18,13 +18,9 @@ KEPT = "work"
 SCOPE = "test_timeout or test_background or test_faults"
 
 
-class Env(TempdirBoxEnvironment):
+class Env(stops_sandbox_on_timeout.Env):
     def _kill_process(self, proc):
-        super()._kill_process(proc)
-        with self._lock:
-            groups = list(self._groups)
-        for pgid in groups:
-            _kill_group(pgid)
+        super()._kill_process(proc)  # every process of the box dies
         home = self._box.home
         try:
             names = os.listdir(home)

@@ -10,10 +10,7 @@ the module, never as the backend's failures.
 
 from __future__ import annotations
 
-import logging
 from typing import Any
-
-logger = logging.getLogger("fakes.plugins.hermes_gap_box")
 
 
 def _provider() -> Any:
@@ -31,9 +28,6 @@ def _provider() -> Any:
 
 
 def register(ctx: Any) -> None:
-    try:
-        provider = _provider()
-    except ImportError as exc:  # a Hermes without terminal backend plugins: register nothing, as tempdir_box does
-        logger.warning("this Hermes cannot host terminal backends (%s); not registered", exc)
-        return
-    ctx.register_terminal_environment_provider(provider)
+    from fakes.tempdir_box import register_made
+
+    register_made(ctx, _provider, "hermes_gap_box")

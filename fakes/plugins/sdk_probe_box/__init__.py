@@ -63,9 +63,6 @@ def _provider() -> Any:
 
 
 def register(ctx: Any) -> None:
-    try:
-        provider = _provider()
-    except ImportError as exc:  # a Hermes without terminal backend plugins: register nothing, as tempdir_box does
-        logger.warning("this Hermes cannot host terminal backends (%s); not registered", exc)
-        return
-    ctx.register_terminal_environment_provider(provider)
+    from fakes.tempdir_box import register_made
+
+    register_made(ctx, _provider, "sdk_probe_box")

@@ -9,11 +9,8 @@ profile.
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 from typing import Any
-
-logger = logging.getLogger("fakes.plugins.world_hook_box")
 
 
 class BoxesView:
@@ -62,9 +59,6 @@ def _provider() -> Any:
 
 
 def register(ctx: Any) -> None:
-    try:
-        provider = _provider()
-    except ImportError as exc:  # a Hermes without terminal backend plugins: register nothing, as tempdir_box does
-        logger.warning("this Hermes cannot host terminal backends (%s); not registered", exc)
-        return
-    ctx.register_terminal_environment_provider(provider)
+    from fakes.tempdir_box import register_made
+
+    register_made(ctx, _provider, "world_hook_box")
