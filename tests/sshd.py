@@ -5,9 +5,10 @@ key-only login for the current user, in namespaces of its own (``unshare``): a m
 which /tmp and the user's home directory are private directories and /run a fresh tmpfs, and a PID
 namespace, so a remote command sees neither this machine's temp files nor its processes, and
 stopping the server ends every session and process it started.  Nothing is written into the
-user's home: the client side gets a home directory of its own too (``client_argv``), because
-OpenSSH's client reads ~/.ssh from the password database's home, never from $HOME, and Hermes's SSH
-environment passes it no ``-F``; that private home holds the client's config and known_hosts.
+user's home: the client side sees its home through an overlay (``client_argv``), because OpenSSH's
+client reads ~/.ssh from the password database's home, never from $HOME, and Hermes's SSH
+environment passes it no ``-F``; the overlay's upper layer holds the client's key, config and
+known_hosts, and takes whatever the client writes.
 
 Needs root (mount namespaces), ``unshare``, ``ssh``, ``scp``, ``ssh-keygen`` and ``/usr/sbin/sshd``;
 ``missing()`` says which is absent so a test can skip naming it.
@@ -32,17 +33,22 @@ RUN_DIR = "/run/kit-sshd"  # where the server's files are, inside its namespace
 # Inside the server's mount namespace: a private /run (sshd's privilege-separation directory lives
 # there), the server's files copied into it, then the private home and /tmp over the real ones (in
 # that order: the private directories themselves may live under /tmp).
-_SERVER_SCRIPT = """
+_SERVER_SCRIPT = f"""
 set -e
 mount -t tmpfs -o mode=755 kit-sshd-run /run
 mkdir -m 755 /run/sshd
-cp -a "$1" {run_dir}
+cp -a "$1" {RUN_DIR}
 mount --bind "$3" "$4"
 mount --bind "$2" /tmp
-exec {sshd} -D -e -f {run_dir}/sshd_config
-""".format(run_dir=RUN_DIR, sshd=SSHD)
+exec {SSHD} -D -e -f {RUN_DIR}/sshd_config
+"""
 
-_CLIENT_SCRIPT = 'set -e; mount --bind "$1" "$2"; shift 2; exec "$@"'
+# The client's home directory: the real one seen through an overlay whose upper layer is the test's
+# (it holds ~/.ssh; whatever the client writes lands there, never in the real home, whose
+# other files, an interpreter under ~/.pyenv for one, stay visible).
+_CLIENT_SCRIPT = (
+    'set -e; mount -t overlay kit-client-home -o "lowerdir=$3,upperdir=$1,workdir=$2" "$3"; shift 3; exec "$@"'
+)
 
 
 def missing() -> str | None:
@@ -85,18 +91,16 @@ class SSHServer:
 
     def backend_config(self) -> dict[str, object]:
         """The --backend-config of ``hermes:ssh`` for this server (Hermes's own terminal config keys)."""
-        return {
-            "terminal": {"ssh_host": "127.0.0.1", "ssh_port": self.port, "ssh_user": self.user, "ssh_key": str(self.key)}
-        }
+        target = {"ssh_host": "127.0.0.1", "ssh_port": self.port, "ssh_user": self.user, "ssh_key": str(self.key)}
+        return {"terminal": target}
 
     def client_argv(self, *command: str) -> list[str]:
-        """``command`` in a mount namespace whose home directory is ``client_home`` (see the module doc)."""
+        """``command`` in a mount namespace whose home directory has ``client_home`` laid over it."""
         home = pwd.getpwuid(os.getuid()).pw_dir
-        return ["unshare", "-m", "--propagation", "private", "sh", "-c", _CLIENT_SCRIPT, "sh"] + [
-            str(self.client_home),
-            home,
-            *command,
-        ]
+        work = self.root / "client-home-work"
+        work.mkdir(exist_ok=True)
+        layers = [str(self.client_home), str(work), home]
+        return ["unshare", "-m", "--propagation", "private", "sh", "-c", _CLIENT_SCRIPT, "sh", *layers, *command]
 
     def stop(self) -> None:
         """End the server and, with its PID namespace, every session and process under it."""
