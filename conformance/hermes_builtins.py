@@ -118,7 +118,7 @@ def hermes_credentials() -> frozenset[str]:
     from conformance.redact import credential_name
 
     local = importlib.import_module("tools.environments.local")
-    blocklist = getattr(local, "_HERMES_PROVIDER_ENV_BLOCKLIST", frozenset())
+    blocklist: frozenset[str] = getattr(local, "_HERMES_PROVIDER_ENV_BLOCKLIST", frozenset())
     return frozenset(name for name in blocklist if credential_name(name))
 
 
