@@ -70,8 +70,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--backend",
         default=backends.DEFAULT_BACKEND,
-        help="backend under test: a known name ({}), a plugin directory, module:attr or "
-        "ep:NAME (default: %(default)s)".format(", ".join(backends.KNOWN_BACKENDS)),
+        help="backend under test: a known name ({}), a plugin directory, module:attr, "
+        "ep:NAME or hermes:local / hermes:ssh (default: %(default)s)".format(", ".join(backends.KNOWN_BACKENDS)),
     )
     group.addoption(
         "--backend-config",
