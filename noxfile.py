@@ -8,6 +8,7 @@ nox -s lint
 nox -s typecheck                            # mypy, configured in pyproject.toml
 nox -s worker                               # the reference Cloudflare Worker's own tests (npm)
 nox -s host_equivalence                     # same verdicts on hermes-agent 0.19.0 and the stand-ins
+nox -s hermes_builtins                      # certify hermes-agent 0.19.0's own local and SSH environments
 nox -s bench -- [--quick] [--backends a,b]  # benchmark matrix (not in the default sessions)
 nox -s soak -- [--commands N]               # 8-thread soak and long random sessions (not default)
 """
@@ -167,6 +168,27 @@ def _ensure_box_tools(session: nox.Session) -> None:
         session.log(f"installing {' and '.join(missing)} failed ({exc}): Box Lite tests needing them will skip")
 
 
+def _ensure_ssh_server(session: nox.Session) -> None:
+    """Debian's openssh-server and openssh-client, for the real sshd that hermes:ssh is certified against
+    (tests/sshd.py).  Installed when missing and possible (root and apt-get); otherwise the session says
+    why and goes on, and the SSH test skips naming what is missing."""
+    import shutil
+
+    wanted = (("/usr/sbin/sshd", "openssh-server"), ("ssh", "openssh-client"), ("scp", "openssh-client"))
+    missing = list(dict.fromkeys(pkg for tool, pkg in wanted if not (shutil.which(tool) or Path(tool).is_file())))
+    if not missing:
+        return
+    if os.geteuid() != 0 or not shutil.which("apt-get"):
+        session.log(f"{' and '.join(missing)} missing and cannot be installed here (needs root and apt-get)")
+        return
+    env = {"DEBIAN_FRONTEND": "noninteractive"}
+    try:
+        session.run_install("apt-get", "update", external=True, env=env)
+        session.run_install("apt-get", "install", "-y", "--no-install-recommends", *missing, external=True, env=env)
+    except nox.command.CommandFailed as exc:
+        session.log(f"installing {' and '.join(missing)} failed ({exc}): the hermes:ssh test will skip")
+
+
 PYTEST = ("python", "-m", "pytest", "tests", "-p", "no:cacheprovider")
 # Three workers on two cores: the kit's tests wait on subprocesses and timeouts about half of the time
 # (two workers kept 1.1 cores busy on average: 12.3 min for nox -s tests, 12.4 for tests_full; three
@@ -302,6 +324,20 @@ def host_equivalence(session: nox.Session) -> None:
                 success_codes=[0, 1],
             )  # failures are compared below, not fatal here
         session.run("hermes-backend-kit", "report", "compare", reports["hermes"], reports["builtin"])
+
+
+@nox.session
+def hermes_builtins(session: nox.Session) -> None:
+    """Certify hermes-agent 0.19.0's own local and SSH environments (docs/hermes-builtins.md): the kit's
+    tests of hermes:local and hermes:ssh, the SSH one against a real sshd on loopback.
+
+    Its own session because the tests sessions must not have hermes-agent installed (--host auto
+    would pick it for every other suite run).
+    """
+    _bytecode(session)
+    session.install("-e", ".[dev,hermes]")
+    _ensure_ssh_server(session)
+    session.run("python", "-m", "pytest", "tests/test_hermes_builtins.py", "-p", "no:cacheprovider", *session.posargs)
 
 
 def _builtin_report(folder: Path, backend: str) -> str | None:

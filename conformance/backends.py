@@ -83,9 +83,32 @@ SERVICE_BACKENDS: tuple[str, ...] = tuple(n for n in REFERENCE_BACKENDS if KNOWN
 EXTRAS: tuple[str, ...] = tuple(dict.fromkeys(b.extra for b in KNOWN_BACKENDS.values() if b.extra))
 
 
+# hermes-agent's own built-in environments (conformance.hermes_builtins): ``hermes:local``, ``hermes:ssh``.
+HERMES_BUILTIN_PREFIX = "hermes:"
+HERMES_BUILTINS: tuple[str, ...] = ("local", "ssh")
+
+
 def resolve(spec: str) -> tuple[str, str | None]:
-    """Return (loader spec, default fake) for a --backend value."""
+    """Return (loader spec, default fake) for a --backend value.
+
+    ``hermes:KIND`` names a built-in environment of the installed hermes-agent; it has no fake (the
+    local one runs on this machine, the SSH one on the server --backend-config names).
+    """
     known = KNOWN_BACKENDS.get(spec)
     if known is not None:
         return known.spec, known.fake
+    if spec.startswith(HERMES_BUILTIN_PREFIX):
+        from conformance.errors import BackendLoadError  # the standard library only, as this module
+
+        kind = spec[len(HERMES_BUILTIN_PREFIX) :]
+        if kind not in HERMES_BUILTINS:
+            raise BackendLoadError(
+                f"--backend {spec}: hermes-agent has no built-in environment {kind!r} the kit certifies",
+                f"use one of {', '.join(HERMES_BUILTIN_PREFIX + k for k in HERMES_BUILTINS)}",
+            )
+        if importlib.util.find_spec("hermes_cli") is None:
+            raise BackendLoadError(
+                f"--backend {spec} certifies hermes-agent's own {kind} environment, but hermes-agent is not installed",
+                "install it with: pip install 'hermes-backend-kit[hermes]' (and run with --host hermes)",
+            )
     return spec, None

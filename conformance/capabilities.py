@@ -8,7 +8,9 @@ Three sources, named per capability in contract.yaml (``determined_by``):
   --backend-config, the provider's ``conformance_capabilities`` and
   ``conformance_disclaims`` attributes, the ``conformance: capabilities:`` and
   ``conformance: disclaims:`` lists of plugin.yaml.
-- provider: read off the provider and how it was loaded (is_remote, ...).
+- provider: read off the provider and how it was loaded (is_remote, ...),
+  including the backend's kind (``conformance_backend_kind``): a host-attached
+  backend lacks ``per-task-sandbox``.
 - harness: what the fake service's world can do (inspect, disturb), and
   ``sandbox-delete``: the vendor's own delete (the provider's
   ``conformance_delete_sandbox(env)``) or a world that can delete.
@@ -36,6 +38,11 @@ from conformance.contract import Contract
 from conformance.errors import CapabilityError
 
 DELETE_HOOK = "conformance_delete_sandbox"
+# The backend's kind, declared by the provider's conformance_backend_kind: a "sandbox" backend (the
+# default) has the per-task-sandbox capability, a "host-attached" one (commands run on one machine every
+# task shares, as Hermes's local and ssh backends) does not.
+KIND_ATTR = "conformance_backend_kind"
+BACKEND_KINDS = ("sandbox", "host-attached")
 
 
 @dataclass(frozen=True)
@@ -46,6 +53,7 @@ class Capabilities:
     disclaimed: frozenset[str] = frozenset()
     # Declarable capabilities neither declared nor disclaimed: their signs of support (empty: none found).
     undeclared: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    kind: str = "sandbox"  # one of BACKEND_KINDS
 
     def has(self, name: str) -> bool:
         return name in self.present
@@ -63,6 +71,7 @@ class Capabilities:
             "disclaimed_capabilities": sorted(self.disclaimed),
             "undeclared_capabilities": {n: list(found) for n, found in sorted(self.undeclared.items())},
             "declared_by": self.declared_by,
+            "kind": self.kind,
         }
 
 
@@ -163,6 +172,19 @@ def _takes_workspace_binding(provider: Any) -> bool:
         return False
 
 
+def backend_kind(provider: Any) -> str:
+    """The kind the provider declares (conformance_backend_kind), "sandbox" when it declares none."""
+    kind = _attr(provider, KIND_ATTR)
+    if kind is None:
+        return "sandbox"
+    if kind not in BACKEND_KINDS:
+        raise CapabilityError(
+            f"the provider's {KIND_ATTR} is {kind!r}, not a backend kind the contract knows",
+            f"set it to one of {', '.join(repr(k) for k in BACKEND_KINDS)}, or leave it out for a sandbox backend",
+        )
+    return str(kind)
+
+
 def resolve(
     contract: Contract,
     *,
@@ -182,6 +204,9 @@ def resolve(
         present.add("remote")
     if _flag(provider, "session_isolated_when_nonpersistent"):
         present.add("session-isolation")
+    kind = backend_kind(provider)
+    if kind == "sandbox":
+        present.add("per-task-sandbox")
     if _overrides_config_schema(provider):
         present.add("config-schema")
     if _takes_workspace_binding(provider):
@@ -195,4 +220,4 @@ def resolve(
     if callable(_attr(provider, DELETE_HOOK)) or "world-states" in present:
         present.add("sandbox-delete")
     unknown = present - set(contract.capabilities)
-    return Capabilities(frozenset(present - unknown), source, declared, disclaimed, undeclared)
+    return Capabilities(frozenset(present - unknown), source, declared, disclaimed, undeclared, kind)

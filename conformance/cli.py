@@ -630,8 +630,9 @@ def build_parser() -> argparse.ArgumentParser:
         required=True,
         metavar="SPEC",
         help="the backend to certify: a plugin directory (plugin.yaml and __init__.py), ep:NAME (an "
-        "installed hermes_agent.plugins entry point), package.module[:attr], or a name from "
-        "`hermes-backend-kit backends`",
+        "installed hermes_agent.plugins entry point), package.module[:attr], a name from "
+        "`hermes-backend-kit backends`, or hermes:local / hermes:ssh (hermes-agent's own environments, "
+        "with --host hermes; docs/hermes-builtins.md)",
     )
     c.add_argument(
         "--backend-config",

@@ -13,6 +13,7 @@ different contract versions differ.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -54,6 +55,28 @@ def _stored() -> dict[str, tuple[dict[str, Any], ...]]:
             data = yaml.safe_load(entry.read_text("utf-8"))
             out[canonical(data["version"])] = tuple(data["clauses"])
     return out
+
+
+@cache
+def _stored_capabilities() -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    folder = resources.files("conformance").joinpath("contracts")
+    for entry in folder.iterdir():
+        if entry.name.endswith(".yaml"):
+            data = yaml.safe_load(entry.read_text("utf-8"))
+            out[canonical(data["version"])] = dict(data.get("capabilities") or {})
+    return out
+
+
+def new_capabilities(current: contract.Contract | None = None) -> dict[str, dict[str, Any]]:
+    """{version: {capability: its definition}} of the capabilities each released version added."""
+    current = current or contract.load()
+    versions = list(released(current))
+    defined = {**_stored_capabilities(), canonical(current.version): dict(current.capabilities)}
+    return {
+        new: {n: c for n, c in defined.get(new, {}).items() if n not in defined.get(old, {})}
+        for old, new in itertools.pairwise(versions)
+    }
 
 
 def released(current: contract.Contract | None = None) -> dict[str, tuple[dict[str, Any], ...]]:
@@ -117,6 +140,7 @@ MEANING = {
 def changelog(current: contract.Contract | None = None) -> str:
     """docs/contract/CHANGELOG.md: every released version, newest first."""
     versions = list(released(current).items())
+    added_capabilities = new_capabilities(current)
     lines = [
         "# Contract changelog\n",
         "What each contract version added, changed and removed, clause by clause, generated from the "
@@ -137,6 +161,15 @@ def changelog(current: contract.Contract | None = None) -> str:
             lines.append(f"### {HEADINGS[kind]} ({len(picked)})\n")
             lines.append(f"{MEANING[kind][0].upper()}{MEANING[kind][1:]}.\n")
             lines += [f"- {c.line()}" for c in picked]
+            lines.append("")
+        capabilities = added_capabilities.get(new_v) or {}
+        if capabilities:
+            lines.append(f"### New capabilities ({len(capabilities)})\n")
+            lines.append("Clauses that need one are not applicable to a backend without it.\n")
+            lines += [
+                f"- `{name}` ({c['determined_by']}) — {' '.join(c['description'].split())}"
+                for name, c in capabilities.items()
+            ]
             lines.append("")
     first_v, first = versions[0]
     lines.append(f"## {first_v}\n")

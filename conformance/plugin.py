@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import gc
 import json
+import logging
 import os
 import shutil
 import signal
@@ -72,8 +73,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--backend",
         default=backends.DEFAULT_BACKEND,
-        help="backend under test: a known name ({}), a plugin directory, module:attr or "
-        "ep:NAME (default: %(default)s)".format(", ".join(backends.KNOWN_BACKENDS)),
+        help="backend under test: a known name ({}), a plugin directory, module:attr, "
+        "ep:NAME or hermes:local / hermes:ssh (default: %(default)s)".format(", ".join(backends.KNOWN_BACKENDS)),
     )
     group.addoption(
         "--backend-config",
@@ -293,10 +294,41 @@ def _hypothesis_health_checks() -> list[Any]:
 def pytest_collection_finish(session: pytest.Session) -> None:
     """What the process has built by now (pytest, the kit, the collected checks) lives as long as it does:
     moved out of the garbage collector's way, so each collection during the checks scans only what they
-    make."""
+    make.
+
+    Automatic collection is then off while the checks run: the kit collects between checks, on a
+    thread of its own with a deadline (``collect_garbage``).  A collection that starts inside a backend
+    call runs other environments' finalisers there, and Hermes's ``__del__`` calls ``cleanup()``: one
+    that syncs back under the host's sync lock while the interrupted call holds it never returns, and
+    the lock it keeps would hang every later cleanup of the worker.  Checks of finalisers collect
+    explicitly, where they mean to."""
     if runs_checks(session.config):
         gc.collect()
         gc.freeze()
+        gc.disable()
+
+
+GC_DEADLINE_S = 60.0  # a collection between checks: finalisers may clean up several environments
+
+
+def collect_garbage(deadline: float = GC_DEADLINE_S) -> None:
+    """gc.collect() on its own thread, bounded: a finaliser that hangs costs one deadline and a warning."""
+    from conformance.host.calls import Call, CallHung
+
+    try:
+        Call(gc.collect).result(deadline, what="a garbage collection between checks (finalisers ran cleanup())")
+    except CallHung as exc:
+        logging.getLogger(__name__).warning("%s; an environment's finaliser hangs", exc)
+    except Exception as exc:
+        logging.getLogger(__name__).warning("a garbage collection between checks raised %s", exc)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+    """After each check's own teardown, collect what it left (see pytest_collection_finish)."""
+    yield
+    if not gc.isenabled() and clause_ids(item):
+        collect_garbage()
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -500,6 +532,7 @@ def _one_line(text: str) -> str:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    gc.enable()
     state = config.stash.get(_STATE, None)
     if state is None or state.run_root is None:
         return

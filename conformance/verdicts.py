@@ -93,7 +93,8 @@ def applicability(
     lacking = [c for c in clause.capabilities if c not in present]
     unclaimed = [c for c in lacking if c not in harness]
     if unclaimed:
-        return NA_PREFIX, f"{NA_PREFIX} (capability: the run lacks {', '.join(unclaimed)})"
+        why = "; ".join(contract.capabilities[c]["absent"] for c in unclaimed if contract.capabilities[c].get("absent"))
+        return NA_PREFIX, f"{NA_PREFIX} (capability: the run lacks {', '.join(unclaimed)}{': ' + why if why else ''})"
     for cap in lacking:
         only_for = contract.capabilities[cap].get("only_for")
         if only_for and only_for not in present:

@@ -16,7 +16,8 @@ from conformance.report import build
 from conformance.verdicts import CheckOutcome
 
 CONTRACT = contract.load()
-DECLARED = frozenset({"persistence", "stdin-stream", "file-sync", "session-isolation"})
+# A sandbox backend (per-task-sandbox is its kind) that declares every optional capability.
+DECLARED = frozenset({"persistence", "stdin-stream", "file-sync", "session-isolation", "per-task-sandbox"})
 WORLD = frozenset({"world", "world-states"})
 
 

@@ -39,7 +39,7 @@ def _texts_after_failures(kit, caplog) -> list[str]:
                 raise
             except Exception as exc:
                 texts.append(f"{exc!r} {exc}")
-        env.cleanup()
+        kit.cleanup(env)
         try:
             texts.append(out(run(env, "true")))  # after cleanup: an error or a result
         except AssertionError:

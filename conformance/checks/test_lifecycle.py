@@ -73,10 +73,10 @@ def test_wait_for_cleanup_is_bounded(kit):
     env = kit.create(track=False)
     waiter = getattr(env, "wait_for_cleanup", None)
     if not callable(waiter):
-        env.cleanup()
+        kit.cleanup(env)
         not_applicable("the environment has no wait_for_cleanup")
     run(env, "true")
-    env.cleanup()
+    kit.cleanup(env)
     started = time.monotonic()
     bounded(waiter, timeout=2.0, deadline=3.0, what="wait_for_cleanup(timeout=2)")
     assert time.monotonic() - started < 3.0
@@ -104,7 +104,7 @@ def test_garbage_collection_is_safe(kit):
         run(used, "true")
         cleaned = kit.create(track=False)
         run(cleaned, "true")
-        cleaned.cleanup()
+        kit.cleanup(cleaned)
         del used, cleaned
         bounded(gc.collect, deadline=30, what="gc.collect() of environments")
     finally:
@@ -161,7 +161,7 @@ def test_cleanup_deletes_only_its_own_sandbox(kit):
     ids = {name: locate(kit, env) for name, env in (("mine", mine), ("twin", twin), ("other", other))}
     assert len(set(ids.values())) == 3, f"sessions share sandboxes: {ids}"
     before = set(kit.world.sandboxes())
-    mine.cleanup()
+    kit.cleanup(mine)
     after = kit.world.sandboxes()
     lost = sorted((before - set(after)) - {ids["mine"]})
     assert not lost, f"cleanup of one environment deleted other sandboxes: {lost}"

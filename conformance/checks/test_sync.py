@@ -333,7 +333,7 @@ def test_bulk_download_members_are_absolute_remote_paths(kit, make_env, host_dir
 def _tar_layout_by_behaviour(kit, env, root: str, rel: str, target: Path) -> None:
     changed = f"came back {nonce('tar')}\n"
     _put(env, f"{root}/{rel}", changed)
-    env.cleanup()
+    kit.cleanup(env)
     got = target.read_text(errors="replace")
     assert got == changed, (
         f"no host FileSyncManager bulk download to inspect, and a change to {rel} did not come back to "
@@ -411,12 +411,22 @@ LOCK_RELEASE_S = 10.0  # the watchdog frees the lock after this; a finaliser tha
 
 
 @pytest.mark.clause("lifecycle.gc-finalizer-during-sync")
-def test_finalizer_during_a_sync_back_does_not_wait_for_the_lock(kit):
+def test_finalizer_during_a_sync_back_does_not_wait_for_the_lock(kit, host_dirs):
     """Decision: hold the host's sync lock on this thread, as a sync_back would, and collect an
     environment here.  A finaliser that syncs back on this thread would wait for the lock
-    forever; a watchdog thread frees it after LOCK_RELEASE_S so the check can end and say so."""
+    forever; a watchdog thread frees it after LOCK_RELEASE_S so the check can end and say so.
+
+    The environment first gets a file pushed and changed in the sandbox, so its cleanup has a
+    sync-back to do: a FileSyncManager that pushed nothing skips the sync-back (and the lock)."""
+    folder = host_dirs("cache/images", "gc-sync")
+    (folder / "pushed.txt").write_text("pushed before the collection\n")
+    rel = (folder / "pushed.txt").relative_to(kit.hermes_home).as_posix()
     env = kit.create(track=False)
-    run(env, "true", timeout=15)
+    root = _sync_root(kit, env)
+    assert _sandbox_sha(env, f"{root}/{rel}") == sha256_hex(b"pushed before the collection\n"), (
+        f"{rel} was not pushed into the sandbox, so a cleanup would have nothing to sync back"
+    )
+    _put(env, f"{root}/{rel}", f"changed in the sandbox {nonce('gc')}\n")
     gone = weakref.ref(env)
     caught: list[str] = []
     freed = threading.Event()
@@ -442,9 +452,10 @@ def test_finalizer_during_a_sync_back_does_not_wait_for_the_lock(kit):
             fcntl.flock(lock, fcntl.LOCK_UN)
     assert gone() is None, "the environment was not collected after its last reference was dropped"
     assert not freed.is_set(), (
-        "garbage collection of an environment waited for the host's sync lock held on the same thread "
-        f"(a sync_back in progress) until a watchdog freed it after {LOCK_RELEASE_S:g}s: in Hermes this "
-        "deadlocks the thread"
+        f"garbage collection of an environment waited for the host's sync lock {lock_path.name} "
+        f"(HERMES_HOME/{lock_path.name}, flock held on the same thread, as a sync_back in progress holds it) "
+        f"until a watchdog freed it after {LOCK_RELEASE_S:g}s: the finaliser's cleanup() syncs back on the "
+        "collector's thread and takes the lock through a new handle, which deadlocks that thread in Hermes"
     )
     assert not caught, f"finalizing an environment during a sync-back raised: {caught}"
 

@@ -5,6 +5,8 @@ A backend spec is one of:
 - a known name (``tempdir_box``; see conformance.backends);
 - a path to a plugin directory (plugin.yaml + __init__.py with register(ctx));
 - ``ep:NAME``: the entry point NAME in the ``hermes_agent.plugins`` group;
+- ``hermes:local`` or ``hermes:ssh``: hermes-agent's own built-in environment
+  (conformance.hermes_builtins);
 - ``package.module`` (a plugin package) or ``package.module:attr`` where attr is
   a provider instance, a provider class or a register(ctx) function.
 
@@ -246,6 +248,11 @@ def _import_failed(exc: BaseException) -> bool:
 
 
 def _load(spec: str, registry: ProviderRegistry, config: dict[str, Any]) -> LoadedPlugin:
+    from conformance import hermes_builtins
+
+    kind = hermes_builtins.kind_of(spec)
+    if kind is not None:
+        return _from_object(spec, hermes_builtins, hermes_builtins.provider(kind, config), registry, config)
     if spec.startswith(("ep:", "entry-point:")):
         return _load_entry_point(spec, spec.split(":", 1)[1], registry, config)
     path = Path(spec).expanduser()

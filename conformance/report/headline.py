@@ -89,6 +89,9 @@ def certificate(report: dict[str, Any]) -> tuple[str, str]:
     note = undeclared_note(report)
     if note:
         detail += f"; {note}"
+    kind = report["backend"].get("kind")
+    if kind:  # reports made before the contract named backend kinds have none
+        detail += f"; {kind} backend"
     return ("CERTIFIED" if report["certified"] and profile else "NOT CERTIFIED"), detail
 
 

@@ -37,7 +37,8 @@ def render(report: dict[str, Any], contract: Contract) -> str:
         f"**{word}** ({detail}) against contract version {report['contract']['version']} with "
         f"hermes-backend-kit {report['kit']['version']}.",
         "",
-        f"- backend: `{b['spec']}` (provider `{b.get('name')}`, plugin `{b.get('plugin')}` {b.get('version') or ''})",
+        f"- backend: `{b['spec']}` (provider `{b.get('name')}`, plugin `{b.get('plugin')}` {b.get('version') or ''})"
+        + (f"; kind: {b['kind']}" if b.get("kind") else ""),
         f"- capabilities: {', '.join(b.get('capabilities') or []) or 'none'} (declared by {b.get('declared_by')}: "
         f"{', '.join(b.get('declared_capabilities') or []) or 'none'}; disclaimed: "
         f"{', '.join(b.get('disclaimed_capabilities') or []) or 'none'})",
