@@ -63,7 +63,7 @@ class VendorWorld:
             pytest.skip(
                 f"{UNVERIFIED_PREFIX} (harness: the plugin's {HOOK} has no {name}(), so the kit cannot do that)"
             )
-        return fn  # type: ignore[no-any-return]
+        return fn
 
     def sandboxes(self) -> dict[str, str]:
         return {str(k): str(v) for k, v in dict(self.hook.sandboxes()).items()}
