@@ -45,7 +45,7 @@ def _exec_outcome(kit: KitRun, kind: str, notes: dict[str, str]) -> tuple[Any, .
     """A fresh sandbox per scenario: a backend may still be stopping the last one's command."""
     env = kit.create()
     assert rc(run(env, "true")) == 0, "a plain command failed before any fault was armed"
-    command, record = counting(kind, COMMAND)
+    command, record = counting(kit, env, kind, COMMAND)
     armed = kit.world.faults.arm(kind, "exec", **EXEC_FAULTS[kind])
     try:
         outcome = drive(env, command, timeout=3)
