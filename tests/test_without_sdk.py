@@ -59,3 +59,30 @@ def test_a_plugin_that_looks_in_sys_modules_and_names_only_its_sdk_passes_unconf
     )
     assert run.done.returncode == 0, run.output()
     assert run.verdicts()["provider.unconfigured"] == "pass"
+
+
+def test_what_every_hermes_machine_has_is_never_the_sdk_taken_away(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from conformance.checks.test_unconfigured import _sdk_modules
+
+    package = tmp_path / "httpx_and_sdk_box"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    imports = "".join(f"import {name}\n" for name in ("httpx", "websockets", "yaml", "upstash_box"))
+    (package / "provider.py").write_text(imports + "\n\nclass P:\n    pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = __import__("httpx_and_sdk_box.provider", fromlist=["P"])
+    # httpx, websockets and PyYAML ship with hermes-agent: only the vendor SDK is one a user may lack.
+    assert list(_sdk_modules(SimpleNamespace(provider=module.P()))) == ["upstash_box"]
+
+
+def test_a_provider_the_kit_defines_is_read_in_its_own_file_only():
+    from types import SimpleNamespace
+
+    import conformance.hermes_builtins
+    from conformance.checks.test_unconfigured import _sdk_modules
+
+    builtin = type("HermesBuiltinProvider", (), {"__module__": conformance.hermes_builtins.__name__})
+    # Hermes's built-ins live in the kit's package; the kit's other modules' imports are not theirs.
+    assert _sdk_modules(SimpleNamespace(provider=builtin())) == {}

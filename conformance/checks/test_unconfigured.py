@@ -29,6 +29,7 @@ import pytest
 
 from conformance.checks._support import not_applicable, returns
 from conformance.checks.test_provider import PROBE_STATUSES, _RecordingEnviron
+from conformance.host import installed
 
 # Hermes's own modules and the kit's: never a vendor SDK.
 _NOT_SDK = frozenset(
@@ -67,13 +68,19 @@ def _hints(kit: Any, sdks: dict[str, list[str]]) -> list[str]:
 
 
 def _sdk_modules(kit: Any) -> dict[str, list[str]]:
-    """Third-party top-level modules the plugin's package imports (anywhere), with their distributions."""
+    """Third-party top-level modules the plugin's package imports (anywhere), with their distributions.
+
+    A provider the kit itself defines (Hermes's built-ins) is read in its own file only: the kit's package
+    is not the plugin's.  Modules of distributions every Hermes machine has, or the kit needs to run, are
+    never an SDK a user may lack (conformance.host.installed).
+    """
     module = inspect.getmodule(type(kit.provider))
     path = Path(getattr(module, "__file__", "") or "")
     own = (getattr(module, "__name__", "") or "").split(".")[0]
     distributions = importlib.metadata.packages_distributions()
+    sources = [path] if own == "conformance" else sorted(path.parent.glob("*.py"))
     found: dict[str, list[str]] = {}
-    for source in sorted(path.parent.glob("*.py")) if path.name else []:
+    for source in sources if path.name else []:
         try:
             tree = ast.parse(source.read_text("utf-8"))
         except (OSError, SyntaxError, UnicodeDecodeError):
@@ -89,6 +96,8 @@ def _sdk_modules(kit: Any) -> dict[str, list[str]]:
             for name in names:
                 top = name.split(".")[0]
                 if top in sys.stdlib_module_names or top in _NOT_SDK or top == own or top not in distributions:
+                    continue
+                if installed.always_present(distributions[top]):
                     continue
                 found[top] = distributions[top]
     return found
