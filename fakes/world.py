@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, overload
 
-from fakes import box_paths
+from fakes import box_paths, host_tmp
 from isolation import Bind, BoxSpec, IsolationError, NamespaceBox, NamespaceDriver
 
 logger = logging.getLogger("fakes.world")
@@ -487,6 +487,8 @@ class World:
         self._signal_all(box, signal.SIGCONT)
         self._signal_all(box, signal.SIGKILL)
         shutil.rmtree(box.dir, ignore_errors=True)
+        if not self.isolated:
+            host_tmp.sweep([box.home_dir])
 
     def _signal_all(self, box: Box, signum: int) -> None:
         for proc in box.live_processes():
@@ -636,6 +638,9 @@ class World:
             self._signal_all(box, signal.SIGKILL)
 
     def close(self) -> None:
-        """Kill every box's processes and remove the world's directory."""
+        """Kill every box's processes and remove the world's directory (and, unisolated, what Hermes left
+        for its boxes in this machine's /tmp)."""
         self.kill_all()
+        if not self.isolated:
+            host_tmp.sweep(box.home_dir for box in self.boxes(include_deleted=True))
         shutil.rmtree(self.root, ignore_errors=True)

@@ -10,6 +10,7 @@ deleted.  meta.json is replaced atomically so readers never see half of it.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -87,6 +88,11 @@ class Box:
 
     def delete(self) -> None:
         shutil.rmtree(self.path, ignore_errors=True)
+        if self.path.parent == default_root() and not os.environ.get("TEMPDIR_BOX_ROOT", "").strip():
+            # The per-user directory in the system temp dir is the provider's own: gone with its last box
+            # (rmdir removes only an empty directory; a create racing this makes it again with parents).
+            with contextlib.suppress(OSError):
+                self.path.parent.rmdir()
 
 
 def list_boxes(root: Path) -> list[Box]:
