@@ -33,6 +33,16 @@ FIGURES = {
 }
 
 
+# A tiny quick run: the figures' shape, never their speed.
+TINY = [
+    "--quick",
+    "--skip-suite",
+    *("--sizes", "1K,8K", "--stream-size", "64K", "--stdin-size", "64K"),
+    *("--sync-files", "5", "--sync-big-size", "64K", "--concurrency", "1,2", "--per-call-size", "16K"),
+    *("--rounds", "3", "--cold-samples", "1", "--world-rounds", "5"),
+]
+
+
 @pytest.fixture(scope="module")
 def results(tmp_path_factory) -> tuple[dict, str]:
     out = tmp_path_factory.mktemp("bench") / "results.json"
@@ -43,30 +53,9 @@ def results(tmp_path_factory) -> tuple[dict, str]:
             "ignore::DeprecationWarning",
             "-m",
             "conformance.bench",
-            "--quick",
+            *TINY,
             "--backends",
             "tempdir_box",
-            "--skip-suite",
-            "--sizes",
-            "1K,8K",
-            "--stream-size",
-            "64K",
-            "--stdin-size",
-            "64K",
-            "--sync-files",
-            "5",
-            "--sync-big-size",
-            "64K",
-            "--concurrency",
-            "1,2",
-            "--per-call-size",
-            "16K",
-            "--rounds",
-            "3",
-            "--cold-samples",
-            "1",
-            "--world-rounds",
-            "5",
             "--out",
             str(out),
         ],

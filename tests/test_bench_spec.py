@@ -17,32 +17,9 @@ import pytest
 
 from conformance.bench import entries, options, suite
 from conformance.errors import UsageError
+from tests.test_bench import TINY
 
 SPEC = "fakes.tempdir_box:provider"
-TINY = [
-    "--quick",
-    "--skip-suite",
-    "--sizes",
-    "1K,8K",
-    "--stream-size",
-    "64K",
-    "--stdin-size",
-    "64K",
-    "--sync-files",
-    "5",
-    "--sync-big-size",
-    "64K",
-    "--concurrency",
-    "1,2",
-    "--per-call-size",
-    "16K",
-    "--rounds",
-    "3",
-    "--cold-samples",
-    "1",
-    "--world-rounds",
-    "5",
-]
 
 
 def test_bench_of_a_spec_has_the_reference_row_and_its_own_with_the_same_figures(tmp_path):

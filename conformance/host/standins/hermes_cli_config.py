@@ -42,6 +42,7 @@ from typing import Any
 import yaml
 
 from conformance.errors import file_problem, yaml_problem
+from conformance.host.factory import CONTAINER_DEFAULTS, DEFAULT_TIMEOUT
 from conformance.host.standins import hermes_constants as _kit_constants
 
 __all__ = [
@@ -71,28 +72,7 @@ class InvalidUserConfigError(RuntimeError):
 # Hermes's defaults for the terminal section: the keys the host turns into a backend's
 # container_config, the command timeout and the backend name.
 DEFAULT_CONFIG: dict[str, Any] = {
-    "terminal": {
-        "backend": "local",
-        "timeout": 180,
-        "container_cpu": 1,
-        "container_memory": 5120,
-        "container_disk": 51200,
-        "container_persistent": True,
-        "modal_mode": "auto",
-        "vercel_runtime": "",
-        "docker_volumes": [],
-        "docker_mount_cwd_to_workspace": False,
-        "docker_forward_env": [],
-        "docker_env": {},
-        "docker_run_as_host_user": False,
-        "docker_extra_args": [],
-        "docker_shm_size": "1g",
-        "docker_network": True,
-        "docker_persist_across_processes": True,
-        "docker_shared_container_key": "",
-        "docker_orphan_reaper": True,
-        "docker_snap_compat": False,
-    }
+    "terminal": {"backend": "local", "timeout": DEFAULT_TIMEOUT, **copy.deepcopy(CONTAINER_DEFAULTS)}
 }
 
 _FIX = "edit it into a YAML mapping of sections such as terminal:, starting at the line named"
