@@ -224,6 +224,8 @@ def pytest_configure(config: pytest.Config) -> None:
     # An xdist controller runs no check: hypothesis (whose whole package pytest rewrites on import, as
     # a plugin's) is imported only where checks run.
     settings = None if _dist_controller(config) else _hypothesis_settings()
+    if settings is not None and runs_checks(config):
+        _without_local_constants()
     if settings is not None:
         settings.register_profile(
             "hermes-backend-kit",
@@ -278,6 +280,25 @@ def _hypothesis_settings() -> Any:
     except ImportError:
         return None
     return settings
+
+
+def _without_local_constants() -> None:
+    """Hypothesis's inputs drawn without the constants of the "local" modules loaded in the process.
+
+    Hypothesis (6.131 and later) reads the source of every module outside the standard library and
+    site-packages that a process has loaded (an editable kit, the plugin under test) and mixes their
+    literals into what it draws.  The checks' inputs would then depend on where the kit and the plugin
+    are installed (an editable kit's modules count, an installed one's do not), not on the kit's
+    version alone, and a derandomized run would not be the same run everywhere.  Its built-in
+    constants stay.
+    """
+    try:
+        from hypothesis.internal.conjecture import providers
+    except ImportError:
+        return
+    if callable(getattr(providers, "_get_local_constants", None)) and hasattr(providers, "_local_constants"):
+        empty = providers.Constants()
+        providers._get_local_constants = lambda: empty
 
 
 def _hypothesis_health_checks() -> list[Any]:
