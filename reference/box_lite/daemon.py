@@ -273,9 +273,7 @@ class Daemon:
         except IsolationError as exc:
             raise DaemonError(str(exc)) from exc
         self.settings = _box_settings(box_dir)
-        self.enforcement = limits.apply(
-            self.name, self.box.init_pid, limits.wanted(_limit_values(self.settings, info))
-        )
+        self.enforcement = limits.apply(self.name, self.box.init_pid, limits.wanted(_limit_values(self.settings, info)))
         for shown, why in self.enforcement.refused.items():
             log(f"box {self.name}: {shown} is not enforced: {why}")
         pidns = self.box.pidns[1] if self.box.pidns else 0

@@ -356,13 +356,13 @@ def _workload_rows(manager: BoxManager, home: BoxHome, name: str, pong: dict[str
     token = endpoint.read_token(box) or ""
     paused = "paused (hb down): no MCP answer until hb up"
 
-    def probe(label: str, connect: mcp_probe.Connect, where: str) -> Check:
+    def probe(label: str, connect: mcp_probe.Connect, where: str, authority: str) -> Check:
         if state == "paused":
             return Check(label, FAIL, paused, f"hermes-box exec {name} -- hb up")
         seconds = budget.timeout(CHECK_TIMEOUT_S)
         if seconds <= 0.05:
             return Check(label, FAIL, "not run: the doctor's time budget ran out", "raise DOCTOR_TIMEOUT in box.env")
-        outcome = mcp_probe.handshake(connect, path=path, token=token, timeout=seconds)
+        outcome = mcp_probe.handshake(connect, path=path, token=token, timeout=seconds, host=authority)
         fix = f"see {logs}; then hermes-box repair {name}"
         return Check(label, OK if outcome.ok else FAIL, f"{where}: {outcome.detail}", "" if outcome.ok else fix)
 
@@ -373,6 +373,7 @@ def _workload_rows(manager: BoxManager, home: BoxHome, name: str, pong: dict[str
             "MCP in box",
             lambda t: control.connect_inside(sock, port, name=name, timeout=t),
             f"127.0.0.1:{port}{path} in the box",
+            f"127.0.0.1:{port}",
         )
     )
     forwarded = pong.get("endpoint")
@@ -382,7 +383,8 @@ def _workload_rows(manager: BoxManager, home: BoxHome, name: str, pong: dict[str
         rows.append(Check("MCP host", FAIL, str(forwarded.get("error")), f"free the port, then restart {name}"))
     else:
         host_port = int(forwarded["host_port"])
-        rows.append(probe("MCP host", mcp_probe.tcp(host_port), f"127.0.0.1:{host_port}{path} on the host"))
+        where = f"127.0.0.1:{host_port}"
+        rows.append(probe("MCP host", mcp_probe.tcp(host_port), f"{where}{path} on the host", where))
     return rows
 
 

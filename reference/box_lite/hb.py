@@ -123,7 +123,7 @@ def data_usage(seconds: float = 2.0) -> str:
     free = st.f_bavail * st.f_frsize
     total, counted, complete = 0, 0, True
     deadline = time.monotonic() + seconds
-    for folder, dirs, files in os.walk(DATA):
+    for folder, _dirs, files in os.walk(DATA):
         for name in files:
             try:
                 total += os.lstat(os.path.join(folder, name)).st_size
@@ -251,7 +251,9 @@ def mcp_row(work: dict[str, Any]) -> tuple[str, str, str]:
         return ("fail", "MCP", "the workload is paused (hb down); hb up resumes it")
     port = int(work.get("port") or 0)
     path = re.sub(r"^http://[^/]+", "", str(wiring.get("url")))
-    outcome = mcp_probe.handshake(mcp_probe.tcp(port), path=path, token=str(wiring.get("token")), timeout=TIMEOUT_S)
+    outcome = mcp_probe.handshake(
+        mcp_probe.tcp(port), path=path, token=str(wiring.get("token")), timeout=TIMEOUT_S, host=f"127.0.0.1:{port}"
+    )
     return ("ok" if outcome.ok else "fail", "MCP", f"127.0.0.1:{port}{path}: {outcome.detail}")
 
 

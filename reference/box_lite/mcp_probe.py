@@ -57,7 +57,8 @@ class _Connection(http.client.HTTPConnection):
 
 
 def handshake(connect: Connect, *, path: str, token: str, timeout: float, host: str = "127.0.0.1") -> Outcome:
-    """The MCP handshake within ``timeout`` seconds (see the module): an Outcome, never an exception."""
+    """The MCP handshake within ``timeout`` seconds (see the module): an Outcome, never an exception.
+    ``host`` is the Host header (``127.0.0.1:PORT``: servers guarding against DNS rebinding want it)."""
     deadline = time.monotonic() + timeout
     try:
         return _handshake(connect, path, token, deadline, host)
@@ -167,7 +168,9 @@ def _handshake(connect: Connect, path: str, token: str, deadline: float, host: s
     except _Failed:
         pass  # closing the session is best effort
     name = str(info.get("name"))[:60]
-    return Outcome(True, f"initialize OK ({name}, protocol {version}, {ctype}, session issued), initialized sent", version)
+    return Outcome(
+        True, f"initialize OK ({name}, protocol {version}, {ctype}, session issued), initialized sent", version
+    )
 
 
 def tcp(port: int, host: str = "127.0.0.1") -> Connect:

@@ -167,7 +167,11 @@ def provision(box: BoxDir, name: str, env_text: str, uid: int, gid: int) -> None
 
 
 HB_MODULES = ("hb.py", "mcp_probe.py")
-HB_LAUNCHER = '#!/bin/sh\n# hermes-box managed: the box helper (see /run/hermes-box/hb.py)\nexec python3 -I -S /run/hermes-box/hb.py "$@"\n'
+HB_LAUNCHER = (
+    "#!/bin/sh\n"
+    "# hermes-box managed: the box helper (see /run/hermes-box/hb.py)\n"
+    'exec python3 -I -S /run/hermes-box/hb.py "$@"\n'
+)
 
 
 def provision_inside(box: BoxDir) -> None:

@@ -12,12 +12,14 @@ connection, reads the first HTTP request's head (at most ``HEAD_LIMIT`` bytes, w
   cookie set (HttpOnly, SameSite=Strict), so the token leaves the address bar at once.
 
 A request without the token gets 401 and the connection is closed; nothing of it
-reaches the workload.  An authenticated connection is joined to a TCP socket made in
-the box's network namespace (``NamespaceDriver.tcp_socket``) and connected to
-``127.0.0.1:WORKLOAD_PORT`` there, so a ``--no-network`` box is reached the same way as
-one sharing the host's network; from then on bytes pass both ways unchanged (later
-requests on a kept-alive connection ride on its first request's authentication).  When
-the workload does not answer, the relay answers 503 (paused by ``hb down``) or 502.
+reaches the workload.  An authenticated request is passed, with the bearer token in its
+``Authorization`` header (for a workload that checks the token itself) and
+``Connection: close`` (so every request comes on a connection of its own, authenticated
+here), to a TCP socket made in the box's network namespace
+(``NamespaceDriver.tcp_socket``) and connected to ``127.0.0.1:WORKLOAD_PORT`` there: a
+``--no-network`` box is reached the same way as one sharing the host's network.  The
+answer, and the rest of an upgraded connection, pass unchanged.  When the workload does
+not answer, the relay answers 503 (paused by ``hb down``) or 502.
 Tokens are compared in constant time and never logged.
 """
 
@@ -118,11 +120,13 @@ class Relay:
                 upstream = self._upstream(CONNECT_TIMEOUT_S)
             except OSError:
                 if self._why() == "paused":
-                    _reply(conn, "503 Service Unavailable", "the box's workload is paused (hb down); hb up resumes it\n")
+                    _reply(
+                        conn, "503 Service Unavailable", "the box's workload is paused (hb down); hb up resumes it\n"
+                    )
                 else:
                     _reply(conn, "502 Bad Gateway", "the box's workload does not answer (see hb status in the box)\n")
                 return
-            upstream.sendall(head + rest)
+            upstream.sendall(_forwarded(head, self._token.decode()) + rest)
             _pump(conn, upstream)
         except OSError as exc:
             self._log(f"relay: a connection failed: {exc.strerror or type(exc).__name__}")
@@ -150,7 +154,7 @@ class Relay:
         return data[:end], data[end:]
 
     def _authenticate(self, head: bytes) -> str:
-        """"ok", "redirect" (the token came in the URL) or "refused"."""
+        """ "ok", "redirect" (the token came in the URL) or "refused"."""
         lines = head.decode("latin-1").split("\r\n")
         parts = lines[0].split(" ")
         for line in lines[1:]:
@@ -173,6 +177,27 @@ class Relay:
 
     def _matches(self, offered: str) -> bool:
         return hmac.compare_digest(offered.encode(errors="replace"), self._token)
+
+
+def _forwarded(head: bytes, token: str) -> bytes:
+    """The request head as the workload gets it: with the bearer token (a browser brings only the
+    cookie; a workload that checks the token itself accepts it) and, unless it upgrades the
+    connection, ``Connection: close``, so that every request comes on a connection of its own and
+    is authenticated here."""
+    lines = head.decode("latin-1").split("\r\n")[:-2]
+    kept = [lines[0]]
+    upgrade = False
+    for line in lines[1:]:
+        key, _, value = line.partition(":")
+        name = key.strip().lower()
+        if name == "connection" and "upgrade" in value.lower():
+            upgrade = True
+        elif name in ("authorization", "connection", "keep-alive"):
+            continue
+        kept.append(line)
+    kept.append(f"Authorization: Bearer {token}")
+    kept.append("Connection: Upgrade" if upgrade else "Connection: close")
+    return ("\r\n".join(kept) + "\r\n\r\n").encode("latin-1")
 
 
 def _without_token(head: bytes) -> str:

@@ -181,10 +181,17 @@ KEYS: dict[str, Key] = {
         Key("WORKLOAD", "off", _workload, "the box's supervised service: executor, a command line for sh -c, or off"),
         Key("WORKLOAD_PORT", "4788", _port, "the TCP port the workload listens on inside the box (its loopback)"),
         Key("WORKLOAD_MCP_PATH", "/mcp", _http_path, "the workload's MCP endpoint path, or off if it is no MCP server"),
-        Key("EXPOSE_EXECUTOR_WEB", "off", parse_bool, "on: a host loopback port forwards to the workload (token needed)"),
+        Key(
+            "EXPOSE_EXECUTOR_WEB", "off", parse_bool, "on: a host loopback port forwards to the workload (token needed)"
+        ),
         Key("EXECUTOR_PORT_LO", "18700", _port, "lowest host loopback port given to a box's forwarded endpoint"),
         Key("EXECUTOR_PORT_HI", "18799", _port, "highest host loopback port given to a box's forwarded endpoint"),
-        Key("WIRE_EXECUTOR_MCP", "on", parse_bool, "on: new and repair register the workload's MCP with Claude and Codex"),
+        Key(
+            "WIRE_EXECUTOR_MCP",
+            "on",
+            parse_bool,
+            "on: new and repair register the workload's MCP with Claude and Codex",
+        ),
     )
 }
 
