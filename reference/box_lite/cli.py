@@ -134,12 +134,14 @@ def cmd_ls(ctx: Context, args: argparse.Namespace) -> int:
     if not boxes:
         note(f"no boxes in {ctx.home.describe()}; create one with `{PROG} new NAME`")
         return 0
-    table = [("NAME", "STATE", "LAST BACKUP", "AGE", "ENDPOINT")]
+    table: list[tuple[str, ...]] = [("NAME", "STATE", "LAST BACKUP", "AGE", "ENDPOINT")]
     for info in boxes:
         backup = info.last_backup
         last, age = (backup.path.name, backup.age_text) if backup else ("never", "-")
         table.append((info.name, state(info), last, age, shown_endpoint(ctx, info.name) or "-"))
-    widths = [max(len(r[i]) for r in table) for i in range(5)]
+    if all(r[4] == "-" for r in table[1:]):  # the ENDPOINT column only when a box has one
+        table = [r[:4] for r in table]
+    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
     for r in table:
         print("  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip())
     return 0

@@ -129,7 +129,7 @@ def read_box_json(box: BoxDir) -> dict[str, Any]:
 
 
 def box_spec(name: str, box: BoxDir, network: bool) -> BoxSpec:
-    files = (BoxFile(box.env_file, ENV_FILE_INSIDE),) if box.env_file.is_file() else ()
+    files: tuple[BoxFile, ...] = (BoxFile(box.env_file, ENV_FILE_INSIDE),) if box.env_file.is_file() else ()
     inside = (Bind(box.inside, RUN_INSIDE, writable=False),) if box.inside.is_dir() else ()
     if inside and (box.inside / "hb").is_file() and os.path.isdir(HB_BIN_DIR) and not os.path.islink(HB_BIN_DIR):
         files += (BoxFile(box.inside / "hb", f"{HB_BIN_DIR}/hb"),)

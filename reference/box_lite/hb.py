@@ -37,7 +37,7 @@ try:
     from reference.box_lite import mcp_probe
 except ImportError:  # in the box: this file and mcp_probe.py side by side in /run/hermes-box
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import mcp_probe  # type: ignore[no-redef]
+    import mcp_probe  # type: ignore[import-not-found,no-redef]
 
 SOCKET = "/run/hermes-box/hb.sock"
 ENV_FILE = "/etc/hermes-box.env"
@@ -77,6 +77,8 @@ def ask(message: dict[str, Any], timeout: float = TIMEOUT_S) -> dict[str, Any]:
         answer = json.loads(data or b"{}")
     except ValueError:
         raise Refused("the box's daemon gave an unreadable answer") from None
+    if not isinstance(answer, dict):
+        raise Refused("the box's daemon gave an unreadable answer")
     if answer.get("op") == "error":
         raise Refused(str(answer.get("message")))
     return answer
