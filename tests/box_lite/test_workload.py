@@ -313,3 +313,32 @@ def test_the_handshake_needs_a_listener() -> None:
         port = probe.getsockname()[1]
     outcome = mcp_probe.handshake(mcp_probe.tcp(port), path="/mcp", token="t", timeout=2)
     assert not outcome.ok and "connection refused" in outcome.detail
+
+
+def test_save_quiesces_the_workload_and_load_starts_it_once_restored(
+    box_home: Path, manager: BoxManager, tmpdir_root: Path
+) -> None:
+    import archives
+    from reference.box_lite import backup, workload
+    from tests.archives.craft import PASSPHRASE
+
+    _settings(box_home, expose=False, WORKLOAD="'echo up; exec sleep 600'", WORKLOAD_MCP_PATH="off")
+    made = BoxManager(BoxHome.at(box_home))
+    made.create("delta")
+    secret = archives.Passphrase(PASSPHRASE)
+    path = backup.save(made, "delta", passphrase=secret)
+    log = workload.log_path(made.home.box("delta"))
+    deadline = time.monotonic() + 10
+    while log.read_text().count("started") < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    text = log.read_text()
+    ended = text.index("for quiesced")  # ended before the archive was written, started again after
+    assert text.index("started", ended) > ended and made.workload_status("delta")["workload"]["restarts"] == 0
+    assert made.workload_status("delta")["workload"]["state"] == "running"
+
+    backup.load(made, path, "echo", passphrase=secret)
+    assert not workload.held_marker(made.home.box("echo")).exists()
+    deadline = time.monotonic() + 10
+    while made.workload_status("echo")["workload"]["state"] != "running" and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert made.workload_status("echo")["workload"]["state"] == "running"
