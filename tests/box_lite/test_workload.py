@@ -255,6 +255,7 @@ def test_open_gives_the_browser_one_secret_url(box_home: Path, mcp_box: str, tmp
     assert oct(manifest.stat().st_mode & 0o777) == "0o600" and token in manifest.read_text()
 
 
+@pytest.mark.suite
 def test_a_failing_workload_is_restarted_with_backoff_and_its_log_kept(box_home: Path, manager: BoxManager) -> None:
     _settings(box_home, expose=False, WORKLOAD="'echo run $WORKLOAD_PORT; exit 3'", WORKLOAD_MCP_PATH="off")
     made = BoxManager(BoxHome.at(box_home))
@@ -325,6 +326,9 @@ def test_save_quiesces_the_workload_and_load_starts_it_once_restored(
     _settings(box_home, expose=False, WORKLOAD="'echo up; exec sleep 600'", WORKLOAD_MCP_PATH="off")
     made = BoxManager(BoxHome.at(box_home))
     made.create("delta")
+    deadline = time.monotonic() + 10
+    while made.workload_status("delta")["workload"]["state"] != "running" and time.monotonic() < deadline:
+        time.sleep(0.05)
     secret = archives.Passphrase(PASSPHRASE)
     path = backup.save(made, "delta", passphrase=secret)
     log = workload.log_path(made.home.box("delta"))
