@@ -346,3 +346,18 @@ def test_save_quiesces_the_workload_and_load_starts_it_once_restored(
     while made.workload_status("echo")["workload"]["state"] != "running" and time.monotonic() < deadline:
         time.sleep(0.1)
     assert made.workload_status("echo")["workload"]["state"] == "running"
+
+
+@pytest.mark.skipif(shutil.which("setpriv") is None, reason="no setpriv here to run hb as a user")
+def test_hb_works_for_a_user_of_the_box_too(box_home: Path, manager: BoxManager) -> None:
+    _settings(box_home, expose=False, WORKLOAD="'exec sleep 600'")
+    made = BoxManager(BoxHome.at(box_home))
+    made.create("zeta")
+    user = ["setpriv", "--reuid=1000", "--regid=1000", "--clear-groups", "env", "HOME=/tmp/user"]
+    script = "mkdir -p /tmp/user && id -u && hb down && hb up && hb wire-mcp && stat -c %u:%a ~/.claude.json"
+    done = hermes_box(box_home, "exec", "zeta", "--", *user, "sh", "-c", script)
+    assert done.returncode == 0, done
+    lines = done.stdout.splitlines()
+    assert lines[0] == "1000" and "paused" in lines[1] and lines[-1] == "1000:600", done.stdout
+    token = endpoint.read_token(made.home.box("zeta"))
+    assert token and token not in done.stdout + done.stderr
