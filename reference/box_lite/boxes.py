@@ -687,8 +687,9 @@ class BoxManager:
         from reference.box_lite import endpoint, workload
 
         box = self.home.box(name)
-        publish_atomic(box.managed / "command-env.json", json_bytes(box_env(name)))
         endpoint.ensure_token(box)
+        if self.settings.workload:
+            publish_atomic(box.command_env, json_bytes(box_env(name)))
         if self.settings.expose_executor_web and self.settings.workload:
             endpoint.assign_port(self.home, name, self.settings.executor_port_lo, self.settings.executor_port_hi)
         else:

@@ -24,7 +24,21 @@ serves framed JSON with descriptors (``isolation.box_init.Channel``):
 - ``processes``: the box's processes; ``ping``: the daemon's pid and box,
   whether it is frozen, and the resource limits it enforces (``limits``);
 - ``stop``: ends every box process, records the clean stop in box.json,
-  answers ``stopped`` and exits.  SIGTERM, SIGINT and SIGHUP do the same.
+  answers ``stopped`` and exits.  SIGTERM, SIGINT and SIGHUP do the same;
+- ``connect`` {port, timeout}: a TCP connection to that port of the box's
+  loopback (made in the box's network namespace), its descriptor sent back
+  (the doctor's in-box MCP handshake);
+- ``workload`` {action}: the supervised workload's status, ``up``, ``down``,
+  ``logs`` or ``release`` (``workload.Supervisor``); ``freeze`` with
+  ``workload: true`` ends the workload first and starts it again at the thaw
+  (or when that connection closes).
+
+With ``WORKLOAD`` in the box's settings the daemon supervises it
+(``workload``) and, with ``EXPOSE_EXECUTOR_WEB`` and a recorded host port,
+relays the host loopback port to it (``relay``).  It also listens on
+``managed/inside/hb.sock`` (``/run/hermes-box/hb.sock`` in the box) for
+``hb``: one JSON request a line (``workload`` {action}, ``mcp``: the in-box
+MCP URL and the token), one answer.
 
 If the box's init ends by itself the daemon exits without recording a clean
 stop (the box is then "broken").  If the daemon dies, the engine ends the box:
@@ -37,8 +51,8 @@ for both under a relocated home (the box manager passes the two directories,
 which also serves XDG homes), ``--ready-fd N``
 (optional: a pipe the daemon writes ``ok`` or the reason it failed to, then
 closes) and the box name.  It imports little (the engine, the standard
-library and the box manager's stdlib-only paths, records, control, settings
-and limits modules), so a box starts in a fraction of a second.  The box manager runs
+library and the box manager's stdlib-only paths, records, control, settings,
+limits, endpoint, relay and workload modules), so a box starts in a fraction of a second.  The box manager runs
 it without site processing (``python -I -S``, the project's directories
 appended to sys.path, then ``run()``): nothing it imports may come from
 outside the standard library and this project.
@@ -78,7 +92,6 @@ from reference.box_lite.paths import (
 from reference.box_lite.records import mark_stopped, publish_atomic, read_object, utc_now
 from reference.box_lite.settings import Settings
 
-COMMAND_ENV = "command-env.json"  # managed/: the box user's environment, for the commands the daemon starts itself
 STOP_TIMEOUT_S = 10.0
 SIGNAL_GRACE_S = 2.0  # how long a stop by signal lets the box's processes end after SIGTERM
 CLAIM_ATTEMPTS = 50
@@ -305,12 +318,17 @@ class Daemon:
         if not self.settings.workload:
             return
         token = endpoint.read_token(self.box_dir) or ""
-        env = read_object(self.box_dir.managed / COMMAND_ENV) or {"HOME": HOME_INSIDE, "PATH": "/usr/bin:/bin"}
+        env = read_object(self.box_dir.command_env) or {"HOME": HOME_INSIDE, "PATH": "/usr/bin:/bin"}
         env = {str(k): str(v) for k, v in env.items()}
         if token:
             env["HERMES_BOX_TOKEN"] = token
         self.supervisor = workload.Supervisor(
-            self.box_dir, self.settings.workload, self.settings.workload_port, env, self.spawn_service, self.kill_tree
+            self.box_dir,
+            self.settings.workload,
+            self.settings.workload_port,
+            env,
+            self.spawn_service,
+            self.signal_leader,
         )
         self.supervisor.start()
         port = endpoint.host_port(read_object(self.box_dir.record))
@@ -338,9 +356,6 @@ class Daemon:
                 return self.driver.spawn(self.box, argv, env=env, cwd=cwd, stdin=null, stdout=out, stderr=out)
         finally:
             os.close(null)
-
-    def kill_tree(self, leader: int, signum: int) -> int:
-        return self.signal_leader(leader, signum)
 
     def connect_inside(self, port: int, timeout: float) -> socket.socket:
         """A TCP connection to ``127.0.0.1:port`` in the box's network namespace."""
@@ -809,6 +824,7 @@ def main(argv: list[str]) -> int:
         daemon.claim()
         daemon.start_box()
         daemon.listen()
+        daemon.start_services()
     except BaseException as exc:
         why = str(exc) if isinstance(exc, (DaemonError, OSError)) else f"{type(exc).__name__}: {exc}"
         log(f"box {name} did not start: {why}")
@@ -818,7 +834,6 @@ def main(argv: list[str]) -> int:
                 run.init_pid.unlink()
         _tell(ready, why)
         return 1
-    daemon.start_services()
     _tell(ready, "ok")
     daemon.serve()
     return 0

@@ -184,6 +184,11 @@ class BoxDir:
         return self.managed / "hermes-box.env"
 
     @property
+    def command_env(self) -> Path:
+        """The box user's environment, for the commands its daemon starts itself (the workload)."""
+        return self.managed / "command-env.json"
+
+    @property
     def inside(self) -> Path:
         """What the box sees read-only at /run/hermes-box: `hb`, its modules and the daemon's hb.sock."""
         return self.managed / "inside"
