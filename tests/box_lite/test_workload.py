@@ -174,8 +174,8 @@ def test_the_doctor_speaks_mcp_and_hb_down_pauses_across_restarts(box_home: Path
         rows = doctor_rows(box_home, mcp_box)
         for row in ("workload", "MCP in box", "MCP host"):
             assert rows[row]["status"] == "fail" and "paused" in rows[row]["detail"], rows
-        procs = hermes_box(box_home, "exec", mcp_box, "--", "sh", "-c", "ps -eo args || ls /proc")
-        assert "server.py" not in procs.stdout
+        procs = hermes_box(box_home, "exec", mcp_box, "--", "sh", "-c", "cat /proc/[0-9]*/cmdline | tr '\\0' ' '")
+        assert "cat /proc/1/cmdline" in procs.stdout and "server.py" not in procs.stdout, procs  # listed: none
         assert hermes_box(box_home, "stop", mcp_box).returncode == 0
         assert hermes_box(box_home, "start", mcp_box).returncode == 0
         time.sleep(1.5)  # longer than the supervisor's first backoff: a restart would show
@@ -361,3 +361,18 @@ def test_hb_works_for_a_user_of_the_box_too(box_home: Path, manager: BoxManager)
     assert lines[0] == "1000" and "paused" in lines[1] and lines[-1] == "1000:600", done.stdout
     token = endpoint.read_token(made.home.box("zeta"))
     assert token and token not in done.stdout + done.stderr
+
+
+def test_the_workload_settings_round_trip_and_refuse_a_reversed_port_range() -> None:
+    from reference.box_lite.errors import BadInput
+    from reference.box_lite.settings import Settings
+
+    command = """sh -c 'echo "$WORKLOAD_PORT"' # a comment-like tail"""
+    written = Settings.parse(f"WORKLOAD={json.dumps(command)}\nEXPOSE_EXECUTOR_WEB=on\nWORKLOAD_MCP_PATH=off\n")
+    again = Settings.parse(written.render())
+    assert again.workload == command and again.expose_executor_web and again.workload_mcp_path is None
+    with pytest.raises(BadInput) as refused:
+        Settings.parse("EXECUTOR_PORT_LO=19000\nEXECUTOR_PORT_HI=18000\n")
+    assert "EXECUTOR_PORT_LO (19000) is above EXECUTOR_PORT_HI (18000)" in refused.value.what
+    with pytest.raises(BadInput):
+        Settings.parse("WORKLOAD_PORT=70000\n")
