@@ -31,8 +31,14 @@ from reference.box_lite.paths import BoxDir, BoxHome
 from reference.box_lite.records import json_bytes, publish_atomic, read_object
 
 TOKEN_FILE = "endpoint-token"
-COOKIE = "hermes_box_token"  # the relay's cookie, set when a browser brings the token in the URL
 QUERY = "hermes_box_token"  # the URL parameter `open` puts the token in
+
+
+def cookie_name(port: int) -> str:
+    """The relay's cookie, set when a browser brings the token in the URL.  Browsers keep cookies
+    per host, not per port: each box's endpoint has a cookie of its own name, so opening one box
+    never replaces another's."""
+    return f"hermes_box_token_{port}"
 
 
 def token_path(box: BoxDir) -> Path:

@@ -6,7 +6,8 @@ connection, reads the first HTTP request's head (at most ``HEAD_LIMIT`` bytes, w
 ``HEAD_TIMEOUT_S``) and checks the box's bearer token, which may come three ways:
 
 - ``Authorization: Bearer TOKEN`` (MCP clients, the doctor);
-- the cookie ``hermes_box_token`` (a browser after ``open``);
+- the cookie ``hermes_box_token_PORT`` (a browser after ``open``; named after the port,
+  since browsers keep cookies per host, not per port);
 - ``?hermes_box_token=TOKEN`` in the URL (what ``open`` hands the browser): answered
   by the relay itself with a redirect to the same URL without the parameter and the
   cookie set (HttpOnly, SameSite=Strict), so the token leaves the address bar at once.
@@ -34,7 +35,7 @@ from collections.abc import Callable
 from http.cookies import SimpleCookie
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from reference.box_lite.endpoint import COOKIE, QUERY
+from reference.box_lite.endpoint import QUERY, cookie_name
 
 HEAD_LIMIT = 32 * 1024
 HEAD_TIMEOUT_S = 10.0
@@ -105,7 +106,7 @@ class Relay:
             verdict = self._authenticate(head)
             if verdict == "redirect":
                 location = _without_token(head)
-                cookie = f"{COOKIE}={self._token.decode()}; Path=/; HttpOnly; SameSite=Strict"
+                cookie = f"{cookie_name(self.port)}={self._token.decode()}; Path=/; HttpOnly; SameSite=Strict"
                 _reply(conn, "303 See Other", "authenticated\n", (f"Location: {location}", f"Set-Cookie: {cookie}"))
                 return
             if verdict != "ok":
@@ -167,7 +168,8 @@ class Relay:
                 morsel = SimpleCookie()
                 with contextlib.suppress(Exception):
                     morsel.load(value)
-                if COOKIE in morsel and self._matches(morsel[COOKIE].value):
+                name = cookie_name(self.port)
+                if name in morsel and self._matches(morsel[name].value):
                     return "ok"
         if len(parts) == 3 and parts[0] in ("GET", "HEAD"):
             query = dict(parse_qsl(urlsplit(parts[1]).query, keep_blank_values=True))
