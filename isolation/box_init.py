@@ -622,6 +622,9 @@ class Init:
                 self.channel.send({"op": "done", "nfds": 1}, [master])
             finally:
                 os.close(master)
+        elif op == "socket":  # a TCP socket of the box's network namespace, for a host-side relay to connect
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM | socket.SOCK_CLOEXEC) as made:
+                self.channel.send({"op": "done", "nfds": 1}, [made.fileno()])
         elif op == "signal_all":
             with contextlib.suppress(ProcessLookupError):
                 os.kill(-1, int(message["signal"]))  # every process of this PID namespace but init

@@ -695,6 +695,14 @@ class NamespaceDriver:
             return _host_pty()
         return master, int(slave)
 
+    def tcp_socket(self, box: NamespaceBox) -> socket.socket:
+        """An unconnected TCP socket made in the box's network namespace (its own, or the host's when it
+        shares it): connecting it to 127.0.0.1 reaches the box's loopback, whichever process connects."""
+        answer = box.request({"op": "socket", "reply": True})
+        assert answer is not None  # a request that wants a reply gets one or raises
+        (fd,) = answer["fds"]
+        return socket.socket(fileno=fd)
+
     def freeze(self, box: NamespaceBox) -> None:
         box.request({"op": "signal_all", "signal": int(signal.SIGSTOP), "reply": True})
 

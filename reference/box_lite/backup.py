@@ -342,7 +342,12 @@ def load(
                 _pause(f"load:{done}")
 
         own_limits = _restored_limits(checked.manifest.settings.get("limits"), on_settings or (lambda _: None))
-        info = manager.create(new_name, network=net, limits=own_limits, populate=populate, progress=step)
+        # The workload stays stopped until the restore is verified (populate compares it with the
+        # validated archive), then starts.
+        info = manager.create(
+            new_name, network=net, limits=own_limits, populate=populate, progress=step, hold_workload=True
+        )
+        manager.release_workload(new_name)
         interrupts.settled = True
     interrupts.deliver_late()
     return info

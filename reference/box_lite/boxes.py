@@ -260,6 +260,7 @@ class BoxManager:
         limits: dict[str, Any] | None = None,
         populate: Populate | None = None,
         progress: Progress | None = None,
+        hold_workload: bool = False,
     ) -> BoxInfo:
         """Make, provision, register and start box ``name`` (see the module docstring).
 
@@ -267,6 +268,8 @@ class BoxManager:
         (``load`` restores an archive there); its files are then given to the
         box's root.  ``progress(step)`` is called after each step: "directory",
         "populated", "provisioned", "registered", "launched", "started".
+        ``hold_workload``: the box's workload stays stopped until ``release_workload`` (``load``
+        verifies the restore first).
         """
         check_name(name)
         net = self.settings.network if network is None else bool(network)
@@ -276,7 +279,7 @@ class BoxManager:
         try:
             with Interrupts() as interrupts, self.lock(name, "create") as lock:
                 try:
-                    self._create(name, net, limits or {}, populate, step, made)
+                    self._create(name, net, limits or {}, populate, step, made, hold_workload)
                     interrupts.settled = True
                 except BaseException:
                     interrupts.settled = True
@@ -301,6 +304,7 @@ class BoxManager:
         populate: Populate | None,
         step: Progress,
         made: _Made,
+        hold_workload: bool = False,
     ) -> None:
         box = self.home.box(name)
         if self.registry.get(name) is not None:
@@ -342,6 +346,7 @@ class BoxManager:
         box.data.chmod(0o755)
         provision.own_tree(box.data, uid, gid)
         provision.provision(box, name, self.settings.render(), uid, gid)
+        self.provision_workload(name, hold=hold_workload)
         box.incomplete.unlink()
         step("provisioned")
         with self.registry.update() as boxes:
@@ -662,7 +667,9 @@ class BoxManager:
         held = Held()
         held.hold()
         try:
-            with control.frozen(sock, name=name):  # the daemon thaws the box if this process dies meanwhile
+            # The daemon ends the workload first (it starts again at the thaw), and thaws the box if
+            # this process dies meanwhile.
+            with control.frozen(sock, name=name, workload=True):
                 try:
                     held.release()
                     yield
@@ -670,6 +677,42 @@ class BoxManager:
                     held.hold()
         finally:
             held.release()
+
+    # -- the workload and its endpoint -------------------------------------------------------------------
+    def provision_workload(self, name: str, *, hold: bool = False) -> None:
+        """What the box's daemon needs to run its workload: the environment of the commands it starts
+        itself, the box's endpoint token (made once), and with ``EXPOSE_EXECUTOR_WEB`` and a
+        ``WORKLOAD`` a forwarded host port (dropped when exposure is off); ``hold`` keeps the workload
+        stopped at the first start (see ``release_workload``)."""
+        from reference.box_lite import endpoint, workload
+
+        box = self.home.box(name)
+        endpoint.ensure_token(box)
+        if self.settings.workload:
+            publish_atomic(box.command_env, json_bytes(box_env(name)))
+        if self.settings.expose_executor_web and self.settings.workload:
+            endpoint.assign_port(self.home, name, self.settings.executor_port_lo, self.settings.executor_port_hi)
+        else:
+            record = self.box_json(name)
+            if record is not None and record.pop("endpoint", None) is not None:
+                publish_atomic(box.record, json_bytes(record))
+        if hold:
+            publish_atomic(workload.held_marker(box), b"held until the restore is verified (hermes-box load)\n")
+
+    def release_workload(self, name: str) -> None:
+        """Let a held workload start (``load``, once the restored box is verified)."""
+        from reference.box_lite import workload
+
+        with contextlib.suppress(FileNotFoundError):
+            workload.held_marker(self.home.box(name)).unlink()
+        if self.daemon_pid(name) is not None:
+            control.request(self.home.run(name).control_socket, {"op": "workload", "action": "release"}, name=name)
+
+    def workload_status(self, name: str, action: str = "status") -> dict[str, Any]:
+        """The running box's daemon's answer to ``workload`` {action} (status, up, down, logs)."""
+        return control.request(
+            self.home.run(name).control_socket, {"op": "workload", "action": action}, name=name, timeout=40.0
+        )
 
     # -- repair ------------------------------------------------------------------------------------------
     def refresh_assets(self, name: str) -> None:
@@ -681,6 +724,7 @@ class BoxManager:
                 raise _damaged(name, "cannot be repaired", self.home.box(name).root)
             uid, gid = self.box_ids()
             provision.provision(self.home.box(name), name, self.settings.render(), uid, gid)
+            self.provision_workload(name)
             with self.registry.update() as boxes:
                 entry = boxes.get(name)
                 if entry is None or _nonce(entry) not in (None, _nonce(info)):

@@ -100,6 +100,7 @@ def cmd_new(ctx: Context, args: argparse.Namespace) -> int:
     publish_manifest(ctx.home)
     net = "on" if info.network else "off (loopback only)"
     note(f"created box {name} (network {net}); its /data is {ctx.manager.data_dir(name)}")
+    wire_mcp(ctx, name)
     if args.no_doctor:
         return 0
     return _doctor(ctx, name, as_json=False)
@@ -124,6 +125,7 @@ def cmd_ls(ctx: Context, args: argparse.Namespace) -> int:
                 "last_backup": str(info.last_backup.path) if info.last_backup else None,
                 "last_backup_at": info.last_backup.when_text if info.last_backup else None,
                 "last_backup_age_s": round(info.last_backup.age_seconds) if info.last_backup else None,
+                "endpoint": shown_endpoint(ctx, info.name),
             }
             for info in boxes
         ]
@@ -132,12 +134,14 @@ def cmd_ls(ctx: Context, args: argparse.Namespace) -> int:
     if not boxes:
         note(f"no boxes in {ctx.home.describe()}; create one with `{PROG} new NAME`")
         return 0
-    table = [("NAME", "STATE", "LAST BACKUP", "AGE")]
+    table: list[tuple[str, ...]] = [("NAME", "STATE", "LAST BACKUP", "AGE", "ENDPOINT")]
     for info in boxes:
         backup = info.last_backup
         last, age = (backup.path.name, backup.age_text) if backup else ("never", "-")
-        table.append((info.name, state(info), last, age))
-    widths = [max(len(r[i]) for r in table) for i in range(4)]
+        table.append((info.name, state(info), last, age, shown_endpoint(ctx, info.name) or "-"))
+    if all(r[4] == "-" for r in table[1:]):  # the ENDPOINT column only when a box has one
+        table = [r[:4] for r in table]
+    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
     for r in table:
         print("  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip())
     return 0
@@ -247,6 +251,7 @@ def cmd_repair(ctx: Context, args: argparse.Namespace) -> int:
         if ctx.manager.state(name) == "running":
             write_stop_marker(ctx.manager, ctx.home, name)  # /data as it is now is the durability baseline
     publish_manifest(ctx.home)
+    wire_mcp(ctx, name)
     note(f"refreshed managed assets and wiring of {name}; /data kept")
     return _doctor(ctx, name, as_json=False)
 
@@ -267,6 +272,7 @@ def cmd_rm(ctx: Context, args: argparse.Namespace) -> int:
                 f"type {name} at the prompt, or pass --force in scripts",
             )
     ctx.manager.remove(name)
+    publish_manifest(ctx.home)  # its endpoint leaves the manifest
     note(f"removed box {name}")
     return 0
 
@@ -305,6 +311,117 @@ def cmd_extract(ctx: Context, args: argparse.Namespace) -> int:
         f"extracted to {target}: treat it as secret material (it can hold credentials, sessions and private work); "
         "remove it when done"
     )
+    return 0
+
+
+# --- the workload's endpoint: open, ls, MCP wiring ----------------------------------------------
+
+OPEN_TIMEOUT_S = 30.0  # how long `open` waits for the forwarded endpoint to answer
+BROWSER_WAIT_S = 30.0  # how long `open` waits for the browser command (a browser that stays is left running)
+OPENERS = (("xdg-open",), ("gio", "open"), ("open",))
+
+
+def shown_endpoint(ctx: Context, name: str) -> str | None:
+    """The box's forwarded endpoint without its token (``ls``), None when it has none."""
+    from reference.box_lite import endpoint
+
+    port = endpoint.host_port(ctx.manager.box_json(name))
+    return endpoint.host_url(port) if port is not None else None
+
+
+def wire_mcp(ctx: Context, name: str) -> None:
+    """With ``WIRE_EXECUTOR_MCP`` and an MCP workload: ``hb wire-mcp`` in the box (new, repair)."""
+    settings = ctx.settings
+    if not (settings.workload and settings.workload_mcp_path and settings.wire_executor_mcp):
+        return
+    if ctx.manager.state(name) != "running":
+        note(f"{name} is not running: MCP wiring skipped (run `hb wire-mcp` in the box later)")
+        return
+    import subprocess
+
+    with ctx.manager.popen(name, ["hb", "wire-mcp"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT) as command:
+        out, _ = command.communicate(timeout=30)
+    lines = out.decode(errors="replace").strip()
+    if command.returncode == 0:
+        note(f"wired the workload's MCP endpoint for Claude Code and Codex in {name}")
+    else:
+        note(f"MCP wiring in {name} failed (exit {command.returncode}): {lines[-300:]}")
+
+
+def cmd_open(ctx: Context, args: argparse.Namespace) -> int:
+    import shutil
+    import subprocess
+    import time
+
+    import httpx
+
+    from reference.box_lite import endpoint
+
+    name = ctx.running(args.name)
+    port = endpoint.host_port(ctx.manager.box_json(name))
+    token = endpoint.read_token(ctx.home.box(name))
+    served = ctx.manager.ping(name).get("endpoint")
+    if port is None or token is None or not isinstance(served, dict):
+        raise BadInput(
+            f"box {name} has no forwarded endpoint",
+            "its settings give it no WORKLOAD, or EXPOSE_EXECUTOR_WEB is off",
+            f"set WORKLOAD and EXPOSE_EXECUTOR_WEB=on in {ctx.home.settings_file}, then hermes-box repair {name}",
+        )
+    if not served.get("listening"):
+        raise BoxError(f"box {name}'s endpoint is not listening", str(served.get("error")), f"hermes-box doctor {name}")
+    deadline = time.monotonic() + OPEN_TIMEOUT_S
+    answer = "nothing"
+    with httpx.Client(timeout=5.0) as client:
+        while True:
+            try:
+                status = client.get(endpoint.host_url(port), headers={"Authorization": f"Bearer {token}"}).status_code
+            except httpx.HTTPError as exc:
+                status, answer = 0, type(exc).__name__
+            if status == 503:
+                raise BoxError(
+                    f"box {name}'s workload is paused", "hb down paused it", f"hermes-box exec {name} -- hb up"
+                )
+            if status and status != 502:
+                break
+            answer = f"HTTP {status}" if status else answer
+            if time.monotonic() > deadline:
+                raise BoxError(
+                    f"box {name}'s endpoint did not answer within {OPEN_TIMEOUT_S:g} s",
+                    f"the last try got {answer}",
+                    f"hermes-box doctor {name}; in the box: hb status, hb logs",
+                )
+            time.sleep(0.3)
+    chosen = os.environ.get("BOX_BROWSER", "").strip()
+    if chosen:
+        argv = shlex.split(chosen)
+    else:
+        found = next((opener for opener in OPENERS if shutil.which(opener[0])), None)
+        if found is None:
+            raise BoxError(
+                "no browser opener found",
+                "none of xdg-open, gio or open is installed",
+                "set BOX_BROWSER to a command that opens a URL in your browser",
+            )
+        argv = list(found)
+    # The URL holds the token: it is the opener's sole argument of ours, and nothing the opener
+    # prints (some echo the URL in their errors) reaches this command's output.
+    try:
+        opener = subprocess.Popen(
+            [*argv, endpoint.secret_url(port, token)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    except OSError as exc:
+        raise BoxError(f"cannot run the browser command {argv[0]}", exc.strerror or str(exc), "check BOX_BROWSER")
+    try:
+        code = opener.wait(timeout=BROWSER_WAIT_S)
+    except subprocess.TimeoutExpired:
+        code = 0  # a browser that stays in the foreground: left running
+    if code != 0:
+        raise BoxError(f"the browser command {argv[0]} failed (exit {code})", "", "set BOX_BROWSER to a working opener")
+    note(f"opened box {name}'s endpoint {endpoint.host_url(port)} in the browser (the token is in the URL it got)")
     return 0
 
 
@@ -503,6 +620,9 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="-- CMD ...",
         help="the command and its arguments, after --; a quoted ~/ means the box's home",
     )
+
+    p = add("open", cmd_open, "wait for the box's forwarded endpoint, then open it in the browser (token in the URL)")
+    p.add_argument("name")
 
     p = add("stop", cmd_stop, "stop every process of the box, keeping its state")
     p.add_argument("name")

@@ -107,20 +107,40 @@ def _exchange(channel: Channel, message: dict[str, Any], label: str, timeout: fl
 
 
 @contextlib.contextmanager
-def frozen(path: Path, *, name: str = "") -> Iterator[None]:
+def frozen(path: Path, *, name: str = "", workload: bool = False) -> Iterator[None]:
     """Every process of the box stopped for the block, on a connection held open for it: the daemon
     continues them when the block ends, or as soon as this connection drops (whoever froze the box
-    died), so a freeze never outlives its holder.  A command started meanwhile waits for the thaw."""
+    died), so a freeze never outlives its holder.  A command started meanwhile waits for the thaw.
+    With ``workload``, the box's supervised workload is first ended (not paused: it starts again
+    at the thaw, or when the connection drops)."""
     label = name or path.parent.name
     with connect(path, label) as sock:
         sock.settimeout(REPLY_TIMEOUT_S)
         channel = Channel(sock)
-        _exchange(channel, {"op": "freeze"}, label, REPLY_TIMEOUT_S)
+        _exchange(channel, {"op": "freeze", "workload": workload}, label, REPLY_TIMEOUT_S)
         try:
             yield
         finally:
             with contextlib.suppress(ControlError):
                 _exchange(channel, {"op": "thaw"}, label, REPLY_TIMEOUT_S)
+
+
+def connect_inside(path: Path, port: int, *, name: str = "", timeout: float = CONNECT_TIMEOUT_S) -> socket.socket:
+    """A TCP connection to ``127.0.0.1:port`` in the box's network namespace, made by its daemon (an
+    OSError when nothing listens there or the daemon refuses)."""
+    label = name or path.parent.name
+    with connect(path, label, timeout) as sock:
+        sock.settimeout(timeout + 1.0)
+        channel = Channel(sock)
+        channel.send({"op": "connect", "port": int(port), "timeout": timeout})
+        answer = channel.receive()
+        fds = channel.take_fds(int((answer or {}).get("nfds") or 0))
+        if answer is None or answer.get("op") != "connected" or len(fds) != 1:
+            for fd in fds:
+                os.close(fd)
+            why = str(answer.get("message")) if answer else "the daemon closed the connection"
+            raise ConnectionRefusedError(why)
+        return socket.socket(fileno=fds[0])
 
 
 def stop(path: Path, *, name: str = "", grace: float = 0.0, timeout: float = STOP_TIMEOUT_S) -> bool:

@@ -24,7 +24,21 @@ serves framed JSON with descriptors (``isolation.box_init.Channel``):
 - ``processes``: the box's processes; ``ping``: the daemon's pid and box,
   whether it is frozen, and the resource limits it enforces (``limits``);
 - ``stop``: ends every box process, records the clean stop in box.json,
-  answers ``stopped`` and exits.  SIGTERM, SIGINT and SIGHUP do the same.
+  answers ``stopped`` and exits.  SIGTERM, SIGINT and SIGHUP do the same;
+- ``connect`` {port, timeout}: a TCP connection to that port of the box's
+  loopback (made in the box's network namespace), its descriptor sent back
+  (the doctor's in-box MCP handshake);
+- ``workload`` {action}: the supervised workload's status, ``up``, ``down``,
+  ``logs`` or ``release`` (``workload.Supervisor``); ``freeze`` with
+  ``workload: true`` ends the workload first and starts it again at the thaw
+  (or when that connection closes).
+
+With ``WORKLOAD`` in the box's settings the daemon supervises it
+(``workload``) and, with ``EXPOSE_EXECUTOR_WEB`` and a recorded host port,
+relays the host loopback port to it (``relay``).  It also listens on
+``managed/inside/hb.sock`` (``/run/hermes-box/hb.sock`` in the box) for
+``hb``: one JSON request a line (``workload`` {action}, ``mcp``: the in-box
+MCP URL and the token), one answer.
 
 If the box's init ends by itself the daemon exits without recording a clean
 stop (the box is then "broken").  If the daemon dies, the engine ends the box:
@@ -37,8 +51,8 @@ for both under a relocated home (the box manager passes the two directories,
 which also serves XDG homes), ``--ready-fd N``
 (optional: a pipe the daemon writes ``ok`` or the reason it failed to, then
 closes) and the box name.  It imports little (the engine, the standard
-library and the box manager's stdlib-only paths, records, control, settings
-and limits modules), so a box starts in a fraction of a second.  The box manager runs
+library and the box manager's stdlib-only paths, records, control, settings,
+limits, endpoint, relay and workload modules), so a box starts in a fraction of a second.  The box manager runs
 it without site processing (``python -I -S``, the project's directories
 appended to sys.path, then ``run()``): nothing it imports may come from
 outside the standard library and this project.
@@ -49,6 +63,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import json
 import os
 import select
 import signal
@@ -61,10 +76,19 @@ from typing import Any
 
 from isolation import Bind, BoxFile, BoxSpec, IsolationError, NamespaceBox, NamespaceDriver
 from isolation.box_init import Channel
-from reference.box_lite import limits
+from reference.box_lite import endpoint, limits, relay, workload
 from reference.box_lite.control import socket_address
 from reference.box_lite.errors import BoxError
-from reference.box_lite.paths import DATA_INSIDE, ENV_FILE_INSIDE, HOME_INSIDE, BoxDir, BoxHome, RunDir
+from reference.box_lite.paths import (
+    DATA_INSIDE,
+    ENV_FILE_INSIDE,
+    HB_SOCKET,
+    HOME_INSIDE,
+    RUN_INSIDE,
+    BoxDir,
+    BoxHome,
+    RunDir,
+)
 from reference.box_lite.records import mark_stopped, publish_atomic, read_object, utc_now
 from reference.box_lite.settings import Settings
 
@@ -72,6 +96,9 @@ STOP_TIMEOUT_S = 10.0
 SIGNAL_GRACE_S = 2.0  # how long a stop by signal lets the box's processes end after SIGTERM
 CLAIM_ATTEMPTS = 50
 SIGNAL_ROUNDS = 5  # freeze passes that catch a tree's processes forked while it is being signalled
+HB_BIN_DIR = "/usr/local/bin"  # where `hb` is on the box's PATH
+HB_REQUEST_LIMIT = 4096
+HB_TIMEOUT_S = 10.0
 
 
 class DaemonError(Exception):
@@ -84,14 +111,18 @@ def log(message: str) -> None:
         sys.stderr.flush()
 
 
-def _limit_values(box: BoxDir, record: dict[str, Any]) -> dict[str, Any]:
+def _box_settings(box: BoxDir) -> Settings:
+    """box.env as provisioned into the box (managed/hermes-box.env); the defaults when it is unusable."""
+    try:
+        return Settings.load(box.env_file)
+    except BoxError as exc:
+        log(f"{box.env_file}: {exc}; using the default settings")
+        return Settings()
+
+
+def _limit_values(settings: Settings, record: dict[str, Any]) -> dict[str, Any]:
     """The box's limits: box.env's (as provisioned into managed/hermes-box.env), then its own from
     box.json (``hermes-box new --pids-max ...``) over them."""
-    try:
-        settings = Settings.load(box.env_file)
-    except BoxError as exc:
-        log(f"{box.env_file}: {exc}; no limits from box.env")
-        settings = Settings()
     values: dict[str, Any] = {
         "pids_max": settings.pids_max,
         "memory_max": settings.memory_max,
@@ -111,7 +142,10 @@ def read_box_json(box: BoxDir) -> dict[str, Any]:
 
 
 def box_spec(name: str, box: BoxDir, network: bool) -> BoxSpec:
-    files = (BoxFile(box.env_file, ENV_FILE_INSIDE),) if box.env_file.is_file() else ()
+    files: tuple[BoxFile, ...] = (BoxFile(box.env_file, ENV_FILE_INSIDE),) if box.env_file.is_file() else ()
+    inside = (Bind(box.inside, RUN_INSIDE, writable=False),) if box.inside.is_dir() else ()
+    if inside and (box.inside / "hb").is_file() and os.path.isdir(HB_BIN_DIR) and not os.path.islink(HB_BIN_DIR):
+        files += (BoxFile(box.inside / "hb", f"{HB_BIN_DIR}/hb"),)
     return BoxSpec(
         hostname=name,
         binds=(
@@ -119,6 +153,7 @@ def box_spec(name: str, box: BoxDir, network: bool) -> BoxSpec:
             Bind(box.home, HOME_INSIDE),
             Bind(box.tmp, "/tmp"),
             Bind(box.tmp, "/var/tmp"),
+            *inside,
         ),
         files=files,
         network=network,
@@ -207,6 +242,10 @@ class Daemon:
         self.pid_fd = -1
         self.listener: socket.socket | None = None
         self.enforcement = limits.Enforcement()
+        self.settings = Settings()
+        self.supervisor: workload.Supervisor | None = None
+        self.relay: relay.Relay | None = None
+        self.hb_listener: socket.socket | None = None
 
     # -- start ------------------------------------------------------------------------------------
     def claim(self) -> None:
@@ -246,7 +285,8 @@ class Daemon:
             self.box = self.driver.start(box_spec(self.name, box_dir, network))
         except IsolationError as exc:
             raise DaemonError(str(exc)) from exc
-        self.enforcement = limits.apply(self.name, self.box.init_pid, limits.wanted(_limit_values(box_dir, info)))
+        self.settings = _box_settings(box_dir)
+        self.enforcement = limits.apply(self.name, self.box.init_pid, limits.wanted(_limit_values(self.settings, info)))
         for shown, why in self.enforcement.refused.items():
             log(f"box {self.name}: {shown} is not enforced: {why}")
         pidns = self.box.pidns[1] if self.box.pidns else 0
@@ -269,6 +309,161 @@ class Daemon:
         os.chmod(path, 0o600)
         listener.listen(64)
         self.listener = listener
+
+    # -- the workload, its forwarded endpoint and `hb`'s socket ---------------------------------------
+    def start_services(self) -> None:
+        """``hb``'s socket always; with ``WORKLOAD``, its supervisor, and with ``EXPOSE_EXECUTOR_WEB``
+        and a recorded host port, the forwarded endpoint (see ``workload`` and ``relay``)."""
+        self.listen_hb()
+        if not self.settings.workload:
+            return
+        token = endpoint.read_token(self.box_dir) or ""
+        env = read_object(self.box_dir.command_env) or {"HOME": HOME_INSIDE, "PATH": "/usr/bin:/bin"}
+        env = {str(k): str(v) for k, v in env.items()}
+        if token:
+            env["HERMES_BOX_TOKEN"] = token
+        self.supervisor = workload.Supervisor(
+            self.box_dir,
+            self.settings.workload,
+            self.settings.workload_port,
+            env,
+            self.spawn_service,
+            self.signal_leader,
+        )
+        self.supervisor.start()
+        port = endpoint.host_port(read_object(self.box_dir.record))
+        if self.settings.expose_executor_web and port is not None and token:
+            wanted = self.settings.workload_port
+            self.relay = relay.Relay(
+                port, token, lambda timeout: self.connect_inside(wanted, timeout), self.workload_why, log
+            )
+            if not self.relay.start():
+                log(f"box {self.name}: forwarded endpoint: {self.relay.error}")
+
+    def workload_why(self) -> str:
+        return str(self.supervisor.status().get("state")) if self.supervisor is not None else ""
+
+    def spawn_service(self, argv: list[str], env: dict[str, str], cwd: str, out: int) -> Any:
+        """Start a service of the box (the workload): after a thaw if the box is frozen for a save."""
+        assert self.box is not None
+        null = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            with self.lock:
+                while self.freezes and not self.stopping.is_set():
+                    self.thawed.wait(0.5)
+                if self.stopping.is_set():
+                    raise OSError(errno.ESHUTDOWN, "the box is stopping")
+                return self.driver.spawn(self.box, argv, env=env, cwd=cwd, stdin=null, stdout=out, stderr=out)
+        finally:
+            os.close(null)
+
+    def connect_inside(self, port: int, timeout: float) -> socket.socket:
+        """A TCP connection to ``127.0.0.1:port`` in the box's network namespace."""
+        if self.box is None or not self.box.alive:
+            raise OSError(errno.ENOTCONN, "the box is not running")
+        try:
+            sock = self.driver.tcp_socket(self.box)
+        except IsolationError as exc:
+            raise OSError(errno.EIO, str(exc)) from exc
+        try:
+            sock.settimeout(timeout)
+            sock.connect(("127.0.0.1", port))
+            sock.settimeout(None)
+        except BaseException:
+            sock.close()
+            raise
+        return sock
+
+    def workload_request(self, message: dict[str, Any]) -> dict[str, Any]:
+        """``workload`` {action}: status, up, down (``hb``), release (``load``, once the restore is verified)."""
+        action = message.get("action")
+        supervisor = self.supervisor
+        if supervisor is None:
+            return {"op": "workload", "workload": None, "why": "no WORKLOAD in the box's box.env"}
+        if action == "up":
+            supervisor.resume()
+        elif action == "down":
+            supervisor.pause()
+        elif action == "release":
+            with contextlib.suppress(FileNotFoundError):
+                workload.held_marker(self.box_dir).unlink()
+            supervisor.release()
+        elif action == "logs":
+            lines = max(1, min(int(message.get("lines") or 100), 5000))
+            return {"op": "workload", "log": workload.tail(workload.log_path(self.box_dir), lines)}
+        elif action != "status":
+            return {"op": "error", "message": f"unknown workload action {action!r}"}
+        return {"op": "workload", "workload": supervisor.status(), "endpoint": self.endpoint_state()}
+
+    def endpoint_state(self) -> dict[str, Any] | None:
+        if self.relay is None:
+            return None
+        return {"host_port": self.relay.port, "listening": not self.relay.error, "error": self.relay.error}
+
+    def listen_hb(self) -> None:
+        """``hb``'s socket, ``/run/hermes-box/hb.sock`` in the box: one JSON request a line, one answer."""
+        folder = self.box_dir.inside
+        if not folder.is_dir():
+            return
+        path = folder / HB_SOCKET
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        try:
+            with socket_address(path) as address:
+                listener.bind(address)
+            os.chmod(path, 0o666)  # whichever account of the box runs hb (the directory is the box's only)
+            listener.listen(16)
+        except OSError as exc:
+            listener.close()
+            log(f"box {self.name}: no hb socket: {exc}")
+            return
+        self.hb_listener = listener
+        threading.Thread(target=self.serve_hb, args=(listener,), name="hb", daemon=True).start()
+
+    def serve_hb(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self.hb_connection, args=(conn,), daemon=True).start()
+
+    def hb_connection(self, conn: socket.socket) -> None:
+        with conn:
+            try:
+                conn.settimeout(HB_TIMEOUT_S)
+                data = b""
+                while b"\n" not in data and len(data) < HB_REQUEST_LIMIT:
+                    chunk = conn.recv(1024)
+                    if not chunk:
+                        break
+                    data += chunk
+                message = json.loads(data.split(b"\n")[0] or b"{}")
+                if not isinstance(message, dict):
+                    raise ValueError("not an object")
+                conn.settimeout(None)  # `hb down` waits for the workload to end
+                answer = self.hb_answer(message)
+                conn.sendall(json.dumps(answer).encode() + b"\n")
+            except (OSError, ValueError) as exc:
+                with contextlib.suppress(OSError):
+                    conn.sendall(json.dumps({"op": "error", "message": str(exc)}).encode() + b"\n")
+
+    def hb_answer(self, message: dict[str, Any]) -> dict[str, Any]:
+        op = message.get("op")
+        if op == "mcp":  # what `hb wire-mcp` and `hb doctor` need: the in-box URL and the token
+            path = self.settings.workload_mcp_path
+            if not self.settings.workload or path is None:
+                return {"op": "error", "message": "the box has no MCP workload (WORKLOAD, WORKLOAD_MCP_PATH)"}
+            return {
+                "op": "mcp",
+                "name": "executor" if self.settings.workload.strip() == "executor" else "box-workload",
+                "url": f"http://127.0.0.1:{self.settings.workload_port}{path}",
+                "token": endpoint.read_token(self.box_dir) or "",
+            }
+        if op == "workload":
+            return self.workload_request(message)
+        return {"op": "error", "message": f"unknown request {op!r}"}
 
     # -- serving ------------------------------------------------------------------------------------
     def serve(self) -> None:
@@ -306,6 +501,7 @@ class Daemon:
         channel = Channel(conn)
         command: Command | None = None
         holds_freeze = False
+        holds_workload = False
         try:
             while True:
                 message = channel.receive()
@@ -322,6 +518,16 @@ class Daemon:
                         channel.send({"op": "signalled", "count": count, "known": target is not None})
                 elif command is not None:
                     command.send({"op": "error", "message": f"{op!r} on a command's connection"})
+                elif op == "connect":  # a socket to a port of the box's loopback, for the doctor
+                    for fd in fds:
+                        os.close(fd)
+                    try:
+                        sock = self.connect_inside(int(message["port"]), float(message.get("timeout") or 5.0))
+                    except (OSError, KeyError, ValueError) as exc:
+                        channel.send({"op": "error", "message": f"cannot connect: {exc}"})
+                    else:
+                        with sock:
+                            channel.send({"op": "connected", "nfds": 1}, [sock.fileno()])
                 else:
                     for fd in fds:
                         os.close(fd)
@@ -336,9 +542,15 @@ class Daemon:
                     if op in ("freeze", "thaw") and holds_freeze == (op == "freeze"):
                         answer = {"op": "error", "message": f"{op!r} twice on one connection"}
                     else:
+                        if op == "freeze" and message.get("workload") and self.supervisor is not None:
+                            self.supervisor.hold()  # quiesced first: it ends cleanly, then the box is frozen
+                            holds_workload = True
                         answer = self.answer(message)
                         if op in ("freeze", "thaw") and answer.get("op") == "done":
                             holds_freeze = op == "freeze"
+                        if op == "thaw" and holds_workload and self.supervisor is not None:
+                            self.supervisor.release()
+                            holds_workload = False
                     channel.send(answer)
         except (OSError, ValueError) as exc:
             log(f"a control connection failed: {exc}")
@@ -346,6 +558,8 @@ class Daemon:
             if holds_freeze:
                 log(f"box {self.name}: the connection holding its freeze closed before the thaw; thawing")
                 self.answer({"op": "thaw"})
+            if holds_workload and self.supervisor is not None:
+                self.supervisor.release()
             if command is not None:
                 command.release()
             elif conn is not None:
@@ -363,7 +577,11 @@ class Daemon:
                     "init_pid": self.box.init_pid,
                     "frozen": self.freezes > 0,
                     "limits": self.enforcement.as_json(),
+                    "workload": self.supervisor.status() if self.supervisor is not None else None,
+                    "endpoint": self.endpoint_state(),
                 }
+            if op == "workload":
+                return self.workload_request(message)
             if op == "freeze":
                 with self.lock:  # a spawn holds it too: a command starts before the freeze, or after the thaw
                     self.driver.freeze(self.box)
@@ -468,21 +686,26 @@ class Daemon:
         return found
 
     def signal_tree(self, command: Command, signum: int) -> int:
-        """Send ``signum`` to the command's whole tree; for SIGKILL the tree is frozen first, so that
-        nothing it forks in the meantime escapes.  Returns how many processes got it."""
+        """Send ``signum`` to the command's whole tree (see ``signal_leader``)."""
+        return self.signal_leader(command.pid, signum)
+
+    def signal_leader(self, leader: int, signum: int) -> int:
+        """Send ``signum`` to the tree of the command whose first process is ``leader``; for SIGKILL the
+        tree is frozen first, so that nothing it forks in the meantime escapes.  Returns how many
+        processes got it."""
         if self.box is None or not self.box.alive:
             return 0
         if signum != signal.SIGKILL:
-            members = self.tree(command.pid)
+            members = self.tree(leader)
             # The command's own process first: were a child to get the signal first, the command
             # could see it end and exit by itself before its own signal arrives.
-            for pid in sorted(members, key=lambda pid: pid != command.pid):
+            for pid in sorted(members, key=lambda pid: pid != leader):
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, signum)
             return len(members)
         frozen: set[int] = set()
         for _ in range(SIGNAL_ROUNDS):
-            new = self.tree(command.pid) - frozen
+            new = self.tree(leader) - frozen
             if not new:
                 break
             for pid in new:
@@ -509,6 +732,17 @@ class Daemon:
                 return
             time.sleep(0.05)
 
+    def stop_services(self) -> None:
+        """End the forwarded endpoint, ``hb``'s socket and the workload (its state: stopped)."""
+        if self.relay is not None:
+            self.relay.close()
+        if self.hb_listener is not None:
+            self.hb_listener.close()
+            with contextlib.suppress(FileNotFoundError):
+                (self.box_dir.inside / HB_SOCKET).unlink()
+        if self.supervisor is not None and self.box is not None and self.box.alive:
+            self.supervisor.close()
+
     def finish(self, clean: bool) -> None:
         """End the box (SIGTERM to its processes, ``grace`` seconds for them to exit, then the end of
         its init), record how, answer whoever asked for the stop; the process exits next."""
@@ -516,6 +750,7 @@ class Daemon:
             self.listener.close()
         with contextlib.suppress(FileNotFoundError):
             self.run_dir.control_socket.unlink()
+        self.stop_services()
         left: list[int] = []
         if self.box is not None:
             if clean and self.grace > 0:
@@ -589,6 +824,7 @@ def main(argv: list[str]) -> int:
         daemon.claim()
         daemon.start_box()
         daemon.listen()
+        daemon.start_services()
     except BaseException as exc:
         why = str(exc) if isinstance(exc, (DaemonError, OSError)) else f"{type(exc).__name__}: {exc}"
         log(f"box {name} did not start: {why}")

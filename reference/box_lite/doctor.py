@@ -323,6 +323,71 @@ def _limits(limits: dict[str, Any]) -> Check:
     return Check("limits", OK, "none set (PIDS_MAX, MEMORY_MAX and CPU_MAX in box.env, or new --pids-max ...)")
 
 
+# --- the workload and its MCP endpoint ------------------------------------------------------------
+
+
+def _workload_rows(manager: BoxManager, home: BoxHome, name: str, pong: dict[str, Any], budget: Budget) -> list[Check]:
+    """The supervised workload's state, then its MCP handshake in the box and through the forwarded
+    host port (``mcp_probe``); nothing for a box without a workload."""
+    from reference.box_lite import control, endpoint, mcp_probe
+
+    record = pong.get("workload")
+    if not isinstance(record, dict):
+        return []
+    box = home.box(name)
+    try:
+        own = Settings.load(box.env_file)  # the box's copy: what its daemon runs with
+    except BoxError:
+        own = Settings()
+    state = str(record.get("state"))
+    logs = f"hermes-box exec {name} -- hb logs"
+    rows: list[Check] = []
+    if state == "running":
+        rows.append(Check("workload", OK, f"running (port {record.get('port')}, restarts {record.get('restarts')})"))
+    elif state == "paused":
+        up = f"hermes-box exec {name} -- hb up"
+        rows.append(Check("workload", FAIL, "paused (hb down): its supervisor keeps it stopped until hb up", up))
+    else:
+        exit_note = f", last exit {record.get('last_exit')}" if record.get("last_exit") is not None else ""
+        rows.append(Check("workload", FAIL, f"{state} (restarts {record.get('restarts')}{exit_note})", logs))
+    path = own.workload_mcp_path
+    if path is None:
+        return rows
+    token = endpoint.read_token(box) or ""
+    paused = "paused (hb down): no MCP answer until hb up"
+
+    def probe(label: str, connect: mcp_probe.Connect, where: str, authority: str) -> Check:
+        if state == "paused":
+            return Check(label, FAIL, paused, f"hermes-box exec {name} -- hb up")
+        seconds = budget.timeout(CHECK_TIMEOUT_S)
+        if seconds <= 0.05:
+            return Check(label, FAIL, "not run: the doctor's time budget ran out", "raise DOCTOR_TIMEOUT in box.env")
+        outcome = mcp_probe.handshake(connect, path=path, token=token, timeout=seconds, host=authority)
+        fix = f"see {logs}; then hermes-box repair {name}"
+        return Check(label, OK if outcome.ok else FAIL, f"{where}: {outcome.detail}", "" if outcome.ok else fix)
+
+    sock = home.run(name).control_socket
+    port = own.workload_port
+    rows.append(
+        probe(
+            "MCP in box",
+            lambda t: control.connect_inside(sock, port, name=name, timeout=t),
+            f"127.0.0.1:{port}{path} in the box",
+            f"127.0.0.1:{port}",
+        )
+    )
+    forwarded = pong.get("endpoint")
+    if not isinstance(forwarded, dict):
+        rows.append(Check("MCP host", SKIP, "skipped: no forwarded port (EXPOSE_EXECUTOR_WEB=off)", ""))
+    elif not forwarded.get("listening"):
+        rows.append(Check("MCP host", FAIL, str(forwarded.get("error")), f"free the port, then restart {name}"))
+    else:
+        host_port = int(forwarded["host_port"])
+        where = f"127.0.0.1:{host_port}"
+        rows.append(probe("MCP host", mcp_probe.tcp(host_port), f"{where}{path} on the host", where))
+    return rows
+
+
 def _tmux(manager: BoxManager, name: str, settings: Settings, budget: Budget) -> Check:
     script = (
         "command -v tmux >/dev/null || { echo missing; exit 0; }; "
@@ -481,6 +546,8 @@ def run_doctor(manager: BoxManager, home: BoxHome, settings: Settings, name: str
         report.checks.append(Check("state", FAIL, state or "unknown", f"run `hermes-box repair {name}`"))
     if pong:
         report.checks.append(_limits(pong.get("limits") or {}))
+        if state == "running" and not frozen:
+            report.checks.extend(_workload_rows(manager, home, name, pong, budget))
     report.checks.append(_registry(manager, name))
     report.checks.append(_lock(home, name))
     if manager.data_dir(name).is_dir():

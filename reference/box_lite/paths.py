@@ -37,6 +37,10 @@ DATA_INSIDE = "/data"
 HOME_INSIDE = "/home/agent"
 WORKSPACE_INSIDE = HOME_INSIDE + "/workspace"
 ENV_FILE_INSIDE = "/etc/hermes-box.env"
+# Inside every box, read-only: `hb` and its modules, and the socket `hb` reaches the box's daemon on.
+RUN_INSIDE = "/run/hermes-box"
+HB_SOCKET_INSIDE = RUN_INSIDE + "/hb.sock"
+HB_SOCKET = "hb.sock"
 _HOME_IN_DATA = "home"  # /home/agent is this directory of /data
 
 NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
@@ -178,6 +182,16 @@ class BoxDir:
     def env_file(self) -> Path:
         """The host copy of /etc/hermes-box.env."""
         return self.managed / "hermes-box.env"
+
+    @property
+    def command_env(self) -> Path:
+        """The box user's environment, for the commands its daemon starts itself (the workload)."""
+        return self.managed / "command-env.json"
+
+    @property
+    def inside(self) -> Path:
+        """What the box sees read-only at /run/hermes-box: `hb`, its modules and the daemon's hb.sock."""
+        return self.managed / "inside"
 
     @property
     def record(self) -> Path:

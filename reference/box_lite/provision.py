@@ -8,7 +8,10 @@
   lines below): the box's name in ``HERMES_BOX`` and in the prompt, and a login
   shell that reads ``.bashrc``.  Anything outside the block is the user's and is
   kept byte for byte;
-- ``~/workspace`` (made when missing, never emptied).
+- ``~/workspace`` (made when missing, never emptied);
+- ``/run/hermes-box`` (``managed/inside`` on the host, read-only inside): ``hb`` and the
+  modules it runs (``hb.py``, ``mcp_probe.py``, copied from this package), which the
+  box's daemon also puts at ``/usr/local/bin/hb``, and the daemon's ``hb.sock``.
 
 The home directory is ``data/home`` on the host, which commands in the box can
 change at will (it is their /home/agent), so everything here is done through
@@ -149,6 +152,7 @@ def write_env_file(path: Path, text: str) -> None:
 def provision(box: BoxDir, name: str, env_text: str, uid: int, gid: int) -> None:
     """Write or refresh every managed asset of ``box`` (see the module docstring)."""
     write_env_file(box.env_file, env_text)
+    provision_inside(box)
     data = os.open(box.data, _DIR_FLAGS)
     try:
         home = _open_dir(box.home.name, data, uid, gid, HOME_INSIDE, name)  # /home/agent, a directory of /data
@@ -160,6 +164,28 @@ def provision(box: BoxDir, name: str, env_text: str, uid: int, gid: int) -> None
             os.close(home)
     finally:
         os.close(data)
+
+
+HB_MODULES = ("hb.py", "mcp_probe.py")
+HB_LAUNCHER = (
+    "#!/bin/sh\n"
+    "# hermes-box managed: the box helper (see /run/hermes-box/hb.py)\n"
+    'exec python3 -I -S /run/hermes-box/hb.py "$@"\n'
+)
+
+
+def provision_inside(box: BoxDir) -> None:
+    """Write ``managed/inside`` (see the module): host files the box sees read-only, so written plainly."""
+    folder = box.inside
+    folder.mkdir(mode=0o755, parents=True, exist_ok=True)
+    here = Path(__file__).parent
+    files = {name: (here / name).read_text("utf-8") for name in HB_MODULES}
+    files["hb"] = HB_LAUNCHER
+    for name, text in files.items():
+        tmp = folder / f".{name}.tmp"
+        tmp.write_text(text, "utf-8")
+        tmp.chmod(0o755 if name == "hb" else 0o644)
+        os.replace(tmp, folder / name)
 
 
 def own_tree(root: Path, uid: int, gid: int) -> None:

@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from reference.box_lite.endpoint import endpoints
 from reference.box_lite.errors import BoxError
 from reference.box_lite.paths import BoxHome, check_name
 from reference.box_lite.records import json_bytes, publish_atomic, utc_now
@@ -150,10 +151,12 @@ def tool_versions() -> dict[str, str]:
 
 
 class RuntimeManifest:
-    """``runtime-manifest``: ``{"format": 1, "published_at", "tools": {...}, "argv0"}`` (0600, atomic)."""
+    """``runtime-manifest``: ``{"format": 1, "published_at", "tools": {...}, "executable", "endpoints"}``
+    (0600, atomic); ``endpoints`` maps each box with a forwarded endpoint to its URL and bearer token."""
 
     def __init__(self, home: BoxHome) -> None:
         self.path = home.manifest_file
+        self.home = home
 
     def read(self) -> dict[str, Any] | None:
         return read_json(self.path, "runtime manifest", f"remove {self.path}; the next command publishes it again")
@@ -165,6 +168,7 @@ class RuntimeManifest:
             "published_at": utc_now(),
             "tools": tools if tools is not None else tool_versions(),
             "executable": sys.executable,
+            "endpoints": endpoints(self.home),
         }
         publish_atomic(self.path, json_bytes(data))
         return data

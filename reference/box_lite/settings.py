@@ -116,6 +116,32 @@ def _memory(text: str) -> int:
     return value
 
 
+def _port(text: str) -> int:
+    try:
+        value = int(text.strip())
+    except ValueError:
+        raise Invalid("is not a port number", "write a TCP port from 1 to 65535")
+    if not 1 <= value <= 65535:
+        raise Invalid("is outside 1..65535", "write a TCP port from 1 to 65535")
+    return value
+
+
+def _workload(text: str) -> str | None:
+    """``off`` (None), ``executor`` or a command line for ``sh -c`` in the box."""
+    value = text.strip()
+    return None if not value or value.lower() in FALSE else value
+
+
+def _http_path(text: str) -> str | None:
+    """The MCP endpoint's path (``/mcp``), or ``off`` (None): the workload is no MCP server."""
+    value = text.strip()
+    if value.lower() in FALSE:
+        return None
+    if not value.startswith("/") or any(c.isspace() or c in "?#" for c in value):
+        raise Invalid("is not an HTTP path", "write a path such as /mcp, or off when the workload is no MCP server")
+    return value
+
+
 def _shell(text: str) -> str:
     value = text.strip()
     if not value.startswith("/") or any(c.isspace() for c in value):
@@ -151,6 +177,21 @@ KEYS: dict[str, Key] = {
         Key("PIDS_MAX", "off", _off_or(_count), "most processes (and threads) a box may have at once, or off"),
         Key("MEMORY_MAX", "off", _off_or(_memory), "most memory a box's processes may use (512M, 4G, ...), or off"),
         Key("CPU_MAX", "off", _off_or(_cpus), "most CPU time a box may use, in CPUs (1, 1.5, ...), or off"),
+        # The supervised workload, its forwarded endpoint and its MCP wiring (workload.py, endpoint.py).
+        Key("WORKLOAD", "off", _workload, "the box's supervised service: executor, a command line for sh -c, or off"),
+        Key("WORKLOAD_PORT", "4788", _port, "the TCP port the workload listens on inside the box (its loopback)"),
+        Key("WORKLOAD_MCP_PATH", "/mcp", _http_path, "the workload's MCP endpoint path, or off if it is no MCP server"),
+        Key(
+            "EXPOSE_EXECUTOR_WEB", "off", parse_bool, "on: a host loopback port forwards to the workload (token needed)"
+        ),
+        Key("EXECUTOR_PORT_LO", "18700", _port, "lowest host loopback port given to a box's forwarded endpoint"),
+        Key("EXECUTOR_PORT_HI", "18799", _port, "highest host loopback port given to a box's forwarded endpoint"),
+        Key(
+            "WIRE_EXECUTOR_MCP",
+            "on",
+            parse_bool,
+            "on: new and repair register the workload's MCP with Claude and Codex",
+        ),
     )
 }
 
@@ -169,6 +210,13 @@ class Settings:
     pids_max: int | None = None
     memory_max: int | None = None
     cpu_max: float | None = None
+    workload: str | None = None
+    workload_port: int = 4788
+    workload_mcp_path: str | None = "/mcp"
+    expose_executor_web: bool = False
+    executor_port_lo: int = 18700
+    executor_port_hi: int = 18799
+    wire_executor_mcp: bool = True
     values: Mapping[str, str] = field(default_factory=dict)
     source: Path | None = None
 
@@ -205,6 +253,14 @@ class Settings:
             except Invalid as exc:
                 shown = value if len(value) <= 60 else value[:60] + "..."
                 raise BadInput(f"{where} line {lineno}: {key}={shown!r} {exc.problem}", spec.help, exc.fix)
+        lo, hi = values.get("executor_port_lo", 18700), values.get("executor_port_hi", 18799)
+        if lo > hi:
+            line = raw.get("EXECUTOR_PORT_LO", raw.get("EXECUTOR_PORT_HI", (0, "")))[0]
+            raise BadInput(
+                f"{where} line {line}: EXECUTOR_PORT_LO ({lo}) is above EXECUTOR_PORT_HI ({hi})",
+                "the two bound the range of host ports given to forwarded endpoints",
+                "make EXECUTOR_PORT_LO the lower bound",
+            )
         return cls(**values, values={k: v for k, (_, v) in raw.items()}, source=source)
 
     def as_env(self) -> dict[str, str]:
@@ -222,8 +278,18 @@ class Settings:
     def render(self) -> str:
         """The effective settings as box.env text (what boxes get at /etc/hermes-box.env)."""
         lines = ["# Box Lite settings in effect (managed copy; edit the host's box.env and run repair)"]
-        lines += [f"{key}={value}" for key, value in self.as_env().items()]
+        lines += [f"{key}={_quoted(value)}" for key, value in self.as_env().items()]
         return "\n".join(lines) + "\n"
+
+
+def _quoted(value: str) -> str:
+    """``value`` as box.env text that parses back to it (a command line may hold quotes and spaces)."""
+    if not any(c.isspace() or c in "\"'#\\$`" for c in value):
+        return value
+    if "'" not in value and "\n" not in value:
+        return f"'{value}'"
+    escaped = "".join("\\" + c if c in '"\\$`' else ("\\n" if c == "\n" else c) for c in value)
+    return f'"{escaped}"'
 
 
 def _text(value: Any) -> str:
