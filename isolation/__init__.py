@@ -40,7 +40,18 @@ What it does not protect against:
   paths and say so (``NamespaceDriver.available``).
 """
 
-from isolation.driver import SYSTEM_DIRS, Bind, BoxFile, BoxSpec, Driver, IsolationError, Running
+from isolation.driver import (
+    SYSTEM_DIRS,
+    Bind,
+    BoxFile,
+    BoxSpec,
+    BoxUser,
+    Driver,
+    IsolationError,
+    Layer,
+    RootLayers,
+    Running,
+)
 from isolation.namespaces import ID_RANGE, ROOT_ID_BASE, NamespaceBox, NamespaceDriver
 from isolation.popen import BoxPopen
 
@@ -52,9 +63,12 @@ __all__ = [
     "BoxFile",
     "BoxPopen",
     "BoxSpec",
+    "BoxUser",
     "Driver",
     "IsolationError",
+    "Layer",
     "NamespaceBox",
     "NamespaceDriver",
+    "RootLayers",
     "Running",
 ]

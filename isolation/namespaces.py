@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Protocol
 
 from isolation import box_init
-from isolation.driver import SYSTEM_DIRS, Bind, BoxFile, BoxSpec, IsolationError, StdStream
+from isolation.driver import SYSTEM_DIRS, Bind, BoxFile, BoxSpec, BoxUser, IsolationError, RootLayers, StdStream
 from isolation.popen import BoxPopen, ExitSlot
 
 logger = logging.getLogger("isolation")
@@ -67,6 +67,11 @@ class Mode:
     userns: bool
     uid: int  # host ids that root inside a box maps to
     gid: int
+
+    @property
+    def root_layers(self) -> bool:
+        """A writable root of layers and commands as other users need a whole id range mapped (root)."""
+        return self.userns and self.stage_as_root
 
     def describe(self) -> str:
         if not self.userns:
@@ -135,6 +140,7 @@ class NamespaceBox:
                 "binds": [{"source": str(b.source), "target": b.target, "writable": b.writable} for b in spec.binds],
                 "files": [{"source": str(f.source), "target": f.target} for f in spec.files],
                 "network": spec.network,
+                "rootfs": _rootfs_message(spec.rootfs, self.mode),
             }
         )
         while True:
@@ -194,15 +200,22 @@ class NamespaceBox:
             raise IsolationError(f"box {self.hostname}: {answer.get('message')}")
         return answer
 
-    def launch(self, argv: list[str], env: dict[str, str], cwd: str, fds: list[int], tty: bool) -> ExitSlot:
-        """Have the init start a command; its replies and exit come on a socket of its own."""
+    def launch(
+        self, argv: list[str], env: dict[str, str], cwd: str, fds: list[int], tty: bool, user: BoxUser | None = None
+    ) -> ExitSlot:
+        """Have the init start a command (as ``user``, else root); its replies and exit come on a socket of
+        its own."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        message: dict = {"op": "spawn", "argv": argv, "env": env, "cwd": cwd, "tty": tty, "nfds": len(fds) + 1}
+        if user is not None:
+            if not self.mode.root_layers:
+                raise IsolationError(
+                    f"box {self.hostname}: commands cannot run as uid {user.uid} here ({self.mode.describe()})"
+                )
+            message["user"] = {"uid": user.uid, "gid": user.gid, "groups": list(user.groups)}
         try:
             try:
-                self.request(
-                    {"op": "spawn", "argv": argv, "env": env, "cwd": cwd, "tty": tty, "nfds": len(fds) + 1},
-                    [*fds, theirs.fileno()],
-                )
+                self.request(message, [*fds, theirs.fileno()])
             finally:
                 theirs.close()
             channel = box_init.Channel(ours)
@@ -245,6 +258,36 @@ class NamespaceBox:
 
 
 _OVERLAY_UNSAFE = (",", ":", "\\")  # separators of overlayfs's mount options
+
+
+def _rootfs_message(rootfs: RootLayers | None, mode: Mode) -> dict | None:
+    """The box's writable root as the setup process reads it (None: the read-only system directories)."""
+    if rootfs is None:
+        return None
+    if not mode.root_layers:
+        raise IsolationError(f"a writable root of layers needs root and a user namespace ({mode.describe()})")
+    for layer in rootfs.layers:
+        if not layer.target.startswith("/") or os.path.normpath(layer.target) != layer.target:
+            raise IsolationError(f"layer {layer.target!r}: the target must be a normalised absolute path")
+        for path in (layer.lower, layer.upper, layer.work):
+            if not os.path.isdir(path):
+                raise IsolationError(f"layer {layer.target}: {path} is not a directory")
+    if rootfs.root is None and not any(layer.target == "/" for layer in rootfs.layers):
+        raise IsolationError("a writable root needs a root directory or a layer at /")
+    return {
+        "root": None if rootfs.root is None else str(rootfs.root),
+        "layers": [
+            {
+                "target": layer.target,
+                "lower": str(layer.lower),
+                "upper": str(layer.upper),
+                "work": str(layer.work),
+                "mask": None if layer.mask is None else str(layer.mask),
+            }
+            for layer in sorted(rootfs.layers, key=lambda layer: layer.target.rstrip("/").count("/"))
+        ],
+        "links": [{"target": t, "link": link} for t, link in rootfs.links],
+    }
 
 
 def check_files(files: Sequence[BoxFile], system_dirs: Sequence[str]) -> None:
@@ -546,6 +589,10 @@ class NamespaceDriver:
     def box_gid(self) -> int:
         return self._assumed_mode().gid
 
+    @property
+    def root_layers(self) -> bool:
+        return self._assumed_mode().root_layers
+
     def _assumed_mode(self) -> Mode:
         if not self._probe_first and not self._probed and sys.platform.startswith("linux"):
             return _candidate_modes()[0]
@@ -643,10 +690,14 @@ class NamespaceDriver:
         stdout: StdStream = None,
         stderr: StdStream = None,
         tty: bool = False,
+        user: BoxUser | None = None,
     ) -> BoxPopen:
+        def launch(argv: list[str], env: dict[str, str], cwd: str, fds: list[int], tty: bool) -> ExitSlot:
+            return box.launch(argv, env, cwd, fds, tty, user)
+
         return BoxPopen(
             list(argv),
-            launch=box.launch,
+            launch=launch,
             tty=tty,
             env=dict(env),
             cwd=cwd,
