@@ -9,7 +9,8 @@ whatever pid numbers the kernel recycles) and ``init.pid`` (the box init's
 host pid and PID namespace), listens on ``control.sock`` (mode 0600) and
 serves framed JSON with descriptors (``isolation.box_init.Channel``):
 
-- ``spawn`` {argv, env, cwd, tty} with the client's fds 0-2 (or, with tty, a
+- ``spawn`` {argv, env, cwd, tty, root} (as the box's agent when it has one, as its root with ``root``)
+  with the client's fds 0-2 (or, with tty, a
   terminal of the box's own whose master goes back to the client): answers
   ``spawned`` {id, pid, box_pid}; the connection then belongs to the command:
   the daemon sends ``exit`` {code} when it ends, and reads ``signal`` {sig}
@@ -59,12 +60,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from isolation import Bind, BoxFile, BoxSpec, IsolationError, NamespaceBox, NamespaceDriver
+from isolation import Bind, BoxFile, BoxSpec, BoxUser, IsolationError, NamespaceBox, NamespaceDriver, RootLayers
+from isolation.rootfs import ToolsLayer, directory_base, host_base
 from isolation.box_init import Channel
 from reference.box_lite import limits
 from reference.box_lite.control import socket_address
 from reference.box_lite.errors import BoxError
-from reference.box_lite.paths import DATA_INSIDE, ENV_FILE_INSIDE, HOME_INSIDE, BoxDir, BoxHome, RunDir
+from reference.box_lite.paths import AGENT_ID, DATA_INSIDE, ENV_FILE_INSIDE, HOME_INSIDE, BoxDir, BoxHome, RunDir
 from reference.box_lite.records import mark_stopped, publish_atomic, read_object, utc_now
 from reference.box_lite.settings import Settings
 
@@ -110,7 +112,7 @@ def read_box_json(box: BoxDir) -> dict[str, Any]:
     return info
 
 
-def box_spec(name: str, box: BoxDir, network: bool) -> BoxSpec:
+def box_spec(name: str, box: BoxDir, network: bool, rootfs: RootLayers | None = None) -> BoxSpec:
     files = (BoxFile(box.env_file, ENV_FILE_INSIDE),) if box.env_file.is_file() else ()
     return BoxSpec(
         hostname=name,
@@ -122,7 +124,28 @@ def box_spec(name: str, box: BoxDir, network: bool) -> BoxSpec:
         ),
         files=files,
         network=network,
+        rootfs=rootfs,
     )
+
+
+def machine_root(box: BoxDir, record: dict[str, Any], uid_base: int) -> RootLayers | None:
+    """The box's root of layers (its tools layer over its base, masks refreshed), None for a box that
+    has no machine (box.json without ``machine``)."""
+    machine = record.get("machine")
+    if not isinstance(machine, dict):
+        return None
+    base_name = str(machine.get("base") or "host")
+    if base_name == "host":
+        base = host_base()
+    else:
+        base = directory_base(Path(str(machine.get("base_dir") or base_name)))
+    tools = ToolsLayer(box.tools)
+    if not tools.exists():
+        raise DaemonError(
+            f"box {box.root.name} has no tools layer ({box.tools}): run hermes-box repair {box.root.name}"
+        )
+    tools.refresh_masks(base, uid_base)
+    return tools.layers(base)
 
 
 def empty_dir(path: Path) -> None:
@@ -207,6 +230,7 @@ class Daemon:
         self.pid_fd = -1
         self.listener: socket.socket | None = None
         self.enforcement = limits.Enforcement()
+        self.user: BoxUser | None = None  # whom commands run as unless they ask for root (the box's agent)
 
     # -- start ------------------------------------------------------------------------------------
     def claim(self) -> None:
@@ -238,12 +262,16 @@ class Daemon:
             path.mkdir(mode=0o755, parents=True, exist_ok=True)
         empty_dir(box_dir.tmp)
         uid, gid = self.driver.box_uid, self.driver.box_gid
+        rootfs = machine_root(box_dir, info, uid) if self.driver.root_layers else None
+        if rootfs is not None:  # /data and the home are the agent's; commands run as the agent
+            self.user = BoxUser(AGENT_ID, AGENT_ID, (AGENT_ID,))
+            uid, gid = uid + AGENT_ID, gid + AGENT_ID
         if os.geteuid() == 0:
             for path in (box_dir.data, box_dir.home, box_dir.tmp):
                 os.chown(path, uid, gid)
         os.chmod(box_dir.tmp, 0o1777)
         try:
-            self.box = self.driver.start(box_spec(self.name, box_dir, network))
+            self.box = self.driver.start(box_spec(self.name, box_dir, network, rootfs))
         except IsolationError as exc:
             raise DaemonError(str(exc)) from exc
         self.enforcement = limits.apply(self.name, self.box.init_pid, limits.wanted(_limit_values(box_dir, info)))
@@ -408,6 +436,7 @@ class Daemon:
                     stdout=streams[1],
                     stderr=streams[2],
                     tty=bool(message.get("tty")),
+                    user=None if message.get("root") else self.user,
                 )
         except (IsolationError, OSError, ValueError, KeyError, TypeError) as exc:
             with contextlib.suppress(OSError):

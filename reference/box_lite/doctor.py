@@ -191,6 +191,8 @@ def _isolation(manager: BoxManager, home: BoxHome, name: str, budget: Budget, *,
     sentinel = home.run(name).root / f".doctor-{secrets.token_hex(6)}"
     candidates = {str(sentinel), str(home.config_dir), str(home.boxes_dir), str(Path.home())}
     inside = ("/", DATA_INSIDE, "/home", HOME_INSIDE, "/tmp")
+    if "machine" in (manager.box_json(name) or {}):  # its root's home is the box's own (machine.py)
+        inside += ("/root",)
     hidden = sorted(
         p for p in candidates if p not in inside and not any(p == d or p.startswith(d + "/") for d in ("/usr", "/etc"))
     )
