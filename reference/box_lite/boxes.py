@@ -597,6 +597,7 @@ class BoxManager:
         self._forget_runtime(name)
         with contextlib.suppress(FileNotFoundError):
             self.home.run(name).log.unlink()
+        remove_tree(self.home.run(name).provision_dir)
         remove_lock_file(lock)
 
     # -- remove -------------------------------------------------------------------------------------------
