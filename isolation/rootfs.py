@@ -34,7 +34,7 @@ from isolation.driver import SYSTEM_DIRS, Layer, RootLayers
 # the package manager's state, so that apt and dpkg work in the box on the host's package lists.
 HOST_STATE_DIRS = ("/var/lib/dpkg", "/var/lib/apt", "/var/cache/apt", "/var/cache/debconf")
 # Base directories whose masks are made again at each start (where root-only files appear).
-MASKED_AT_START = ("/etc", "/opt", "/var/lib/dpkg", "/var/lib/apt", "/var/cache/debconf")
+MASKED_AT_START = ("/etc", "/var/lib/apt", "/var/cache/debconf")
 # Directories of a tools layer's root (a ``host`` base): what a Debian system has besides the base's.
 ROOT_DIRS = (
     "proc",
@@ -163,7 +163,7 @@ class ToolsLayer:
         scan = []
         for target, _ in base.dirs:
             shared = None if masks is None else masks / _name(target)
-            if target in MASKED_AT_START or shared is None or not (masks / ".complete").exists():
+            if target in MASKED_AT_START or masks is None or shared is None or not (masks / ".complete").exists():
                 scan.append(target)
             elif shared.is_dir():
                 copy_mask(shared, self.mask(target))

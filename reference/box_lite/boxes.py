@@ -361,7 +361,7 @@ class BoxManager:
         publish_atomic(box.record, json_bytes(record))
         made.marked = True
         box.incomplete.write_text("creation in progress (hermes-box new or load); removed when /data is complete\n")
-        uid, gid = self.box_ids()
+        uid = self.box_ids()[0]
         for path in (box.data, box.tmp, box.managed):
             path.mkdir(mode=0o755)
         step("directory")
@@ -740,8 +740,9 @@ class BoxManager:
                 self._provision_machine(name, was_running=was_running)
 
     def _rebuild_machine(self, name: str, info: dict[str, Any], chosen: tuple[dict[str, Any], Base]) -> bool:
-        """Whether the box was running; then stop it, replace its tools layer by a new one over ``chosen``'s base, give /data to its
-        agent and refresh the managed assets (repair); /data's content is not touched."""
+        """Stop the box, replace its tools layer by a new one over ``chosen``'s base, give /data to its
+        agent and refresh the managed assets (repair; /data's content is not touched); whether the box
+        was running."""
         from reference.box_lite import machine
 
         box = self.home.box(name)

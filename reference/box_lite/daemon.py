@@ -61,8 +61,8 @@ from pathlib import Path
 from typing import Any
 
 from isolation import Bind, BoxFile, BoxSpec, BoxUser, IsolationError, NamespaceBox, NamespaceDriver, RootLayers
-from isolation.rootfs import ToolsLayer, directory_base, host_base
 from isolation.box_init import Channel
+from isolation.rootfs import ToolsLayer, directory_base, host_base
 from reference.box_lite import limits
 from reference.box_lite.control import socket_address
 from reference.box_lite.errors import BoxError
@@ -135,10 +135,7 @@ def machine_root(box: BoxDir, record: dict[str, Any], uid_base: int) -> RootLaye
     if not isinstance(machine, dict):
         return None
     base_name = str(machine.get("base") or "host")
-    if base_name == "host":
-        base = host_base()
-    else:
-        base = directory_base(Path(str(machine.get("base_dir") or base_name)))
+    base = host_base() if base_name == "host" else directory_base(Path(str(machine.get("base_dir") or base_name)))
     tools = ToolsLayer(box.tools)
     if not tools.exists():
         raise DaemonError(

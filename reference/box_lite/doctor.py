@@ -190,7 +190,7 @@ def _isolation(manager: BoxManager, home: BoxHome, name: str, budget: Budget, *,
         return _unanswered("isolation", fix)
     sentinel = home.run(name).root / f".doctor-{secrets.token_hex(6)}"
     candidates = {str(sentinel), str(home.config_dir), str(home.boxes_dir), str(Path.home())}
-    inside = ("/", DATA_INSIDE, "/home", HOME_INSIDE, "/tmp")
+    inside: tuple[str, ...] = ("/", DATA_INSIDE, "/home", HOME_INSIDE, "/tmp")
     if "machine" in (manager.box_json(name) or {}):  # its root's home is the box's own (machine.py)
         inside += ("/root",)
     hidden = sorted(

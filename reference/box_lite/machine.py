@@ -148,7 +148,8 @@ npm_install() {  # a global npm package unless its command is already there
     command_name=$1; package=$2
     if command -v "$command_name" >/dev/null 2>&1; then echo "$command_name is already installed"; return 0; fi
     if ! command -v npm >/dev/null 2>&1; then
-        echo "error: npm is not installed in the box — set NODE_MAJOR in box.env (Node.js from the base's packages), then hermes-box repair" >&2
+        echo "error: npm is not installed in the box — set NODE_MAJOR in box.env" \
+            "(Node.js from the base's packages), then hermes-box repair" >&2
         exit 2
     fi
     npm install -g --no-fund --no-audit --loglevel=error "$package"
@@ -191,12 +192,16 @@ _NODE = r"""
 want={major}
 have=$(node --version 2>/dev/null | sed 's/^v//; s/\..*//' || true)
 if [ "$have" = "$want" ]; then echo "Node.js $(node --version) is already installed"; exit 0; fi
-pick() {{ apt-cache madison nodejs 2>/dev/null | awk -F'|' -v m="$want" '{{v=$2; gsub(/ /,"",v); s=v; sub(/^[0-9]+:/,"",s); split(s,p,"."); if (p[1]==m) {{print v; exit}}}}'; }}
+pick() {{  # the newest version of the nodejs package whose major is $want
+    apt-cache madison nodejs 2>/dev/null | awk -F'|' -v m="$want" \
+        '{{v=$2; gsub(/ /,"",v); s=v; sub(/^[0-9]+:/,"",s); split(s,p,"."); if (p[1]==m) {{print v; exit}}}}'
+}}
 version=$(pick)
 if [ -z "$version" ]; then apt-get update -q >/dev/null && updated=1; version=$(pick); fi
 if [ -z "$version" ]; then
     offered=$(apt-cache madison nodejs 2>/dev/null | awk -F'|' '{{gsub(/ /,"",$2); print $2}}' | tr '\n' ' ')
-    echo "error: Node.js $want is not in the base's package sources (they offer nodejs: ${{offered:-none}}) — set NODE_MAJOR to one of those majors, or use a BASE_IMAGE whose sources have Node.js $want" >&2
+    echo "error: Node.js $want is not in the base's package sources (they offer nodejs: ${{offered:-none}})" \
+        "— set NODE_MAJOR to one of those majors, or use a BASE_IMAGE whose sources have Node.js $want" >&2
     exit 2
 fi
 apt_install "nodejs=$version"
@@ -211,7 +216,9 @@ apt_install neovim
 
 _HERMES = r"""
 if [ -x /opt/hermes-agent/bin/hermes ]; then echo "hermes-agent is already installed"; exit 0; fi
-python3 -m venv /opt/hermes-agent 2>/dev/null || { apt_install python3-venv && rm -rf /opt/hermes-agent && python3 -m venv /opt/hermes-agent; }
+if ! python3 -m venv /opt/hermes-agent 2>/dev/null; then
+    apt_install python3-venv && rm -rf /opt/hermes-agent && python3 -m venv /opt/hermes-agent
+fi
 /opt/hermes-agent/bin/pip install --quiet --disable-pip-version-check hermes-agent
 ln -sf /opt/hermes-agent/bin/hermes /usr/local/bin/hermes
 """
@@ -219,13 +226,15 @@ ln -sf /opt/hermes-agent/bin/hermes /usr/local/bin/hermes
 _EXECUTOR = r"""
 npm_install executor executor
 if ! timeout 120 executor --version </dev/null; then
-    echo "warning: Executor's npm launcher is installed but could not fetch or run its native release (it downloads it from outside the package registries on first run); run executor once where that download is allowed" >&2
+    echo "warning: Executor's npm launcher is installed but could not fetch or run its native release" \
+        "(it downloads it on first run, from outside the package registries);" \
+        "run executor once where that download is allowed" >&2
     exit 3
 fi
 """
 
 _VERSIONS = r"""
-for tool in sudo python3 node npm hermes claude codex nvim executor; do
+for tool in sudo python3 node hermes claude codex nvim executor; do
     path=$(command -v "$tool" 2>/dev/null) || continue
     case $tool in
         sudo) line=$(sudo -V 2>/dev/null | head -n1) ;;
