@@ -30,6 +30,7 @@ import errno
 import fcntl
 import logging
 import os
+import re
 import select
 import shutil
 import signal
@@ -70,8 +71,9 @@ class Mode:
 
     @property
     def root_layers(self) -> bool:
-        """A writable root of layers and commands as other users need a whole id range mapped (root)."""
-        return self.userns and self.stage_as_root
+        """A writable root of layers and commands as other users need a whole id range mapped (root),
+        and overlays over idmapped layers (Linux 5.19)."""
+        return self.userns and self.stage_as_root and _kernel_at_least(5, 19)
 
     def describe(self) -> str:
         if not self.userns:
@@ -81,6 +83,12 @@ class Mode:
             )
         who = f"host uid {self.uid}" if self.stage_as_root else "the calling user"
         return f"own user, mount, PID, IPC and UTS namespaces; box root is {who}"
+
+
+def _kernel_at_least(major: int, minor: int) -> bool:
+    """Whether the running Linux is ``major.minor`` or later (its release string's first two numbers)."""
+    numbers = [int(n) for n in re.findall(r"\d+", os.uname().release)[:2]]
+    return len(numbers) == 2 and (numbers[0], numbers[1]) >= (major, minor)
 
 
 def _candidate_modes() -> list[Mode]:
