@@ -21,6 +21,7 @@ belong to the box's ids on the host (the box's root is host uid ``uid_base``).
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import stat
@@ -187,15 +188,18 @@ def write_masks(base: Base, into: Path, uid_base: int, targets: Iterable[str] | 
         if wanted is not None and target not in wanted:
             continue
         mask = into / _name(target)
-        fresh = into / (_name(target) + ".new")
+        fresh = into / f"{_name(target)}.new-{os.getpid()}"  # each writer its own (two `new` at once)
         remove_tree(fresh)
         fresh.mkdir(mode=0o755)
         hidden = write_mask(source, fresh, uid_base)
         remove_tree(mask)
-        if hidden:
-            fresh.rename(mask)
-        else:
-            remove_tree(fresh)
+        try:
+            if hidden:
+                fresh.rename(mask)
+        except OSError as exc:  # another writer's mask took its place first: as good as this one
+            if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                raise
+        remove_tree(fresh)
     if wanted is None:
         (into / ".complete").touch()
 

@@ -24,9 +24,12 @@ its daemon, its registry entry (if it still carries the nonce) and its
 directory (if box.json still carries the nonce), then raises (BoxInterrupted
 for a signal: exit 128+N).
 
-Commands run as the box's root (uid 0 inside, a host id owning no host file)
-with ``USER=agent``, ``HOME=/home/agent``, a standard PATH and, by default,
-``~/workspace`` as working directory; ``popen`` returns a ``control.BoxCommand``
+A box with a machine (machine.py: run as root with user namespaces) has a
+``tools/`` layer over its base image as its ``/``, and its commands run as its
+user ``agent`` (uid 1000 inside) unless they ask for root (``popen(root=True)``);
+otherwise they run as the box's root (uid 0 inside, a host id owning no host
+file).  Either way with ``USER=agent``, ``HOME=/home/agent``, a standard PATH
+and, by default, ``~/workspace`` as working directory; ``popen`` returns a ``control.BoxCommand``
 (a ``subprocess.Popen``).  Signals sent to it reach the command's whole tree.
 """
 
