@@ -122,6 +122,7 @@ def test_root_only_host_files_stay_hidden(box_home: Path) -> None:
 
 @needs_machines
 @needs_sudo
+@pytest.mark.suite
 def test_packages_land_in_the_tools_layer_repair_replaces_them_save_keeps_state(box_home: Path, tmp_path: Path) -> None:
     """A package installed in the box lands in its tools layer (the host is untouched); repair rebuilds
     the tools layer (the package is gone) and keeps ~/workspace; save/load carries the file, not the tool."""
@@ -237,3 +238,28 @@ def test_apt_get_install_from_the_mirror_then_repair_and_save(box_home: Path, tm
     assert box_sh(box_home, "beta", "test -e /usr/games/cowsay").returncode != 0
     for name in ("alpha", "beta"):
         ok(hb(box_home, "rm", name, "--force"))
+
+
+@needs_machines
+@pytest.mark.full
+def test_provisioning_installs_what_box_env_asks_and_records_versions(box_home: Path) -> None:
+    """INSTALL_NEOVIM (from the base's package sources) and NODE_MAJOR (here the major the base has:
+    the step finds it installed): `new` installs, logs each step, records the versions; `repair` makes
+    the tools layer again and provisions it again."""
+    have = subprocess.run(["node", "--version"], capture_output=True, text=True) if shutil.which("node") else None
+    major = have.stdout.strip().lstrip("v").split(".")[0] if have and have.returncode == 0 else "18"
+    host_nvim = shutil.which("nvim")
+    write_env(box_home, f"INSTALL_NEOVIM=on\nNODE_MAJOR={major}\n")
+    done = hb(box_home, "new", "alpha", "--no-doctor", timeout=900)
+    if done.returncode != 0 and "Failed to fetch" in (box_home / "run/alpha/provision/neovim.log").read_text():
+        pytest.skip("the Debian mirror is unreachable from here")
+    ok(done)
+    logs = box_home / "run" / "alpha" / "provision"
+    assert sorted(p.name for p in logs.iterdir()) == ["account.log", "neovim.log", "node.log"]
+    versions = json.loads((box_home / "data" / "boxes" / "alpha" / "tools-versions.json").read_text())
+    assert versions["node"].startswith(f"v{major}.") and versions["nvim"].startswith("NVIM v")
+    assert ok(box_sh(box_home, "alpha", "nvim --version | head -n1")).stdout.startswith("NVIM v")
+    assert shutil.which("nvim") == host_nvim  # installed in the box's tools layer, not on the host
+    ok(hb(box_home, "repair", "alpha", timeout=900))
+    assert "already installed" not in (logs / "neovim.log").read_text()  # installed again: a new tools layer
+    assert ok(box_sh(box_home, "alpha", "nvim --version | head -n1")).stdout.startswith("NVIM v")
