@@ -135,7 +135,7 @@ def agent_ids(uid_base: int) -> tuple[int, int]:
 # -- provisioning ---------------------------------------------------------------------------------------
 _PRELUDE = r"""
 set -eu
-export DEBIAN_FRONTEND=noninteractive
+export DEBIAN_FRONTEND=noninteractive NPM_CONFIG_UPDATE_NOTIFIER=false NPM_CONFIG_FUND=false
 updated=""
 apt_install() {  # the base's package lists first; fetched again once if an install fails
     if ! apt-get install -y --no-install-recommends "$@"; then
