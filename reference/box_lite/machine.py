@@ -100,7 +100,11 @@ def _extracted(home: BoxHome, tarball: Path) -> Path:
             (done.stderr.strip().splitlines() or ["tar failed"])[-1],
             "check the file (tar -tf), or build the base again with mmdebstrap",
         )
-    _check_root(partial, str(tarball))
+    try:
+        _check_root(partial, str(tarball))
+    except BadInput:
+        remove_tree(partial)
+        raise
     partial.rename(where)
     return where
 

@@ -162,6 +162,12 @@ def test_unusable_base_image_is_refused_before_anything_is_made(box_home: Path, 
     write_env(box_home, f"BASE_IMAGE={not_root}\n")
     done = hb(box_home, "new", "alpha")
     assert done.returncode == 2 and "no /usr" in done.stderr, done.stderr
+    tarball = tmp_path / "not-a-root.tar.gz"
+    assert subprocess.run(["tar", "-czf", str(tarball), "-C", str(not_root), "."]).returncode == 0
+    write_env(box_home, f"BASE_IMAGE={tarball}\n")
+    done = hb(box_home, "new", "alpha")
+    assert done.returncode == 2 and "no /usr" in done.stderr, done.stderr
+    assert not list((box_home / "data" / "bases").iterdir())  # the extraction it refused is removed
     write_env(box_home, "BASE_IMAGE=relative/path\n")
     done = hb(box_home, "new", "alpha")
     assert done.returncode == 2 and "absolute path" in done.stderr, done.stderr
