@@ -147,14 +147,15 @@ def _ensure_chromium(session: nox.Session) -> None:
 
 
 def _ensure_box_tools(session: nox.Session) -> None:
-    """Debian's tmux and gnupg, for Box Lite's tests (hermes-box enter in tmux; encrypted save/load).
+    """Debian's tmux, gnupg and sudo, for Box Lite's tests (hermes-box enter in tmux; encrypted save/load;
+    the agent's sudo in a box over the host base, which would otherwise need the network to install it).
 
     Installed when missing and possible (root and apt-get); otherwise the session says why and goes
     on, and the tests that need them skip naming the missing tool.
     """
     import shutil
 
-    missing = [pkg for tool, pkg in (("tmux", "tmux"), ("gpg", "gnupg")) if not shutil.which(tool)]
+    missing = [pkg for tool, pkg in (("tmux", "tmux"), ("gpg", "gnupg"), ("sudo", "sudo")) if not shutil.which(tool)]
     if not missing:
         return
     if os.geteuid() != 0 or not shutil.which("apt-get"):

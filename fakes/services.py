@@ -112,7 +112,7 @@ def _box_lite(workdir: Path, options: FakeOptions) -> FakeService:
         env={"HERMES_BOX_HOME": str(home)},
         world=world,
         paths_note="boxes are Linux namespaces on this machine: their own /data, /home/agent and /tmp, "
-        "the system directories read-only, no other host path",
+        "their own tools layer over the system directories (which stay unchanged), no other host path",
         _stop=stop,
     )
 

@@ -23,7 +23,11 @@ What the boundary protects against, for test purposes:
 Optional per box (off by default): read-only host files added inside the
 read-only system directories (``BoxSpec.files``, e.g. /etc/hermes-box.env
 while /etc stays read-only, through a read-only overlay of the directory),
-and a network namespace of the box's own (``BoxSpec.network``).
+a network namespace of the box's own (``BoxSpec.network``), and, run as root,
+a writable root of layers over a read-only base instead of the read-only system
+directories (``BoxSpec.rootfs``, ``isolation.rootfs``: the base shown through
+idmapped mounts, its root-only entries masked) with commands run as a user of
+the box (``spawn(user=...)``).
 
 What it does not protect against:
 - the network: by default boxes share the host's network namespace, so a
@@ -40,7 +44,18 @@ What it does not protect against:
   paths and say so (``NamespaceDriver.available``).
 """
 
-from isolation.driver import SYSTEM_DIRS, Bind, BoxFile, BoxSpec, Driver, IsolationError, Running
+from isolation.driver import (
+    SYSTEM_DIRS,
+    Bind,
+    BoxFile,
+    BoxSpec,
+    BoxUser,
+    Driver,
+    IsolationError,
+    Layer,
+    RootLayers,
+    Running,
+)
 from isolation.namespaces import ID_RANGE, ROOT_ID_BASE, NamespaceBox, NamespaceDriver
 from isolation.popen import BoxPopen
 
@@ -52,9 +67,12 @@ __all__ = [
     "BoxFile",
     "BoxPopen",
     "BoxSpec",
+    "BoxUser",
     "Driver",
     "IsolationError",
+    "Layer",
     "NamespaceBox",
     "NamespaceDriver",
+    "RootLayers",
     "Running",
 ]

@@ -69,7 +69,9 @@ MS_REMOUNT, MS_BIND, MS_REC = 0x20, 0x1000, 0x4000
 MS_PRIVATE, MS_SLAVE, MS_SHARED = 0x40000, 0x80000, 0x100000
 MNT_DETACH = 2
 AT_FDCWD, AT_RECURSIVE = -100, 0x8000
-MOUNT_ATTR_RDONLY = 0x1
+MOUNT_ATTR_RDONLY, MOUNT_ATTR_IDMAP = 0x1, 0x100000
+OPEN_TREE_CLONE, AT_EMPTY_PATH, MOVE_MOUNT_F_EMPTY_PATH = 0x1, 0x1000, 0x4
+SYS_OPEN_TREE, SYS_MOVE_MOUNT = 428, 429  # the same numbers on every architecture
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_NAME = 1, 4, 24, 15
 SYS_MOUNT_SETATTR = 442  # the same number on every architecture
 SYS_PIVOT_ROOT = {
@@ -157,6 +159,45 @@ def make_readonly(target: str) -> None:
     st = os.statvfs(target)
     keep = st.f_flag & (MS_NOSUID | MS_NODEV | MS_NOEXEC)
     mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | keep)
+
+
+def idmapped_clone(fd: int, userns_fd: int, where: str) -> None:
+    """Mount a read-only copy of the directory ``fd`` at ``where``, its files' owners seen through the
+    id maps of user namespace ``userns_fd`` (host uid 0 shows as that namespace's root)."""
+    tree = libc.syscall(
+        ctypes.c_long(SYS_OPEN_TREE),
+        ctypes.c_int(fd),
+        b"",
+        ctypes.c_uint(OPEN_TREE_CLONE | AT_EMPTY_PATH | os.O_CLOEXEC),
+    )
+    if tree < 0:
+        raise _fail("open_tree")
+    try:
+        attr = MountAttr(MOUNT_ATTR_IDMAP | MOUNT_ATTR_RDONLY, 0, 0, userns_fd)
+        if (
+            libc.syscall(
+                ctypes.c_long(SYS_MOUNT_SETATTR),
+                ctypes.c_int(tree),
+                b"",
+                ctypes.c_uint(AT_EMPTY_PATH),
+                ctypes.byref(attr),
+                ctypes.c_size_t(ctypes.sizeof(attr)),
+            )
+            != 0
+        ):
+            raise _fail(f"idmapped mount of {where}")
+        moved = libc.syscall(
+            ctypes.c_long(SYS_MOVE_MOUNT),
+            ctypes.c_int(tree),
+            b"",
+            ctypes.c_int(AT_FDCWD),
+            _b(where),
+            ctypes.c_uint(MOVE_MOUNT_F_EMPTY_PATH),
+        )
+        if moved != 0:
+            raise _fail(f"move_mount to {where}")
+    finally:
+        os.close(tree)
 
 
 def pivot_root(new_root: str) -> None:
@@ -321,9 +362,23 @@ def _build_base(prep: dict) -> str:
     return root
 
 
-def _finish_root(root: str, prep: dict, binds: list[dict], files: list[dict]) -> None:
-    """Init, once the box is known: its directories at their inside paths, then pivot into the root."""
+def _finish_root(root: str, prep: dict, binds: list[dict], files: list[dict], layered: str | None = None) -> None:
+    """Init, once the box is known: its directories at their inside paths, then pivot into the root.
+
+    ``layered``: the writable root the setup process made (``_layered_root``), which replaces the
+    read-only one of ``_build_base`` and stays writable.
+    """
     stage: Stage | None = prep.get("_stage")
+    if layered is not None:
+        # Propagated from the setup process's namespace, the root is locked, which pivot_root refuses:
+        # a recursive bind of it made here is not (the mounts below it stay locked).
+        root = layered
+        mount(root, root, None, MS_BIND | MS_REC)
+        for name in ("proc", "dev", "tmp", "run"):
+            _mkdirs(f"{root}/{name}")
+        mount("proc", f"{root}/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+        _build_dev(f"{root}/dev")
+        mount("run", f"{root}/run", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=16m")
     for b in sorted(binds, key=lambda b: b["target"].count("/")):
         target = root + b["target"]
         _mkdirs(target)
@@ -350,7 +405,71 @@ def _finish_root(root: str, prep: dict, binds: list[dict], files: list[dict]) ->
         os.close(stage.under)  # no way back to the host's /tmp may stay open in the box
         prep.pop("_stage")
     pivot_root(root)
-    mount(None, "/", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    if layered is None:
+        mount(None, "/", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+
+
+def _layered_root(stage: Stage, rootfs: dict, userns_fd: int, files: list[dict]) -> str:
+    """Setup process, as root: the box's writable root in the stage, whence it reaches the init.
+
+    The root directory (writable) is bound first, then each layer's overlay at
+    its target: lower layers the mask (whiteouts, when given) over an idmapped
+    read-only copy of the base directory, so that the base's files belong to the
+    box's root and a copy-up or a set-user-ID program works as on a machine of
+    its own; the upper layer is the box's tools layer.  Mounts below a base
+    directory (a container's /etc/resolv.conf) are bound again on top,
+    read-only.  Then the links, and the added files, each bound read-only over
+    a file of its name.
+    """
+    root = f"{STAGE}/box/root"
+    _mkdirs(root)
+    held: list[int] = []
+    try:
+        if rootfs.get("root"):
+            stage.bind(rootfs["root"], root)
+        for k, layer in enumerate(rootfs["layers"]):
+            lower = f"{STAGE}/box/lower{k}"
+            _mkdirs(lower)
+            source = stage.open(layer["lower"])
+            held.append(source)
+            idmapped_clone(source, userns_fd, lower)
+            parts = []
+            for key in ("mask", "upper", "work"):
+                if layer.get(key):
+                    fd = stage.open(layer[key])
+                    held.append(fd)
+                    parts.append((key, f"/proc/self/fd/{fd}"))
+            paths = dict(parts)
+            lowers = f"{paths['mask']}:{lower}" if "mask" in paths else lower
+            target = root + layer["target"].rstrip("/")
+            _mkdirs(target)
+            options = f"lowerdir={lowers},upperdir={paths['upper']},workdir={paths['work']}"
+            mount("tools", target, "overlay", MS_NODEV, options)
+            if not layer["lower"].startswith(STAGE + "/"):
+                for rel in _submounts(layer["lower"]):
+                    with contextlib.suppress(OSError):
+                        mount(layer["lower"] + rel, target + rel, None, MS_BIND | MS_REC)
+                        make_readonly(target + rel)
+        for link in rootfs.get("links") or []:
+            with contextlib.suppress(FileExistsError):
+                os.symlink(link["link"], root + link["target"])
+        for f in files:
+            target = root + f["target"]
+            _mkdirs(os.path.dirname(target))
+            if not os.path.isfile(target) or os.path.islink(target):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(target)
+                with open(target, "w"):
+                    pass
+            fd = stage.open(f["source"], directory=False)
+            held.append(fd)
+            mount(f"/proc/self/fd/{fd}", target, None, MS_BIND)
+            make_readonly(target)
+    finally:
+        for fd in held:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+    return root
 
 
 def _build_dev(dev: str) -> None:
@@ -636,7 +755,7 @@ class Init:
         """posix_spawn (no copy of the init's memory) where it can do all; fork and exec otherwise."""
         argv = [str(a) for a in message["argv"]]
         env = {str(k): str(v) for k, v in (message.get("env") or {}).items()}
-        path = None if message.get("tty") or not argv else _which(argv[0], env)
+        path = None if message.get("tty") or message.get("user") or not argv else _which(argv[0], env)
         if path is not None:
             try:
                 os.chdir(message.get("cwd") or "/")
@@ -688,6 +807,11 @@ def _exec_command(message: dict, fds: list[int]) -> None:
         if message.get("tty"):
             fcntl.ioctl(0, termios.TIOCSCTTY, 0)
         os.closerange(3, 1 << 16)
+        user = message.get("user")
+        if user:  # the box user's ids, which drop every capability of the box's root
+            os.setgroups([int(g) for g in user.get("groups") or [user["gid"]]])
+            os.setresgid(int(user["gid"]), int(user["gid"]), int(user["gid"]))
+            os.setresuid(int(user["uid"]), int(user["uid"]), int(user["uid"]))
         try:
             os.chdir(message.get("cwd") or "/")
         except OSError:
@@ -746,7 +870,7 @@ def _init_main(channel: Channel, prep: dict, setup: socket.socket) -> None:
         setup.close()
         if box is None:
             os._exit(1)  # the box was never asked for (a spare at the host's exit)
-        _finish_root(root, prep, box["binds"], box.get("files") or [])
+        _finish_root(root, prep, box["binds"], box.get("files") or [], box.get("root"))
         socket.sethostname(box["hostname"])
         if not box.get("network", True):
             _own_network()
@@ -864,6 +988,14 @@ def setup_main(control: int) -> int:
                 where = f"{STAGE}/box/b{i}"
                 stage.bind(b["source"], where)
                 binds.append({**b, "source": where})
+            if box.get("rootfs"):
+                step = "root layers"
+                userns_fd = os.open(f"/proc/{child}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
+                try:
+                    box["root"] = _layered_root(stage, box["rootfs"], userns_fd, box.get("files") or [])
+                finally:
+                    os.close(userns_fd)
+                box["files"] = []
             step = "files"
             for k, (folder, group) in enumerate(_files_by_dir(box.get("files") or [])):
                 where, layer = f"{STAGE}/box/o{k}", f"{STAGE}/box/l{k}"

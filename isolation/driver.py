@@ -44,13 +44,54 @@ class BoxFile:
 
 
 @dataclass(frozen=True)
+class Layer:
+    """One overlay of a box's root: ``lower`` (a read-only host directory of the base, shown through an
+    idmapped mount so that its files' owners are the box's ids) below an optional ``mask`` (whiteouts
+    hiding the base's entries the box may not read), under ``upper`` (writable; ``work`` is overlayfs's
+    work directory on the same file system), shown at ``target`` inside the box."""
+
+    target: str
+    lower: Path
+    upper: Path
+    work: Path
+    mask: Path | None = None
+
+
+@dataclass(frozen=True)
+class RootLayers:
+    """A writable root for a box (its *tools layer* over a base), instead of the read-only system
+    directories.
+
+    ``root``: a writable host directory that is the box's ``/`` outside the layers (None when a layer
+    targets ``/``); ``layers``: the overlays, mounted shallowest first; ``links``: symbolic links made
+    at the root (``/bin -> usr/bin``).  Needs a user namespace whose ids the driver may map onto the
+    base (``Driver.root_layers``).
+    """
+
+    root: Path | None
+    layers: tuple[Layer, ...]
+    links: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class BoxUser:
+    """The ids inside the box a command runs as (``spawn(user=...)``); root when no user is given."""
+
+    uid: int
+    gid: int
+    groups: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
 class BoxSpec:
     """One box: its hostname and the host directories it may see (and write, unless read-only).
 
     ``files``: read-only host files added inside system directories (see
     ``BoxFile``).  ``network``: False gives the box a network namespace of its
     own with only the loopback interface, up (no route off the box); True (the
-    default) shares the host's network.  Both are off by default.
+    default) shares the host's network.  Both are off by default.  ``rootfs``:
+    a writable root of layers (see ``RootLayers``) in place of the read-only
+    system directories.
     """
 
     hostname: str
@@ -58,6 +99,7 @@ class BoxSpec:
     labels: Mapping[str, str] = field(default_factory=dict)
     files: tuple[BoxFile, ...] = ()
     network: bool = True
+    rootfs: RootLayers | None = None
 
 
 class Running(Protocol):
@@ -84,6 +126,12 @@ class Driver(Protocol):
     @property
     def box_gid(self) -> int: ...
 
+    @property
+    def root_layers(self) -> bool:
+        """Whether boxes may have a writable root of layers (``BoxSpec.rootfs``) and run commands as
+        users other than root (``spawn(user=...)``)."""
+        ...
+
     def start(self, spec: BoxSpec) -> Running: ...
 
     def spawn(
@@ -97,9 +145,11 @@ class Driver(Protocol):
         stdout: StdStream = None,
         stderr: StdStream = None,
         tty: bool = False,
+        user: BoxUser | None = None,
     ) -> subprocess.Popen[bytes]:
         """Start ``argv`` in the box, in a session and process group of its own (a PTY on stdin
-        becomes its controlling terminal when ``tty``); the handle behaves as a Popen."""
+        becomes its controlling terminal when ``tty``), as ``user`` (the box's root when None); the
+        handle behaves as a Popen."""
         ...
 
     def command_prefix(self, box: Running, cwd: str) -> list[str]:

@@ -30,6 +30,7 @@ import errno
 import fcntl
 import logging
 import os
+import re
 import select
 import shutil
 import signal
@@ -44,7 +45,7 @@ from pathlib import Path
 from typing import Protocol
 
 from isolation import box_init
-from isolation.driver import SYSTEM_DIRS, Bind, BoxFile, BoxSpec, IsolationError, StdStream
+from isolation.driver import SYSTEM_DIRS, Bind, BoxFile, BoxSpec, BoxUser, IsolationError, RootLayers, StdStream
 from isolation.popen import BoxPopen, ExitSlot
 
 logger = logging.getLogger("isolation")
@@ -68,6 +69,12 @@ class Mode:
     uid: int  # host ids that root inside a box maps to
     gid: int
 
+    @property
+    def root_layers(self) -> bool:
+        """A writable root of layers and commands as other users need a whole id range mapped (root),
+        and overlays over idmapped layers (Linux 5.19)."""
+        return self.userns and self.stage_as_root and _kernel_at_least(5, 19)
+
     def describe(self) -> str:
         if not self.userns:
             return (
@@ -76,6 +83,12 @@ class Mode:
             )
         who = f"host uid {self.uid}" if self.stage_as_root else "the calling user"
         return f"own user, mount, PID, IPC and UTS namespaces; box root is {who}"
+
+
+def _kernel_at_least(major: int, minor: int) -> bool:
+    """Whether the running Linux is ``major.minor`` or later (its release string's first two numbers)."""
+    numbers = [int(n) for n in re.findall(r"\d+", os.uname().release)[:2]]
+    return len(numbers) == 2 and (numbers[0], numbers[1]) >= (major, minor)
 
 
 def _candidate_modes() -> list[Mode]:
@@ -135,6 +148,7 @@ class NamespaceBox:
                 "binds": [{"source": str(b.source), "target": b.target, "writable": b.writable} for b in spec.binds],
                 "files": [{"source": str(f.source), "target": f.target} for f in spec.files],
                 "network": spec.network,
+                "rootfs": _rootfs_message(spec.rootfs, self.mode),
             }
         )
         while True:
@@ -194,15 +208,22 @@ class NamespaceBox:
             raise IsolationError(f"box {self.hostname}: {answer.get('message')}")
         return answer
 
-    def launch(self, argv: list[str], env: dict[str, str], cwd: str, fds: list[int], tty: bool) -> ExitSlot:
-        """Have the init start a command; its replies and exit come on a socket of its own."""
+    def launch(
+        self, argv: list[str], env: dict[str, str], cwd: str, fds: list[int], tty: bool, user: BoxUser | None = None
+    ) -> ExitSlot:
+        """Have the init start a command (as ``user``, else root); its replies and exit come on a socket of
+        its own."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        message: dict = {"op": "spawn", "argv": argv, "env": env, "cwd": cwd, "tty": tty, "nfds": len(fds) + 1}
+        if user is not None:
+            if not self.mode.root_layers:
+                raise IsolationError(
+                    f"box {self.hostname}: commands cannot run as uid {user.uid} here ({self.mode.describe()})"
+                )
+            message["user"] = {"uid": user.uid, "gid": user.gid, "groups": list(user.groups)}
         try:
             try:
-                self.request(
-                    {"op": "spawn", "argv": argv, "env": env, "cwd": cwd, "tty": tty, "nfds": len(fds) + 1},
-                    [*fds, theirs.fileno()],
-                )
+                self.request(message, [*fds, theirs.fileno()])
             finally:
                 theirs.close()
             channel = box_init.Channel(ours)
@@ -245,6 +266,36 @@ class NamespaceBox:
 
 
 _OVERLAY_UNSAFE = (",", ":", "\\")  # separators of overlayfs's mount options
+
+
+def _rootfs_message(rootfs: RootLayers | None, mode: Mode) -> dict | None:
+    """The box's writable root as the setup process reads it (None: the read-only system directories)."""
+    if rootfs is None:
+        return None
+    if not mode.root_layers:
+        raise IsolationError(f"a writable root of layers needs root and a user namespace ({mode.describe()})")
+    for layer in rootfs.layers:
+        if not layer.target.startswith("/") or os.path.normpath(layer.target) != layer.target:
+            raise IsolationError(f"layer {layer.target!r}: the target must be a normalised absolute path")
+        for path in (layer.lower, layer.upper, layer.work):
+            if not os.path.isdir(path):
+                raise IsolationError(f"layer {layer.target}: {path} is not a directory")
+    if rootfs.root is None and not any(layer.target == "/" for layer in rootfs.layers):
+        raise IsolationError("a writable root needs a root directory or a layer at /")
+    return {
+        "root": None if rootfs.root is None else str(rootfs.root),
+        "layers": [
+            {
+                "target": layer.target,
+                "lower": str(layer.lower),
+                "upper": str(layer.upper),
+                "work": str(layer.work),
+                "mask": None if layer.mask is None else str(layer.mask),
+            }
+            for layer in sorted(rootfs.layers, key=lambda layer: layer.target.rstrip("/").count("/"))
+        ],
+        "links": [{"target": t, "link": link} for t, link in rootfs.links],
+    }
 
 
 def check_files(files: Sequence[BoxFile], system_dirs: Sequence[str]) -> None:
@@ -546,6 +597,10 @@ class NamespaceDriver:
     def box_gid(self) -> int:
         return self._assumed_mode().gid
 
+    @property
+    def root_layers(self) -> bool:
+        return self._assumed_mode().root_layers
+
     def _assumed_mode(self) -> Mode:
         if not self._probe_first and not self._probed and sys.platform.startswith("linux"):
             return _candidate_modes()[0]
@@ -643,10 +698,14 @@ class NamespaceDriver:
         stdout: StdStream = None,
         stderr: StdStream = None,
         tty: bool = False,
+        user: BoxUser | None = None,
     ) -> BoxPopen:
+        def launch(argv: list[str], env: dict[str, str], cwd: str, fds: list[int], tty: bool) -> ExitSlot:
+            return box.launch(argv, env, cwd, fds, tty, user)
+
         return BoxPopen(
             list(argv),
-            launch=box.launch,
+            launch=launch,
             tty=tty,
             env=dict(env),
             cwd=cwd,

@@ -254,7 +254,7 @@ def save(
                         passphrase=secret,
                         limits=limits,
                         progress=_watch(progress, {"archive": "save:writing"}),
-                        tools={"hermes-box": "box_lite"},
+                        tools=archive_tools(manager, name),
                         settings=box_settings(manager, name),
                     )
                 except archives.EscapingLink as exc:
@@ -273,6 +273,16 @@ def save(
             raise
     interrupts.deliver_late()
     return target
+
+
+def archive_tools(manager: BoxManager, name: str) -> dict[str, str]:
+    """The manifest's tool versions, for diagnosis: Box Lite's, and what provisioning installed in the
+    box's tools layer (``box:TOOL``; an archive holds /data only, so a load installs tools afresh)."""
+    from reference.box_lite.machine import installed_versions
+
+    tools = {"hermes-box": "box_lite"}
+    tools.update({f"box:{k}": str(v) for k, v in installed_versions(manager.home.box(name)).items()})
+    return tools
 
 
 def box_settings(manager: BoxManager, name: str) -> dict[str, Any]:

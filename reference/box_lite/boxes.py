@@ -24,9 +24,12 @@ its daemon, its registry entry (if it still carries the nonce) and its
 directory (if box.json still carries the nonce), then raises (BoxInterrupted
 for a signal: exit 128+N).
 
-Commands run as the box's root (uid 0 inside, a host id owning no host file)
-with ``USER=agent``, ``HOME=/home/agent``, a standard PATH and, by default,
-``~/workspace`` as working directory; ``popen`` returns a ``control.BoxCommand``
+A box with a machine (machine.py: run as root with user namespaces) has a
+``tools/`` layer over its base image as its ``/``, and its commands run as its
+user ``agent`` (uid 1000 inside) unless they ask for root (``popen(root=True)``);
+otherwise they run as the box's root (uid 0 inside, a host id owning no host
+file).  Either way with ``USER=agent``, ``HOME=/home/agent``, a standard PATH
+and, by default, ``~/workspace`` as working directory; ``popen`` returns a ``control.BoxCommand``
 (a ``subprocess.Popen``).  Signals sent to it reach the command's whole tree.
 """
 
@@ -47,6 +50,7 @@ from typing import IO, Any
 import isolation
 import reference
 from archives import remove_tree
+from isolation.rootfs import Base
 from reference.box_lite import control, provision
 from reference.box_lite.backup import Backup, latest_backup
 from reference.box_lite.errors import (
@@ -59,7 +63,7 @@ from reference.box_lite.errors import (
 )
 from reference.box_lite.interrupts import Held, Interrupts
 from reference.box_lite.locks import BoxLock, flock_held, remove_lock_file
-from reference.box_lite.paths import HOME_INSIDE, WORKSPACE_INSIDE, BoxDir, BoxHome, check_name
+from reference.box_lite.paths import AGENT_ID, HOME_INSIDE, WORKSPACE_INSIDE, BoxDir, BoxHome, check_name
 from reference.box_lite.records import json_bytes, mark_stopped, publish_atomic, read_object, utc_now
 from reference.box_lite.registry import Registry
 from reference.box_lite.settings import Settings
@@ -86,12 +90,13 @@ class BoxInfo:
     last_backup: Backup | None
 
 
-def box_env(name: str, extra: dict[str, str] | None = None, *, tty: bool = False) -> dict[str, str]:
-    """The environment of a command in box ``name``: the box user's, with ``extra`` on top."""
+def box_env(name: str, extra: dict[str, str] | None = None, *, tty: bool = False, root: bool = False) -> dict[str, str]:
+    """The environment of a command in box ``name``: the box user's (its root's with ``root``), with
+    ``extra`` on top."""
     env = {
-        "USER": "agent",
-        "LOGNAME": "agent",
-        "HOME": HOME_INSIDE,
+        "USER": "root" if root else "agent",
+        "LOGNAME": "root" if root else "agent",
+        "HOME": "/root" if root else HOME_INSIDE,
         "PATH": BOX_PATH,
         "LANG": "C.UTF-8",
         "HOSTNAME": name,
@@ -132,12 +137,35 @@ class BoxManager:
 
     # -- ids --------------------------------------------------------------------------------------
     def box_ids(self) -> tuple[int, int]:
-        """The host ids that root inside a box maps to (what files in /data must belong to)."""
+        """The host ids that root inside a box maps to."""
+        return self._engine().box_uid, self._engine().box_gid
+
+    def _engine(self) -> Any:
         if self._driver is None:
             from isolation import NamespaceDriver
 
             self._driver = NamespaceDriver(spares=0, probe=False)
-        return self._driver.box_uid, self._driver.box_gid
+        return self._driver
+
+    def data_owner(self, machine: bool) -> tuple[int, int]:
+        """The host ids /data's files belong to: the box's agent in a box with a machine, else its root."""
+        uid, gid = self.box_ids()
+        return (uid + AGENT_ID, gid + AGENT_ID) if machine else (uid, gid)
+
+    # -- machine ------------------------------------------------------------------------------------
+    def machine(self) -> tuple[dict[str, Any], Base] | None:
+        """What a new or repaired box's machine is (box.json's ``machine`` and its base), from box.env's
+        BASE_IMAGE; None where the engine cannot give boxes a writable root (unprivileged: the box keeps
+        the read-only system directories and runs as its root)."""
+        if not self._engine().root_layers:
+            return None
+        from reference.box_lite import machine
+
+        base = machine.base_image(self.home, self.settings.base_image)
+        record: dict[str, Any] = {"base": self.settings.base_image}
+        if base.whole:
+            record["base_dir"] = str(base.dirs[0][1])
+        return record, base
 
     # -- what exists --------------------------------------------------------------------------------
     def data_dir(self, name: str) -> Path:
@@ -275,11 +303,12 @@ class BoxManager:
         net = self.settings.network if network is None else bool(network)
         step = progress or (lambda _: None)
         self.home.ensure()
+        chosen = self.machine()  # an unusable BASE_IMAGE stops here, before anything is made
         made = _Made()
         try:
             with Interrupts() as interrupts, self.lock(name, "create") as lock:
                 try:
-                    self._create(name, net, limits or {}, populate, step, made, hold_workload)
+                    self._create(name, net, limits or {}, populate, step, made, chosen, hold_workload)
                     interrupts.settled = True
                 except BaseException:
                     interrupts.settled = True
@@ -304,6 +333,7 @@ class BoxManager:
         populate: Populate | None,
         step: Progress,
         made: _Made,
+        chosen: tuple[dict[str, Any], Base] | None = None,
         hold_workload: bool = False,
     ) -> None:
         box = self.home.box(name)
@@ -333,10 +363,12 @@ class BoxManager:
         }
         if limits:
             record["limits"] = {k: v for k, v in limits.items() if v is not None}  # this box's own, over box.env
+        if chosen is not None:
+            record["machine"] = chosen[0]
         publish_atomic(box.record, json_bytes(record))
         made.marked = True
         box.incomplete.write_text("creation in progress (hermes-box new or load); removed when /data is complete\n")
-        uid, gid = self.box_ids()
+        uid = self.box_ids()[0]
         for path in (box.data, box.tmp, box.managed):
             path.mkdir(mode=0o755)
         step("directory")
@@ -344,8 +376,13 @@ class BoxManager:
             populate(box.data)
             step("populated")
         box.data.chmod(0o755)
-        provision.own_tree(box.data, uid, gid)
-        provision.provision(box, name, self.settings.render(), uid, gid)
+        owner = self.data_owner(chosen is not None)
+        provision.own_tree(box.data, *owner)
+        provision.provision(box, name, self.settings.render(), *owner)
+        if chosen is not None:
+            from reference.box_lite import machine
+
+            machine.make_tools(self.home, box, chosen[1], uid)
         self.provision_workload(name, hold=hold_workload)
         box.incomplete.unlink()
         step("provisioned")
@@ -357,6 +394,11 @@ class BoxManager:
         step("registered")
         self._launch(name, made, step)
         step("started")
+        if chosen is not None:
+            from reference.box_lite import machine
+
+            machine.provision(self, name)
+            step("tools")
 
     def _undo(self, name: str, made: _Made) -> None:
         """Remove what ``create`` made (and only that), newest first."""
@@ -563,6 +605,7 @@ class BoxManager:
         self._forget_runtime(name)
         with contextlib.suppress(FileNotFoundError):
             self.home.run(name).log.unlink()
+        remove_tree(self.home.run(name).provision_dir)
         remove_lock_file(lock)
 
     # -- remove -------------------------------------------------------------------------------------------
@@ -601,11 +644,13 @@ class BoxManager:
         stdout: int | IO[Any] | None = None,
         stderr: int | IO[Any] | None = None,
         tty: bool = False,
+        root: bool = False,
         **popen_kwargs: Any,
     ) -> control.BoxCommand:
         """Start ``argv`` in the running box (BoxNotRunning if it is not): a Popen-like BoxCommand.
 
-        ``env`` is added to the box user's environment (``box_env``); ``cwd``
+        It runs as the box's ``agent`` (a box with a machine; see machine.py), or with ``root`` as
+        the box's root.  ``env`` is added to that user's environment (``box_env``); ``cwd``
         defaults to ~/workspace.  stdin/stdout/stderr as for Popen (None: the
         box's /dev/null).  With ``tty`` the command gets a terminal of the box's
         own (``BoxCommand.pty`` is its master; see ``control.interact``).
@@ -615,7 +660,8 @@ class BoxManager:
             control=self.home.run(name).control_socket,
             box=name,
             tty=tty,
-            env=box_env(name, env, tty=tty),
+            root=root,
+            env=box_env(name, env, tty=tty, root=root),
             cwd=cwd or WORKSPACE_INSIDE,
             stdin=stdin,
             stdout=stdout,
@@ -722,8 +768,12 @@ class BoxManager:
             info = self.intact(name)
             if info is None:
                 raise _damaged(name, "cannot be repaired", self.home.box(name).root)
-            uid, gid = self.box_ids()
-            provision.provision(self.home.box(name), name, self.settings.render(), uid, gid)
+            chosen = self.machine()
+            was_running = False
+            if chosen is None:
+                provision.provision(self.home.box(name), name, self.settings.render(), *self.box_ids())
+            else:
+                was_running = self._rebuild_machine(name, info, chosen)
             self.provision_workload(name)
             with self.registry.update() as boxes:
                 entry = boxes.get(name)
@@ -733,6 +783,39 @@ class BoxManager:
                         "network": bool(info.get("network", True)),
                         "nonce": _nonce(info),
                     }
+            if chosen is not None:
+                self._provision_machine(name, was_running=was_running)
+
+    def _rebuild_machine(self, name: str, info: dict[str, Any], chosen: tuple[dict[str, Any], Base]) -> bool:
+        """Stop the box, replace its tools layer by a new one over ``chosen``'s base, give /data to its
+        agent and refresh the managed assets (repair; /data's content is not touched); whether the box
+        was running."""
+        from reference.box_lite import machine
+
+        box = self.home.box(name)
+        was_running = self.daemon_pid(name) is not None
+        if was_running:
+            self._halt(name)
+            self._forget_runtime(name)
+            mark_stopped(box.record, clean=True)
+        machine.make_tools(self.home, box, chosen[1], self.box_ids()[0], rescan=True)
+        updated = {**(self.box_json(name) or info), "machine": chosen[0]}
+        publish_atomic(box.record, json_bytes(updated))
+        owner = self.data_owner(True)
+        provision.own_tree(box.data, *owner)
+        provision.provision(box, name, self.settings.render(), *owner)
+        return was_running
+
+    def _provision_machine(self, name: str, *, was_running: bool) -> None:
+        """Start the box, run the provisioning steps into its new tools layer, and leave it as it was."""
+        from reference.box_lite import machine
+
+        self.start(name)
+        try:
+            machine.provision(self, name)
+        finally:
+            if not was_running:
+                self.stop(name)
 
 
 # -- helpers ----------------------------------------------------------------------------------------------

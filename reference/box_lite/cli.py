@@ -196,11 +196,11 @@ def cmd_exec(ctx: Context, args: argparse.Namespace) -> int:
     if args.tty:
         from reference.box_lite.control import interact
 
-        command = ctx.manager.popen(name, argv, env=env or None, cwd=args.cwd, tty=True)
+        command = ctx.manager.popen(name, argv, env=env or None, cwd=args.cwd, tty=True, root=args.root)
         return _exit_status(interact(command))
     with _forward_signals() as forward:
         command = ctx.manager.popen(
-            name, argv, env=env or None, cwd=args.cwd, stdin=_fd(0), stdout=_fd(1), stderr=_fd(2)
+            name, argv, env=env or None, cwd=args.cwd, stdin=_fd(0), stdout=_fd(1), stderr=_fd(2), root=args.root
         )
         try:
             forward(command.send_signal)
@@ -614,6 +614,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cwd", default=WORKSPACE_INSIDE, help=f"directory inside the box (default {WORKSPACE_INSIDE})")
     p.add_argument("--env", action="append", metavar="KEY=VALUE", help="extra environment variable (repeatable)")
     p.add_argument("-t", "--tty", action="store_true", help="give the command a terminal (stdin must be one)")
+    p.add_argument("--root", action="store_true", help="run as the box's root instead of its agent")
     p.add_argument(
         "argv",
         nargs="*",

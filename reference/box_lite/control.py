@@ -185,9 +185,12 @@ class BoxCommand(BoxPopen):
     """A command running in a box, started by its daemon: an ``isolation.BoxPopen`` (so a
     ``subprocess.Popen``) whose exit status and signals go through the daemon (see the module)."""
 
-    def __init__(self, args: Any, *, control: Path, box: str = "", tty: bool = False, **kwargs: Any):
+    def __init__(
+        self, args: Any, *, control: Path, box: str = "", tty: bool = False, root: bool = False, **kwargs: Any
+    ):
         self._control = control
         self._box = box or control.parent.name
+        self._root = root  # as the box's root, not its agent
         self.ident: int | None = None  # the daemon's id of the command (BoxManager.signal)
         self.pty: int | None = None  # the terminal's master, with tty=True
         if tty:
@@ -203,6 +206,8 @@ class BoxCommand(BoxPopen):
             conn.settimeout(REPLY_TIMEOUT_S)
             passed = [] if tty else fds
             message = {"op": "spawn", "argv": argv, "env": env, "cwd": cwd, "tty": tty, "nfds": len(passed)}
+            if self._root:
+                message["root"] = True
             try:
                 channel.send(message, passed)
                 answer = channel.receive()

@@ -9,7 +9,8 @@ whatever pid numbers the kernel recycles) and ``init.pid`` (the box init's
 host pid and PID namespace), listens on ``control.sock`` (mode 0600) and
 serves framed JSON with descriptors (``isolation.box_init.Channel``):
 
-- ``spawn`` {argv, env, cwd, tty} with the client's fds 0-2 (or, with tty, a
+- ``spawn`` {argv, env, cwd, tty, root} (as the box's agent when it has one, as its root with ``root``)
+  with the client's fds 0-2 (or, with tty, a
   terminal of the box's own whose master goes back to the client): answers
   ``spawned`` {id, pid, box_pid}; the connection then belongs to the command:
   the daemon sends ``exit`` {code} when it ends, and reads ``signal`` {sig}
@@ -74,12 +75,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from isolation import Bind, BoxFile, BoxSpec, IsolationError, NamespaceBox, NamespaceDriver
+from isolation import Bind, BoxFile, BoxSpec, BoxUser, IsolationError, NamespaceBox, NamespaceDriver, RootLayers
 from isolation.box_init import Channel
+from isolation.rootfs import ToolsLayer, directory_base, host_base
 from reference.box_lite import endpoint, limits, relay, workload
 from reference.box_lite.control import socket_address
 from reference.box_lite.errors import BoxError
 from reference.box_lite.paths import (
+    AGENT_ID,
     DATA_INSIDE,
     ENV_FILE_INSIDE,
     HB_SOCKET,
@@ -141,7 +144,7 @@ def read_box_json(box: BoxDir) -> dict[str, Any]:
     return info
 
 
-def box_spec(name: str, box: BoxDir, network: bool) -> BoxSpec:
+def box_spec(name: str, box: BoxDir, network: bool, rootfs: RootLayers | None = None) -> BoxSpec:
     files: tuple[BoxFile, ...] = (BoxFile(box.env_file, ENV_FILE_INSIDE),) if box.env_file.is_file() else ()
     inside = (Bind(box.inside, RUN_INSIDE, writable=False),) if box.inside.is_dir() else ()
     if inside and (box.inside / "hb").is_file() and os.path.isdir(HB_BIN_DIR) and not os.path.islink(HB_BIN_DIR):
@@ -157,7 +160,25 @@ def box_spec(name: str, box: BoxDir, network: bool) -> BoxSpec:
         ),
         files=files,
         network=network,
+        rootfs=rootfs,
     )
+
+
+def machine_root(box: BoxDir, record: dict[str, Any], uid_base: int) -> RootLayers | None:
+    """The box's root of layers (its tools layer over its base, masks refreshed), None for a box that
+    has no machine (box.json without ``machine``)."""
+    machine = record.get("machine")
+    if not isinstance(machine, dict):
+        return None
+    base_name = str(machine.get("base") or "host")
+    base = host_base() if base_name == "host" else directory_base(Path(str(machine.get("base_dir") or base_name)))
+    tools = ToolsLayer(box.tools)
+    if not tools.exists():
+        raise DaemonError(
+            f"box {box.root.name} has no tools layer ({box.tools}): run hermes-box repair {box.root.name}"
+        )
+    tools.refresh_masks(base, uid_base)
+    return tools.layers(base)
 
 
 def empty_dir(path: Path) -> None:
@@ -246,6 +267,7 @@ class Daemon:
         self.supervisor: workload.Supervisor | None = None
         self.relay: relay.Relay | None = None
         self.hb_listener: socket.socket | None = None
+        self.user: BoxUser | None = None  # whom commands run as unless they ask for root (the box's agent)
 
     # -- start ------------------------------------------------------------------------------------
     def claim(self) -> None:
@@ -277,12 +299,16 @@ class Daemon:
             path.mkdir(mode=0o755, parents=True, exist_ok=True)
         empty_dir(box_dir.tmp)
         uid, gid = self.driver.box_uid, self.driver.box_gid
+        rootfs = machine_root(box_dir, info, uid) if self.driver.root_layers else None
+        if rootfs is not None:  # /data and the home are the agent's; commands run as the agent
+            self.user = BoxUser(AGENT_ID, AGENT_ID, (AGENT_ID,))
+            uid, gid = uid + AGENT_ID, gid + AGENT_ID
         if os.geteuid() == 0:
             for path in (box_dir.data, box_dir.home, box_dir.tmp):
                 os.chown(path, uid, gid)
         os.chmod(box_dir.tmp, 0o1777)
         try:
-            self.box = self.driver.start(box_spec(self.name, box_dir, network))
+            self.box = self.driver.start(box_spec(self.name, box_dir, network, rootfs))
         except IsolationError as exc:
             raise DaemonError(str(exc)) from exc
         self.settings = _box_settings(box_dir)
@@ -344,7 +370,8 @@ class Daemon:
         return str(self.supervisor.status().get("state")) if self.supervisor is not None else ""
 
     def spawn_service(self, argv: list[str], env: dict[str, str], cwd: str, out: int) -> Any:
-        """Start a service of the box (the workload): after a thaw if the box is frozen for a save."""
+        """Start a service of the box (the workload) as the box's user (its agent in a box with a machine),
+        after a thaw if the box is frozen for a save."""
         assert self.box is not None
         null = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
         try:
@@ -353,7 +380,9 @@ class Daemon:
                     self.thawed.wait(0.5)
                 if self.stopping.is_set():
                     raise OSError(errno.ESHUTDOWN, "the box is stopping")
-                return self.driver.spawn(self.box, argv, env=env, cwd=cwd, stdin=null, stdout=out, stderr=out)
+                return self.driver.spawn(
+                    self.box, argv, env=env, cwd=cwd, stdin=null, stdout=out, stderr=out, user=self.user
+                )
         finally:
             os.close(null)
 
@@ -626,6 +655,7 @@ class Daemon:
                     stdout=streams[1],
                     stderr=streams[2],
                     tty=bool(message.get("tty")),
+                    user=None if message.get("root") else self.user,
                 )
         except (IsolationError, OSError, ValueError, KeyError, TypeError) as exc:
             with contextlib.suppress(OSError):

@@ -190,7 +190,9 @@ def _isolation(manager: BoxManager, home: BoxHome, name: str, budget: Budget, *,
         return _unanswered("isolation", fix)
     sentinel = home.run(name).root / f".doctor-{secrets.token_hex(6)}"
     candidates = {str(sentinel), str(home.config_dir), str(home.boxes_dir), str(Path.home())}
-    inside = ("/", DATA_INSIDE, "/home", HOME_INSIDE, "/tmp")
+    inside: tuple[str, ...] = ("/", DATA_INSIDE, "/home", HOME_INSIDE, "/tmp")
+    if "machine" in (manager.box_json(name) or {}):  # its root's home is the box's own (machine.py)
+        inside += ("/root",)
     hidden = sorted(
         p for p in candidates if p not in inside and not any(p == d or p.startswith(d + "/") for d in ("/usr", "/etc"))
     )
@@ -285,7 +287,7 @@ def _data_on_host(manager: BoxManager, home: BoxHome, name: str) -> Check:
     """/data of a stopped box, seen from the host: the box's home and ~/workspace are directories of
     the box's own (owned by the ids its root maps to, not links), and the last stop's marker is there."""
     data, box_home = manager.data_dir(name), home.box(name).home
-    uid, gid = manager.box_ids()
+    uid, gid = manager.data_owner("machine" in (manager.box_json(name) or {}))
     fix = _data_fix(name)
     for path, shown in ((data, DATA_INSIDE), (box_home, HOME_INSIDE), (box_home / "workspace", WORKSPACE_INSIDE)):
         try:

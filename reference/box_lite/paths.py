@@ -9,9 +9,10 @@ and ``$XDG_RUNTIME_DIR/hermes-box``).  Resolving a home creates nothing;
 Layout, with a home H (XDG equivalents in the class docstring):
 
 - H/config/box.env, registry.json, runtime-manifest
-- H/data/boxes/NAME/{data,tmp,managed,box.json}   (``BoxDir``)
+- H/data/boxes/NAME/{data,tmp,managed,tools,box.json,tools-versions.json}   (``BoxDir``)
+- H/data/bases/   (extracted base tarballs, the host base's shared masks)
 - H/backups/
-- H/run/NAME/{control.sock,daemon.pid,init.pid,lock,daemon.log}   (``RunDir``)
+- H/run/NAME/{control.sock,daemon.pid,init.pid,lock,daemon.log,provision/STEP.log}   (``RunDir``)
 
 and, inside every box, the paths its directories appear at (``DATA_INSIDE``...).
 This module imports only the standard library (platformdirs when XDG is
@@ -41,6 +42,7 @@ ENV_FILE_INSIDE = "/etc/hermes-box.env"
 RUN_INSIDE = "/run/hermes-box"
 HB_SOCKET_INSIDE = RUN_INSIDE + "/hb.sock"
 HB_SOCKET = "hb.sock"
+AGENT_ID = 1000  # uid and gid of the box's user ``agent`` inside a box that has a machine (machine.py)
 _HOME_IN_DATA = "home"  # /home/agent is this directory of /data
 
 NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
@@ -194,6 +196,16 @@ class BoxDir:
         return self.managed / "inside"
 
     @property
+    def tools(self) -> Path:
+        """The box's tools layer: what it installed over its base image (machine.py; rebuilt by repair)."""
+        return self.root / "tools"
+
+    @property
+    def tools_versions(self) -> Path:
+        """JSON ``{tool: version}`` of what provisioning installed in the tools layer (``hb versions``)."""
+        return self.root / "tools-versions.json"
+
+    @property
     def record(self) -> Path:
         """box.json: what the box is (name, created_at, created_by, network) and how it last stopped."""
         return self.root / "box.json"
@@ -228,6 +240,14 @@ class RunDir:
     @property
     def lock(self) -> Path:
         return self.root / "lock"
+
+    @property
+    def provision_dir(self) -> Path:
+        """Logs of the provisioning steps, one file a step."""
+        return self.root / "provision"
+
+    def provision_log(self, step: str) -> Path:
+        return self.provision_dir / f"{step}.log"
 
     @property
     def log(self) -> Path:

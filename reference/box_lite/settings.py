@@ -149,6 +149,31 @@ def _shell(text: str) -> str:
     return value
 
 
+def _base_image(text: str) -> str:
+    """``host``, or the absolute path of a root file system directory or tarball on this machine."""
+    value = text.strip()
+    if value == "host":
+        return value
+    if not value.startswith("/"):
+        raise Invalid(
+            "is neither host nor an absolute path",
+            "write host, or the absolute path of a root file system directory or tarball (see docs/box-lite.md)",
+        )
+    return value
+
+
+def _node_major(text: str) -> int | None:
+    if text.strip().lower() in FALSE:
+        return None
+    try:
+        value = int(text.strip())
+    except ValueError:
+        raise Invalid("is not a Node.js major version", "write a major version such as 18 or 20, or off")
+    if not 10 <= value <= 99:
+        raise Invalid("is not a Node.js major version", "write a major version such as 18 or 20, or off")
+    return value
+
+
 @dataclass(frozen=True)
 class Key:
     """One known setting: its default (as written in box.env), parser and one-line meaning."""
@@ -174,6 +199,16 @@ KEYS: dict[str, Key] = {
         Key("SHELL", "/bin/bash", _shell, "the login shell `enter` and the tmux session run in the box"),
         Key("BACKUP_MAX_AGE_DAYS", "7", _days, "doctor warns when a box's most recent backup is older"),
         Key("TMUX", "on", parse_bool, "on: `enter` attaches a persistent tmux session; off: a plain login shell"),
+        # The box's machine: its base image and what provisioning installs in its tools layer (machine.py).
+        Key(
+            "BASE_IMAGE", "host", _base_image, "host (the host's system, read-only), or a root file system dir/tarball"
+        ),
+        Key("INSTALL_HERMES", "off", parse_bool, "on: install hermes-agent from PyPI in the tools layer"),
+        Key("NODE_MAJOR", "off", _node_major, "Node.js major version to install from the base's packages, or off"),
+        Key("INSTALL_CLAUDE", "off", parse_bool, "on: install Claude Code (npm) in the tools layer"),
+        Key("INSTALL_CODEX", "off", parse_bool, "on: install Codex (npm) in the tools layer"),
+        Key("INSTALL_NEOVIM", "off", parse_bool, "on: install Neovim from the base's packages"),
+        Key("INSTALL_EXECUTOR", "off", parse_bool, "on: install Executor (npm) in the tools layer"),
         Key("PIDS_MAX", "off", _off_or(_count), "most processes (and threads) a box may have at once, or off"),
         Key("MEMORY_MAX", "off", _off_or(_memory), "most memory a box's processes may use (512M, 4G, ...), or off"),
         Key("CPU_MAX", "off", _off_or(_cpus), "most CPU time a box may use, in CPUs (1, 1.5, ...), or off"),
@@ -207,6 +242,13 @@ class Settings:
     shell: str = "/bin/bash"
     backup_max_age_days: float = 7.0
     tmux: bool = True
+    base_image: str = "host"
+    install_hermes: bool = False
+    node_major: int | None = None
+    install_claude: bool = False
+    install_codex: bool = False
+    install_neovim: bool = False
+    install_executor: bool = False
     pids_max: int | None = None
     memory_max: int | None = None
     cpu_max: float | None = None

@@ -140,7 +140,8 @@ def test_enter_attaches_a_persistent_tmux_session_under_workspace(box_home: Path
     text = tmux.wait_for("outer", lambda t: "mark-42" in t)
     lines = [line.strip() for line in text.splitlines()]
     assert "/home/agent/workspace" in lines
-    assert "/tmp/tmux-0/default" in lines  # inside the box's own tmux server
+    uid = 1000 if NamespaceDriver(spares=0, probe=False).root_layers else 0  # the box's agent, or its root
+    assert f"/tmp/tmux-{uid}/default" in lines  # inside the box's own tmux server
     assert "sleep 600" not in text
 
     # Detach (the box's tmux prefix reaches it as typed): enter returns 0, the session lives on.

@@ -53,7 +53,9 @@ def test_host_files_are_out_of_view(manager: BoxManager, box: str, tmp_path: Pat
     assert code == 0
     assert "VISIBLE" not in out, out
     top = {"bin", "data", "dev", "etc", "home", "lib", "lib32", "lib64", "libx32", "opt", "proc", "run", "sbin"}
-    assert set(out.split()) <= top | {"tmp", "usr", "var"}, out  # /root is absent and nothing else of the host
+    if manager.machine() is not None:  # the root of its tools layer: the box's own /root (0700), /srv, /mnt
+        top |= {"mnt", "root", "srv"}
+    assert set(out.split()) <= top | {"tmp", "usr", "var"}, out  # the host's /root is absent, nothing else of it
     assert os.path.exists(secret)  # the host still has it
 
 
@@ -67,10 +69,26 @@ def test_etc_is_read_only_and_shows_the_managed_settings(manager: BoxManager, bo
         "rm -f /etc/hermes-box.env 2>&1; echo rm=$?; test -e /etc/passwd && echo passwd-present",
     )
     assert code == 0
-    assert "touch=1" in out and "Read-only file system" in out
+    machine = manager.machine() is not None  # /etc is the tools layer's, which only the box's root writes
+    assert "touch=1" in out and ("Permission denied" if machine else "Read-only file system") in out
     assert "read=0" in out and "append=0" not in out and "rm=1" in out and "passwd-present" in out
     assert "NETWORK=off" not in out
     assert Settings().render() in out  # the settings in effect, as the host rendered them
+    if machine:  # even the box's root cannot change the managed settings, and writes no host file
+        command = manager.popen(
+            box,
+            [
+                "sh",
+                "-c",
+                "touch /etc/x; echo touch=$?; echo NETWORK=off >> /etc/hermes-box.env; echo append=$?; "
+                "rm -f /etc/hermes-box.env; echo rm=$?",
+            ],
+            root=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+        out = command.communicate(timeout=30)[0].decode()
+        assert "touch=0" in out and "append=0" not in out and "rm=0" not in out, out
     assert not os.path.exists("/etc/x") and not os.path.exists("/etc/hermes-box.env")  # the host's /etc untouched
 
 
@@ -92,9 +110,11 @@ def test_proc_shows_only_the_boxs_processes(manager: BoxManager, box: str) -> No
 
 def test_the_box_user_and_ids(manager: BoxManager, box: str) -> None:
     code, out = run(manager, box, "id -u; echo $USER $HOME; hostname; touch /data/mine; cd; pwd")
-    assert (code, out.split()) == (0, ["0", "agent", "/home/agent", "inside", "/home/agent"])
+    agent = manager.machine() is not None  # commands run as the box's agent (uid 1000), else as its root
+    assert (code, out.split()) == (0, ["1000" if agent else "0", "agent", "/home/agent", "inside", "/home/agent"])
     owner = (manager.data_dir(box) / "mine").stat().st_uid
-    assert owner == (ROOT_ID_BASE if os.geteuid() == 0 else os.geteuid())  # root inside owns no host file
+    box_root = ROOT_ID_BASE if os.geteuid() == 0 else os.geteuid()
+    assert owner == box_root + (1000 if agent else 0)  # ids inside the box own no host file
 
 
 def test_no_network_box_has_only_a_working_loopback(manager: BoxManager) -> None:
