@@ -107,15 +107,24 @@ def _populate(site: Path, mode: str) -> Any:
     return populate
 
 
+def _ports() -> tuple[int, int]:
+    """The workload's port and the first forwarded one, apart for each xdist worker: boxes that share the
+    host's network bind their workload's port on the host's loopback, and tests run side by side."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    offset = 100 * (int(worker) if worker.isdigit() else 0)
+    return 8931 + offset, 28700 + offset
+
+
 def _settings(box_home: Path, expose: bool = True, **extra: str) -> None:
     config = box_home / "config"
     config.mkdir(exist_ok=True)
+    inside, forwarded = _ports()
     lines = {
         "WORKLOAD": f"'{WORKLOAD}'",
-        "WORKLOAD_PORT": "8931",
+        "WORKLOAD_PORT": str(inside),
         "EXPOSE_EXECUTOR_WEB": "on" if expose else "off",
-        "EXECUTOR_PORT_LO": "28700",
-        "EXECUTOR_PORT_HI": "28799",
+        "EXECUTOR_PORT_LO": str(forwarded),
+        "EXECUTOR_PORT_HI": str(forwarded + 99),
         **extra,
     }
     (config / "box.env").write_text("".join(f"{k}={v}\n" for k, v in lines.items()))
@@ -264,7 +273,7 @@ def test_a_failing_workload_is_restarted_with_backoff_and_its_log_kept(box_home:
     state = made.workload_status("beta")["workload"]
     assert state["state"] in ("backoff", "running") and state["restarts"] >= 2 and state["last_exit"] == 3, state
     log = made.workload_status("beta", "logs")["log"]
-    assert log.count("run 8931") >= 2 and "restart 2 in 2 s" in log, log
+    assert log.count(f"run {_ports()[0]}") >= 2 and "restart 2 in 2 s" in log, log
     rows = doctor_rows(box_home, "beta")
     assert rows["workload"]["status"] == "fail" and "MCP in box" not in rows, rows
 
@@ -286,7 +295,7 @@ def test_hb_wire_mcp_replaces_stale_stdio_wiring(box_home: Path, manager: BoxMan
     server = claude["mcpServers"]["box-workload"]
     assert server == {
         "type": "http",
-        "url": "http://127.0.0.1:8931/mcp",
+        "url": f"http://127.0.0.1:{_ports()[0]}/mcp",
         "headers": {"Authorization": f"Bearer {token}"},
     }
     assert claude["keep"] == 1
@@ -353,9 +362,14 @@ def test_hb_works_for_a_user_of_the_box_too(box_home: Path, manager: BoxManager)
     _settings(box_home, expose=False, WORKLOAD="'exec sleep 600'")
     made = BoxManager(BoxHome.at(box_home))
     made.create("zeta")
-    user = ["setpriv", "--reuid=1000", "--regid=1000", "--clear-groups", "env", "HOME=/tmp/user"]
+    # As the box's agent where the box is a machine (exec's default user), else uid 1000 made by setpriv.
+    user = (
+        []
+        if (made.box_json("zeta") or {}).get("machine")
+        else ["setpriv", "--reuid=1000", "--regid=1000", "--clear-groups"]
+    )
     script = "mkdir -p /tmp/user && id -u && hb down && hb up && hb wire-mcp && stat -c %u:%a ~/.claude.json"
-    done = hermes_box(box_home, "exec", "zeta", "--", *user, "sh", "-c", script)
+    done = hermes_box(box_home, "exec", "zeta", "--", *user, "env", "HOME=/tmp/user", "sh", "-c", script)
     assert done.returncode == 0, done
     lines = done.stdout.splitlines()
     assert lines[0] == "1000" and "paused" in lines[1] and lines[-1] == "1000:600", done.stdout
