@@ -80,8 +80,19 @@ def mentioning(path: Path) -> dict[str, int]:
         if entry.isdigit() and int(entry) != os.getpid():
             line = _cmdline(int(entry))
             if needle in line and _alive(int(entry)):
-                found[line.replace(b"\0", b" ").decode(errors="replace")[:200]] = int(entry)
+                found[f"{_named(int(entry))}: " + line.replace(b"\0", b" ").decode(errors="replace")[:200]] = int(entry)
     return found
+
+
+def _named(pid: int) -> str:
+    """What a process is beyond its command line (a fork keeps its parent's): its name, state and parent."""
+    try:
+        comm, rest = Path(f"/proc/{pid}/stat").read_text().split(" (", 1)[1].rsplit(") ", 1)
+        state, ppid = rest.split()[:2]
+    except (OSError, IndexError, ValueError):
+        return "?"
+    parent = _cmdline(int(ppid))[:60].replace(b"\0", b" ").decode(errors="replace")
+    return f"{comm} [{state}, parent {ppid}: {parent}]"
 
 
 def stop_all(home: Path) -> dict[str, int]:
