@@ -285,7 +285,7 @@ def _hypothesis_settings() -> Any:
 def _without_local_constants() -> None:
     """Hypothesis's inputs drawn without the constants of the "local" modules loaded in the process.
 
-    Hypothesis (the versions the kit allows) reads the source of every module outside the standard library and
+    Hypothesis (its recent versions) reads the source of every module outside the standard library and
     site-packages that a process has loaded (an editable kit, the plugin under test) and mixes their
     literals into what it draws.  The checks' inputs would then depend on where the kit and the plugin
     are installed (an editable kit's modules count, an installed one's do not), not on the kit's
