@@ -44,7 +44,9 @@ ENV_FILE = "/etc/hermes-box.env"
 DATA = "/data"
 TIMEOUT_S = 5.0
 DOWN_TIMEOUT_S = 30.0
+# The tools of a box's machine, as ``hb versions`` asks them and provisioning records them (machine.py).
 TOOLS = (
+    ("sudo", ["sudo", "--version"]),
     ("hermes", ["hermes", "--version"]),
     ("node", ["node", "--version"]),
     ("claude", ["claude", "--version"]),

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from isolation import BoxUser
 from isolation.rootfs import Base, ToolsLayer, directory_base, host_base, remove_tree, write_masks
+from reference.box_lite import hb
 from reference.box_lite.errors import BadInput, BoxError
 from reference.box_lite.paths import AGENT_ID, BoxDir, BoxHome
 from reference.box_lite.records import json_bytes, publish_atomic
@@ -238,16 +239,15 @@ fi
 """
 
 _VERSIONS = r"""
-for tool in sudo python3 node hermes claude codex nvim executor; do
+for tool in TOOLS; do
     path=$(command -v "$tool" 2>/dev/null) || continue
     case $tool in
-        sudo) line=$(sudo -V 2>/dev/null | head -n1) ;;
         executor) line=$(timeout 10 executor --version </dev/null 2>/dev/null | head -n1) ;;
         *) line=$(timeout 20 "$tool" --version </dev/null 2>/dev/null | head -n1) ;;
     esac
     printf '%s\t%s\n' "$tool" "${line:-installed at $path}"
 done
-"""
+""".replace("TOOLS", " ".join(argv[0] for _, argv in hb.TOOLS))
 
 
 @dataclass(frozen=True)
