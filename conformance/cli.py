@@ -371,6 +371,13 @@ def cmd_certify(args: argparse.Namespace) -> int:
                 "pytest refused the run's options (its message is above)",
                 "check PYTEST_ADDOPTS and the options given to certify",
             )
+        if returncode == 5 and args.select:
+            raise UsageError(
+                f"--select {args.select} kept no check (pytest ran nothing)",
+                "name clause ids or groups separated by commas or spaces (exec.exit-code,stdin), or give a "
+                "pytest -k expression over the checks' names (silent and not half); "
+                "`hermes-backend-kit contract list` lists the clause ids",
+            )
         raise RuntimeError(
             f"the run ended before writing a report (pytest exit status {returncode}; its output is above)"
         )

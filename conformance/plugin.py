@@ -40,7 +40,7 @@ from typing import Any
 
 import pytest
 
-from conformance import backends, bytecode, contract, progress, redact, verdicts
+from conformance import backends, bytecode, contract, progress, redact, schedule, verdicts
 from conformance.host.abi import HOST_MODES
 from conformance.report import build, junit, table
 from conformance.report.headline import must_failure_lines
@@ -361,6 +361,8 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
             config.hook.pytest_deselected(items=left_out)
             dropped = set(map(id, left_out))
             items[:] = [item for item in items if id(item) not in dropped]
+    if runs_checks(config):
+        items[:] = [items[i] for i in schedule.longest_first([item.nodeid for item in items])]
     for item in items:
         ids = clause_ids(item)
         if not ids:
@@ -383,6 +385,12 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
                     f"capabilities (known: {', '.join(sorted(harness))})"
                 )
             item.user_properties.append(("black_box", list(needs)))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """A check run hands its checks out longest first, one at a time (conformance.schedule)."""
+    return schedule.make_scheduler(config, log) if runs_checks(config) else None
 
 
 def runs_checks(config: pytest.Config) -> bool:

@@ -21,6 +21,8 @@ from typing import Any
 
 import httpx
 
+from reference.common.cuttable import ThreadSockets
+
 from .errors import BridgeError, error_from_response
 from .settings import Settings
 
@@ -121,19 +123,32 @@ class BridgeClient:
         headers = {"Authorization": f"Bearer {settings.token}", "Accept": "application/json", "User-Agent": USER_AGENT}
         if settings.access is not None:
             headers["CF-Access-Client-Id"], headers["CF-Access-Client-Secret"] = settings.access
-        self._http = httpx.Client(
-            base_url=settings.endpoint,
-            headers=headers,
-            follow_redirects=False,
+        transport = httpx.HTTPTransport(
             verify=tls_context(),
-            timeout=httpx.Timeout(CALL_TIMEOUT_S, connect=CONNECT_TIMEOUT_S),
             # Short keep-alive: a pooled connection the server already closed would make a
             # request's outcome unknown, and exec requests are never retried.
             limits=httpx.Limits(max_connections=64, max_keepalive_connections=16, keepalive_expiry=5.0),
         )
+        self._sockets = ThreadSockets.install(transport)
+        self._http = httpx.Client(
+            base_url=settings.endpoint,
+            headers=headers,
+            follow_redirects=False,
+            timeout=httpx.Timeout(CALL_TIMEOUT_S, connect=CONNECT_TIMEOUT_S),
+            transport=transport,
+        )
 
     def close(self) -> None:
         self._http.close()
+
+    def cut(self, thread: int) -> bool:
+        """Shut down the connection ``thread`` is blocked on, even before its response began."""
+        return self._sockets is not None and self._sockets.cut(thread)
+
+    def forget(self) -> None:
+        """This thread's requests are over: ``cut`` of it cuts nothing until its next request."""
+        if self._sockets is not None:
+            self._sockets.forget()
 
     # -- JSON calls ---------------------------------------------------------------------
     def call(

@@ -43,7 +43,7 @@ logger = logging.getLogger("reference.cloudflare_sandbox")
 SERVER_TIMEOUT_MARGIN_S = 5.0  # the Worker's own timeout trails Hermes's, so Hermes reports 124 first
 SLOT_GRACE_S = 30.0  # how long past its timeout a command may wait for the workspace
 READ_IDLE_S = 60.0  # the Worker sends a heartbeat every 10 s; this much silence is a dead connection
-KILL_GRACE_S = 10.0  # after a kill, how long the stream may take to end before the socket is cut
+KILL_GRACE_S = 2.0  # after a kill, how long the stream may take to end before the socket is cut (the Worker ends it in ms)
 END_GRACE_S = 5.0  # after the terminal event, how long the body may take to end
 STAGE_TIMEOUT_S = 120.0
 CANCELLED = 143  # what the supervisor reports for a cancelled command (128 + SIGTERM)
@@ -89,6 +89,7 @@ class RemoteCommand:
         self._lock = threading.Lock()
         self._live: str | None = None  # the request id in flight or streaming
         self._stream: ExecStream | None = None
+        self._thread: int | None = None  # the command's own thread, whose connection a kill may cut
         self.tag = request_id()
 
     # -- Hermes's side -------------------------------------------------------------------
@@ -106,13 +107,16 @@ class RemoteCommand:
             self._abort()
 
     def _abort(self) -> None:
+        """Cut the exec's connection: its stream once the response began, else the socket its thread waits on."""
         with self._lock:
-            stream = self._stream
-        if stream is not None:
-            stream.abort()
+            if self._stream is not None:
+                self._stream.abort()
+            elif self._live is not None and self._thread is not None:
+                self.ws.client.cut(self._thread)
 
     # -- the thread ------------------------------------------------------------------------
     def _main(self) -> None:
+        self._thread = threading.get_ident()
         code = 1
         try:
             code = self._run()
@@ -235,6 +239,7 @@ class RemoteCommand:
             generation = self.ws.recreations
             body = self._body(rid, command, stdin, login=login, timeout=timeout)
             with self._lock:
+                self.ws.client.forget()  # what this thread did before is not the exec a kill may cut
                 self._live = rid if cancellable else None
             try:
                 with self.ws.client.exec_stream(self.ws.id, body, read_timeout=READ_IDLE_S) as stream:
@@ -269,6 +274,7 @@ class RemoteCommand:
             finally:
                 with self._lock:
                     self._live, self._stream = None, None
+                    self.ws.client.forget()
 
     def _consume(self, stream: ExecStream, sink: Callable[[bytes], None]) -> int:
         reader = EventReader()
