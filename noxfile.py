@@ -98,18 +98,9 @@ def conformance(session: nox.Session) -> None:
         session.run(*_certify(*args))
         return
     # Every backend runs even when one is not certified (certify exits 1 then); the summary at the end
-    # fails the session unless all are.  A run that could not start (exit 2 and up) stops here.
-    import time
-
-    reports, previous = [], ""
-    for number, backend in enumerate(backends.DEFAULT_BACKENDS, 1):
-        session.log(f"backend {number} of {len(backends.DEFAULT_BACKENDS)}: {backend}{previous}")
-        out = REPORTS / f"conformance-{backend}"
-        started = time.monotonic()
-        session.run(*_certify("--backend", backend, "--out", str(out), *args, backend=backend), success_codes=[0, 1])
-        previous = f" ({backend} took {time.monotonic() - started:.0f} s)"
-        reports.append(str(out / "report.json"))
-    session.log(f"{len(reports)} of {len(reports)} backends run{previous}; the summary follows")
+    # fails the session unless all are.  A run that could not start (exit 2 and up) fails the session.
+    reports = _certify_all(session, args)
+    session.log(f"{len(reports)} of {len(reports)} backends run; the summary follows")
     session.run(
         "hermes-backend-kit",
         "report",
@@ -120,6 +111,63 @@ def conformance(session: nox.Session) -> None:
         success_codes=[0, 1],
     )
     session.run("hermes-backend-kit", "report", "summary", *reports)
+
+
+# How many certify runs `nox -s conformance` keeps going at once, and the workers of each.  A certify
+# spends much of its time waiting (timeouts, a silent service, a rate limit's back-off): two runs of
+# two workers on two cores overlap one's waits with the other's work; three workers each took as long
+# and a quarter more CPU (bench/PROFILE.md section 4).  KIT_CONFORMANCE_JOBS and KIT_WORKERS override.
+CONFORMANCE_JOBS = int(os.environ.get("KIT_CONFORMANCE_JOBS", "2"))
+CONFORMANCE_WORKERS = WORKERS or "2"
+
+
+def _certify_all(session: nox.Session, args: list[str]) -> list[str]:
+    """Certify every default backend, CONFORMANCE_JOBS at a time, each into reports/conformance-NAME/
+    with its output in certify.log there; a line as each starts and ends.  Returns the reports."""
+    import subprocess
+    import time
+
+    env = {**os.environ, **{k: v for k, v in session.env.items() if v is not None}}
+    for name, value in session.env.items():
+        if value is None:
+            env.pop(name, None)
+    env["PATH"] = os.pathsep.join([*session.bin_paths, env.get("PATH", "")])
+    names = list(backends.DEFAULT_BACKENDS)
+    waiting = list(enumerate(names, 1))
+    running: dict[subprocess.Popen[bytes], tuple[int, str, float, Path]] = {}
+    began, finished = time.monotonic(), 0
+    try:
+        while waiting or running:
+            while waiting and len(running) < max(1, CONFORMANCE_JOBS):
+                number, backend = waiting.pop(0)
+                out = REPORTS / f"conformance-{backend}"
+                out.mkdir(parents=True, exist_ok=True)
+                log = out / "certify.log"
+                with log.open("wb") as sink:
+                    command = ("hermes-backend-kit", "certify", "--workers", CONFORMANCE_WORKERS, "--backend", backend)
+                    command += ("--out", str(out), *args)
+                    proc = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+                running[proc] = (number, backend, time.monotonic(), log)
+                session.log(f"backend {number} of {len(names)}: {backend} started (its output: {log})")
+            time.sleep(0.2)
+            for proc in [p for p in running if p.poll() is not None]:
+                number, backend, started, log = running.pop(proc)
+                finished += 1
+                lines = [line for line in log.read_text("utf-8", "replace").splitlines() if line.strip()]
+                verdict = lines[-1] if lines else "(no output)"
+                session.log(
+                    f"backend {number} of {len(names)}: {verdict} in {time.monotonic() - started:.0f} s "
+                    f"({finished} of {len(names)} done, {time.monotonic() - began:.0f} s so far)"
+                )
+                if proc.returncode not in (0, 1):
+                    print("\n".join(lines[-40:]), flush=True)
+                    session.error(f"certify --backend {backend} could not run (exit {proc.returncode}): see {log}")
+    finally:
+        for proc in running:
+            proc.terminate()
+        for proc in running:
+            proc.wait()
+    return [str(REPORTS / f"conformance-{backend}" / "report.json") for backend in names]
 
 
 def _ensure_chromium(session: nox.Session) -> None:

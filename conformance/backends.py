@@ -22,7 +22,7 @@ class KnownBackend:
     sdk_module: str | None = None  # the module that extra makes importable
     reference: bool = True  # a reference backend (reference/), not the kit's own tempdir_box
     service: bool = True  # its sandboxes are a vendor service's, reached over its protocol (False: on this machine)
-    workers: int = 2  # pytest-xdist workers of its certify runs (nox -s conformance, the bench): bench/PROFILE.md
+    workers: int = 3  # pytest-xdist workers of its certify runs (certify's default, the bench): bench/PROFILE.md
 
     def missing_extra(self) -> str | None:
         """Why this backend cannot load here (its SDK is not importable, and how to install it); None if it can."""

@@ -372,6 +372,8 @@ def cmd_certify(args: argparse.Namespace) -> int:
                 "check PYTEST_ADDOPTS and the options given to certify",
             )
         if returncode == 5 and args.select:
+            if made_out:
+                shutil.rmtree(out, ignore_errors=True)
             raise UsageError(
                 f"--select {args.select} kept no check (pytest ran nothing)",
                 "name clause ids or groups separated by commas or spaces (exec.exit-code,stdin), or give a "
@@ -687,7 +689,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="RESULTS.json",
         help="benchmark results (bench/results.json from `nox -s bench`) to plot in report.html",
     )
-    c.add_argument("--workers", type=int, default=2, help="pytest-xdist workers (0: none; default 2)")
+    c.add_argument(
+        "--workers",
+        type=int,
+        default=backends.KnownBackend.workers,
+        help=f"pytest-xdist workers (0: none; default {backends.KnownBackend.workers}: checks that wait overlap)",
+    )
     c.add_argument(
         "--select",
         metavar="EXPR",

@@ -435,3 +435,11 @@ def test_a_lost_run_record_says_the_sandbox_lost_its_files():
     said = RunCount(0, gone="~/work (provider attribute conformance_persistent_path)").explain()
     assert "gone from every sandbox" in said and "stopped, reset or replaced" in said and "~/work" in said
     assert "0 run" not in said
+
+
+def test_a_selection_that_keeps_no_check_is_a_usage_error_naming_the_syntax(tmp_path):
+    done = _run(
+        "certify", "--backend", "tempdir_box", "--select", "no_such_check or no_other_check", "--out", "o", cwd=tmp_path
+    )
+    line = _one_error_line(done, "--select no_such_check or no_other_check kept no check", "-k expression")
+    assert "internal error" not in line and not (tmp_path / "o").exists()
