@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from conformance.backends import DEFAULT_BACKENDS, KNOWN_BACKENDS
+from conformance.backends import DEFAULT_BACKENDS, KNOWN_BACKENDS, KnownBackend
 from conformance.errors import UsageError
 
 DEFAULT_REFERENCE = "tempdir_box"
-SPEC_WORKERS = 2  # certify's own default
+SPEC_WORKERS = KnownBackend.workers  # certify's own default
 
 
 @dataclass(frozen=True)
