@@ -11,9 +11,13 @@ daemons detach: adopted by init or by an ancestor that is a child subreaper,
 they are told apart from other adoptees by the run's directory, as
 ``conformance.leftovers`` does).  A detached process that ends within a
 check is not counted: its time went to whoever adopted it (the bench's suite
-figures count it, by kind, for the run as a whole).  Each live process counts its own time and what it reaped of its
-ended children, so nothing is counted twice.  Under xdist two checks run at
-once; each worker's tree is its own, so their figures do not mix.
+figures count it, by kind, for the run as a whole).  Each live process counts
+its own time and what it reaped of its ended children, so nothing is counted
+twice; a check's CPU is each process's growth over the check (a process
+known by its pid and start time), so a process that ends during the check,
+reaped outside the tree, takes nothing away from the others' figures.  Under
+xdist two checks run at once; each worker's tree is its own, so their
+figures do not mix.
 """
 
 from __future__ import annotations
@@ -32,27 +36,37 @@ from conformance import leftovers
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
-def _stat(pid: int) -> tuple[int, float] | None:
-    """(parent pid, CPU seconds of ``pid`` and of its reaped children); None when it is gone."""
+def _stat(pid: int) -> tuple[int, float, int] | None:
+    """(parent pid, CPU seconds of ``pid`` and of its reaped children, start time in ticks); None when gone."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()
     except (OSError, IndexError):
         return None
-    return int(fields[1]), sum(int(fields[i]) for i in (11, 12, 13, 14)) / _TICK
+    return int(fields[1]), sum(int(fields[i]) for i in (11, 12, 13, 14)) / _TICK, int(fields[19])
 
 
 def tree_cpu(root: int, run_dir: str | None = None) -> float:
+    """CPU seconds used so far by process ``root`` and every live process below it (see ``tree_cpus``)."""
+    return sum(tree_cpus(root, run_dir).values())
+
+
+def grown(before: dict[tuple[int, int], float], after: dict[tuple[int, int], float]) -> float:
+    """The CPU seconds the processes of ``after`` used since ``before`` (a process new since then: all of it)."""
+    return sum(max(0.0, cpu - before.get(key, 0.0)) for key, cpu in after.items())
+
+
+def tree_cpus(root: int, run_dir: str | None = None) -> dict[tuple[int, int], float]:
     """CPU seconds used so far by process ``root`` and every live process below it, and, with ``run_dir``,
     by the processes of that run that left the tree (detached: adopted by init or by an ancestor of
-    ``root``, such as a child subreaper) and everything below them."""
-    stats: dict[int, tuple[int, float]] = {}
+    ``root``, such as a child subreaper) and everything below them; by (pid, start time)."""
+    stats: dict[int, tuple[int, float, int]] = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             found = _stat(int(entry))
             if found is not None:
                 stats[int(entry)] = found
     children: dict[int, list[int]] = {}
-    for pid, (parent, _) in stats.items():
+    for pid, (parent, _, _) in stats.items():
         children.setdefault(parent, []).append(pid)
     ancestors, pid = {1}, root
     while pid in stats and pid not in ancestors:
@@ -69,7 +83,7 @@ def tree_cpu(root: int, run_dir: str | None = None) -> float:
             continue
         seen.add(pid)
         frontier.extend(children.get(pid, ()))
-    return sum(stats[pid][1] for pid in seen)
+    return {(pid, stats[pid][2]): stats[pid][1] for pid in seen}
 
 
 class CheckCosts:
@@ -81,9 +95,9 @@ class CheckCosts:
         self.worker = getattr(config, "workerinput", {}).get("workerid", "main")
         self._run = run
 
-    def _cpu(self) -> float:
+    def _cpu(self) -> dict[tuple[int, int], float]:
         run = self._run()  # its directory finds its detached processes (Box Lite's daemons)
-        return tree_cpu(os.getpid(), os.path.realpath(run.workdir) if run is not None else None)
+        return tree_cpus(os.getpid(), os.path.realpath(run.workdir) if run is not None else None)
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> Any:
@@ -96,7 +110,7 @@ class CheckCosts:
         line = {
             "check": item.nodeid,
             "wall_s": round(wall, 4),
-            "cpu_s": round(self._cpu() - cpu, 3),
+            "cpu_s": round(grown(cpu, self._cpu()), 3),
             "envs": (run.created if run is not None else 0) - created,
             "worker": self.worker,
         }

@@ -361,7 +361,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
             config.hook.pytest_deselected(items=left_out)
             dropped = set(map(id, left_out))
             items[:] = [item for item in items if id(item) not in dropped]
-    if runs_checks(config):
+    if runs_checks(config) and hasattr(config, "workerinput"):  # an xdist worker: the order decides who runs what
         items[:] = [items[i] for i in schedule.longest_first([item.nodeid for item in items])]
     for item in items:
         ids = clause_ids(item)

@@ -8,7 +8,8 @@ checks of one module land on one worker, one after another, while the other
 worker runs out of work.  Here the checks are ordered by what they are
 expected to take, longest first, and handed out one at a time (longest
 processing time first), so the long waits overlap each other and the short
-checks fill the gaps.
+checks fill the gaps.  Only a distributed run is reordered: each xdist worker sorts the
+same collection the same way, and a run without workers keeps the collection's order.
 
 Expected costs are measured, not guessed: ``costs.json`` beside this module
 holds each check's wall time, the largest over the reference backends'
@@ -62,9 +63,9 @@ def longest_first(nodeids: Sequence[str]) -> list[int]:
 
 def make_scheduler(config: Any, log: Any) -> Any:
     """A pytest-xdist scheduler handing out the collection one check at a time, in its order."""
-    from xdist.scheduler import LoadScheduling
+    from xdist.scheduler import LoadScheduling  # type: ignore[import-untyped]
 
-    class LongestFirst(LoadScheduling):  # type: ignore[misc]
+    class LongestFirst(LoadScheduling):
         """xdist's load scheduling with single-check chunks from the start.
 
         A worker runs a check once it holds the next one too (pytest tears a
@@ -72,6 +73,8 @@ def make_scheduler(config: Any, log: Any) -> Any:
         and N+1 to the first of N workers, 2 and N+2 to the second, and so on;
         afterwards each finished check brings its worker the next pending one.
         """
+
+        collection: list[str] | None
 
         def __init__(self, config: Any, log: Any = None) -> None:
             super().__init__(config, log)
@@ -84,8 +87,9 @@ def make_scheduler(config: Any, log: Any) -> Any:
             if not self._check_nodes_have_same_collection():
                 self.log("**Different tests collected, aborting run**")
                 return
-            self.collection = next(iter(self.node2collection.values()))
-            self.pending[:] = range(len(self.collection))
+            collection: list[str] = next(iter(self.node2collection.values()))
+            self.collection = collection
+            self.pending[:] = range(len(collection))
             for _ in range(2):
                 for node in self.nodes:
                     if self.pending:

@@ -125,3 +125,12 @@ def test_a_run_writes_one_line_per_check_with_its_cost(tmp_path) -> None:
         assert {line["check"] for line in lines} >= ran
     flood = next(line for line in lines if "eight_mib" in line["check"])
     assert flood["envs"] >= 1 and flood["cpu_s"] > 0.05, flood  # 8 MiB through bash and the host
+
+
+def test_a_process_that_ended_during_a_check_takes_nothing_from_it() -> None:
+    """A process alive at the start and reaped outside the tree by the end (a daemon's child adopted by init)
+    leaves the tree: the check's CPU is the others' growth, never negative; a pid reused by a new process
+    counts as new."""
+    before = {(10, 100): 5.0, (11, 100): 3.0, (12, 100): 1.0}
+    after = {(10, 100): 5.5, (12, 400): 0.25}  # 11 ended unseen; pid 12 is a new process now
+    assert check_costs.grown(before, after) == pytest.approx(0.75)
