@@ -13,9 +13,12 @@ they are told apart from other adoptees by the run's directory, as
 check is not counted: its time went to whoever adopted it (the bench's suite
 figures count it, by kind, for the run as a whole).  Each live process counts
 its own time and what it reaped of its ended children, so nothing is counted
-twice; a check's CPU is each process's growth over the check (a process
-known by its pid and start time), so a process that ends during the check,
-reaped outside the tree, takes nothing away from the others' figures.  Under
+twice; a check's CPU is the growth over the check of each process in the
+tree at its end (a process known by its pid and start time; one that joined
+the tree during the check, such as the run's own processes found once the
+run exists, counts only what it used since the check began), so a process
+that ends during the check, reaped outside the tree, takes nothing away from
+the others' figures.  Under
 xdist two checks run at once; each worker's tree is its own, so their
 figures do not mix.
 """
@@ -55,16 +58,27 @@ def grown(before: dict[tuple[int, int], float], after: dict[tuple[int, int], flo
     return sum(max(0.0, cpu - before.get(key, 0.0)) for key, cpu in after.items())
 
 
-def tree_cpus(root: int, run_dir: str | None = None) -> dict[tuple[int, int], float]:
-    """CPU seconds used so far by process ``root`` and every live process below it, and, with ``run_dir``,
-    by the processes of that run that left the tree (detached: adopted by init or by an ancestor of
-    ``root``, such as a child subreaper) and everything below them; by (pid, start time)."""
+def _processes() -> dict[int, tuple[int, float, int]]:
     stats: dict[int, tuple[int, float, int]] = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             found = _stat(int(entry))
             if found is not None:
                 stats[int(entry)] = found
+    return stats
+
+
+def all_cpus() -> dict[tuple[int, int], float]:
+    """CPU seconds used so far by every process of this machine, by (pid, start time): what a check's
+    processes had used before it, wherever they were then (a process may join the tree later)."""
+    return {(pid, start): cpu for pid, (_, cpu, start) in _processes().items()}
+
+
+def tree_cpus(root: int, run_dir: str | None = None) -> dict[tuple[int, int], float]:
+    """CPU seconds used so far by process ``root`` and every live process below it, and, with ``run_dir``,
+    by the processes of that run that left the tree (detached: adopted by init or by an ancestor of
+    ``root``, such as a child subreaper) and everything below them; by (pid, start time)."""
+    stats = _processes()
     children: dict[int, list[int]] = {}
     for pid, (parent, _, _) in stats.items():
         children.setdefault(parent, []).append(pid)
@@ -103,7 +117,7 @@ class CheckCosts:
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> Any:
         run = self._run()
         created = run.created if run is not None else 0
-        cpu, started = self._cpu(), time.monotonic()
+        cpu, started = all_cpus(), time.monotonic()  # every process: the run's may join the tree during the check
         yield
         wall = time.monotonic() - started
         run = self._run()
