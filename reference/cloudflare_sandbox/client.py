@@ -123,20 +123,17 @@ class BridgeClient:
         headers = {"Authorization": f"Bearer {settings.token}", "Accept": "application/json", "User-Agent": USER_AGENT}
         if settings.access is not None:
             headers["CF-Access-Client-Id"], headers["CF-Access-Client-Secret"] = settings.access
-        transport = httpx.HTTPTransport(
-            verify=tls_context(),
-            # Short keep-alive: a pooled connection the server already closed would make a
-            # request's outcome unknown, and exec requests are never retried.
-            limits=httpx.Limits(max_connections=64, max_keepalive_connections=16, keepalive_expiry=5.0),
-        )
-        self._sockets = ThreadSockets.install(transport)
         self._http = httpx.Client(
             base_url=settings.endpoint,
             headers=headers,
             follow_redirects=False,
+            verify=tls_context(),
             timeout=httpx.Timeout(CALL_TIMEOUT_S, connect=CONNECT_TIMEOUT_S),
-            transport=transport,
+            # Short keep-alive: a pooled connection the server already closed would make a
+            # request's outcome unknown, and exec requests are never retried.
+            limits=httpx.Limits(max_connections=64, max_keepalive_connections=16, keepalive_expiry=5.0),
         )
+        self._sockets = ThreadSockets.install(self._http)  # a killed command's request can be cut (cut())
 
     def close(self) -> None:
         self._http.close()

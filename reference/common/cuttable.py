@@ -68,14 +68,17 @@ class ThreadSockets(httpcore.NetworkBackend):
         self._user: dict[int, int] = {}  # id(socket) -> the thread that used it last
 
     @classmethod
-    def install(cls, transport: httpx.HTTPTransport) -> ThreadSockets | None:
-        """Put a ThreadSockets under ``transport``'s connection pool; None where that pool has no such seam."""
-        pool = getattr(transport, "_pool", None)
-        inner = getattr(pool, "_network_backend", None)
-        if not isinstance(inner, httpcore.NetworkBackend):
+    def install(cls, client: httpx.Client) -> ThreadSockets | None:
+        """Put one ThreadSockets under every connection pool of ``client`` (its transport, and a proxy's
+        where the environment names one); None where httpx offers no such seam."""
+        transports = [getattr(client, "_transport", None), *getattr(client, "_mounts", {}).values()]
+        pools: list[Any] = [getattr(transport, "_pool", None) for transport in transports if transport is not None]
+        seams = [pool for pool in pools if isinstance(getattr(pool, "_network_backend", None), httpcore.NetworkBackend)]
+        if not seams:
             return None
-        backend = cls(inner)
-        pool._network_backend = backend  # type: ignore[union-attr]
+        backend = cls(seams[0]._network_backend)
+        for pool in seams:
+            pool._network_backend = backend
         return backend
 
     # -- the thread's side -------------------------------------------------------------

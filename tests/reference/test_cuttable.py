@@ -58,10 +58,20 @@ def server() -> Iterator[Server]:
 
 
 def _client(port: int) -> tuple[httpx.Client, ThreadSockets]:
-    transport = httpx.HTTPTransport()
-    sockets = ThreadSockets.install(transport)
-    assert sockets is not None, "httpx's transport no longer offers the pool seam ThreadSockets uses"
-    return httpx.Client(base_url=f"http://127.0.0.1:{port}", transport=transport, timeout=30), sockets
+    client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30)
+    sockets = ThreadSockets.install(client)
+    assert sockets is not None, "httpx's client no longer offers the pool seam ThreadSockets uses"
+    return client, sockets
+
+
+def test_every_pool_of_a_client_behind_a_proxy_gets_the_one_backend(monkeypatch):
+    monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:9")  # the environment's proxy: a pool of its own
+    client = httpx.Client(base_url="https://example.invalid")
+    sockets = ThreadSockets.install(client)
+    pools = [client._transport._pool, *(t._pool for t in client._mounts.values() if t is not None)]
+    assert sockets is not None and len(pools) >= 2
+    assert all(pool._network_backend is sockets for pool in pools)
+    client.close()
 
 
 def test_a_request_waiting_for_its_first_byte_is_cut(server):
