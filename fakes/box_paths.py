@@ -9,6 +9,8 @@ not in a box).  So:
 - a path in the box's home, workspace or /tmp (at the vendor's paths, and at
   their host paths where the world is unisolated) is resolved through
   fakes.boxfs, symlinks followed as paths inside the box;
+- the box's root ``/`` is a directory of every box (made 0755 by the
+  isolation engine), so a command may start there without asking;
 - any other path (the box's system part, or a symlink of its areas leading
   there) is answered by an isolated box itself: the fake runs ``cd`` (or
   ``mkdir -p``) inside the box and takes its exit status, so the box's
@@ -77,7 +79,7 @@ def start_dir(world: World, box: Box, path: str) -> str:
         if exc.kind != "outside":
             raise _from_fs(exc, path)
         if world.isolated:
-            if world.probe(box, [*_CD, path]):
+            if path == "/" or world.probe(box, [*_CD, path]):  # every box has its root to start in
                 return path
             raise NotInBox(errno.ENOENT, "no such directory in the box", path)
         if not _in_areas(fs, path) and system_dir(path):

@@ -35,8 +35,8 @@ def _host_max_chars() -> int:
 
 def _seq_w(last: int) -> str:
     """What `seq -w 1 <last>` prints."""
-    width = len(str(last))
-    return "".join(f"{i:0{width}d}\n" for i in range(1, last + 1))
+    line = f"%0{len(str(last))}d\n"
+    return "".join(map(line.__mod__, range(1, last + 1)))
 
 
 @pytest.mark.clause("output.bounded")
