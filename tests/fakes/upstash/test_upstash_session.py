@@ -312,3 +312,13 @@ def test_bad_start_frames_are_refused(fake: Fake):
             conn.send(first if isinstance(first, str) else json.dumps(first))
             frame = json.loads(conn.recv(timeout=5))
             assert frame["type"] == "error" and frame["message"], frame
+
+
+@pytest.mark.parametrize("name", ["stdout", "stderr"])
+def test_output_frame_text_is_the_json_of_the_frame(name: str):
+    import json
+
+    from fakes.upstash.session import _output_frame, _output_text
+
+    for data in (b"", b"\x00", bytes(range(256)) * 3, os.urandom(4099)):
+        assert _output_text(name, data) == json.dumps(_output_frame(name, data))
