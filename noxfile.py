@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import nox
@@ -92,6 +93,8 @@ def conformance(session: nox.Session) -> None:
     _bytecode(session)
     session.install(_project())
     args = _from_caller(list(session.posargs), session.invoked_from)
+    if not _has_option(args, "--backend") or any("box_lite" in arg for arg in args):
+        _ensure_box_sudo(session)
     if _has_option(args, "--backend"):
         if not _has_option(args, "--out"):
             args += ["--out", str(REPORTS / "conformance")]
@@ -170,72 +173,46 @@ def _certify_all(session: nox.Session, args: list[str]) -> list[str]:
     return [str(REPORTS / f"conformance-{backend}" / "report.json") for backend in names]
 
 
-def _ensure_chromium(session: nox.Session) -> None:
-    """Debian's chromium, for tests/test_report_html.py's headless render of report.html.
-
-    Installed when missing and possible (root and apt-get); otherwise, or when the install fails,
-    the session says why and goes on, and that test skips naming the reason.
-    """
+def _ensure_debian(session: nox.Session, wanted: Sequence[tuple[tuple[str, ...], str]], without: str) -> None:
+    """Debian packages a session needs: each (commands, package) whose commands are all missing is
+    installed when possible (root and apt-get); otherwise, or when the install fails, the session says
+    which are missing and ``without`` (what then skips or slows) and goes on."""
     import shutil
 
-    if shutil.which("chromium") or shutil.which("chromium-browser"):
-        return
-    if os.geteuid() != 0 or not shutil.which("apt-get"):
-        session.log(
-            "chromium is missing and cannot be installed here (needs root and apt-get): "
-            "tests/test_report_html.py will skip; install Debian's chromium to run it"
-        )
-        return
-    env = {"DEBIAN_FRONTEND": "noninteractive"}
-    try:
-        session.run_install("apt-get", "update", external=True, env=env)
-        session.run_install("apt-get", "install", "-y", "--no-install-recommends", "chromium", external=True, env=env)
-    except nox.command.CommandFailed as exc:
-        session.log(f"installing chromium failed ({exc}): tests/test_report_html.py will skip")
+    def present(command: str) -> bool:
+        return bool(shutil.which(command)) or (command.startswith("/") and Path(command).is_file())
 
-
-def _ensure_box_tools(session: nox.Session) -> None:
-    """Debian's tmux, gnupg and sudo, for Box Lite's tests (hermes-box enter in tmux; encrypted save/load;
-    the agent's sudo in a box over the host base, which would otherwise need the network to install it).
-
-    Installed when missing and possible (root and apt-get); otherwise the session says why and goes
-    on, and the tests that need them skip naming the missing tool.
-    """
-    import shutil
-
-    missing = [pkg for tool, pkg in (("tmux", "tmux"), ("gpg", "gnupg"), ("sudo", "sudo")) if not shutil.which(tool)]
+    missing = list(dict.fromkeys(pkg for commands, pkg in wanted if not any(present(c) for c in commands)))
     if not missing:
         return
+    names = " and ".join(missing)
     if os.geteuid() != 0 or not shutil.which("apt-get"):
-        session.log(f"{' and '.join(missing)} missing and cannot be installed here (needs root and apt-get)")
+        session.log(f"{names} missing and cannot be installed here (needs root and apt-get): {without}")
         return
     env = {"DEBIAN_FRONTEND": "noninteractive"}
     try:
         session.run_install("apt-get", "update", external=True, env=env)
         session.run_install("apt-get", "install", "-y", "--no-install-recommends", *missing, external=True, env=env)
     except nox.command.CommandFailed as exc:
-        session.log(f"installing {' and '.join(missing)} failed ({exc}): Box Lite tests needing them will skip")
+        session.log(f"installing {names} failed ({exc}): {without}")
 
 
-def _ensure_ssh_server(session: nox.Session) -> None:
-    """Debian's openssh-server and openssh-client, for the real sshd that hermes:ssh is certified against
-    (tests/sshd.py).  Installed when missing and possible (root and apt-get); otherwise the session says
-    why and goes on, and the SSH test skips naming what is missing."""
-    import shutil
+# tests/test_report_html.py renders report.html in a headless chromium.
+CHROMIUM = [(("chromium", "chromium-browser"), "chromium")]
+# Box Lite's tests: hermes-box enter in tmux, encrypted save and load, the agent's sudo in a box.
+BOX_TOOLS = [(("tmux",), "tmux"), (("gpg",), "gnupg"), (("sudo",), "sudo")]
+# A box over the host base takes the host's sudo for its agent; without it every new box installs sudo
+# from the network (about 3 s a box: a box_lite certify creates over a hundred).
+BOX_SUDO = [(("sudo",), "sudo")]
 
-    wanted = (("/usr/sbin/sshd", "openssh-server"), ("ssh", "openssh-client"), ("scp", "openssh-client"))
-    missing = list(dict.fromkeys(pkg for tool, pkg in wanted if not (shutil.which(tool) or Path(tool).is_file())))
-    if not missing:
-        return
-    if os.geteuid() != 0 or not shutil.which("apt-get"):
-        session.log(f"{' and '.join(missing)} missing and cannot be installed here (needs root and apt-get)")
-        return
-    env = {"DEBIAN_FRONTEND": "noninteractive"}
-    try:
-        session.run_install("apt-get", "update", external=True, env=env)
-        session.run_install("apt-get", "install", "-y", "--no-install-recommends", *missing, external=True, env=env)
-    except nox.command.CommandFailed as exc:
-        session.log(f"installing {' and '.join(missing)} failed ({exc}): the hermes:ssh test will skip")
+
+def _ensure_box_sudo(session: nox.Session) -> None:
+    """Before a session certifies box_lite: the host's sudo, which every box over the host base takes."""
+    _ensure_debian(session, BOX_SUDO, "box_lite's certify installs sudo from the network into every box (minutes)")
+
+
+# The real sshd that hermes:ssh is certified against (tests/sshd.py).
+SSH = [(("/usr/sbin/sshd",), "openssh-server"), (("ssh",), "openssh-client"), (("scp",), "openssh-client")]
 
 
 PYTEST = ("python", "-m", "pytest", "tests", "-p", "no:cacheprovider")
@@ -249,8 +226,8 @@ def _test_session(session: nox.Session) -> None:
     """What both test sessions need: the project with its dev extras, and the tools some tests drive."""
     _bytecode(session)
     session.install("-e", ".[dev]")
-    _ensure_chromium(session)
-    _ensure_box_tools(session)
+    _ensure_debian(session, CHROMIUM, "tests/test_report_html.py will skip")
+    _ensure_debian(session, BOX_TOOLS, "the Box Lite tests needing them skip naming the missing tool")
 
 
 @nox.session
@@ -310,6 +287,7 @@ def bench(session: nox.Session) -> None:
     _bytecode(session)
     # The profilers are for bench/PROFILE.md's method (py-spy record / pyinstrument), not the run itself.
     session.install(_project(), "pyinstrument>=4.6", "py-spy>=0.3.14")
+    _ensure_box_sudo(session)
     session.run(
         "python",
         "-W",
@@ -352,6 +330,7 @@ def host_equivalence(session: nox.Session) -> None:
     """
     _bytecode(session)
     session.install(_project("hermes"))
+    _ensure_box_sudo(session)
     args = list(session.posargs)
     reuse = None
     if "--builtin-reports" in args:
@@ -385,7 +364,7 @@ def hermes_builtins(session: nox.Session) -> None:
     """
     _bytecode(session)
     session.install("-e", ".[dev,hermes]")
-    _ensure_ssh_server(session)
+    _ensure_debian(session, SSH, "the hermes:ssh test skips naming what is missing")
     session.run("python", "-m", "pytest", "tests/test_hermes_builtins.py", "-p", "no:cacheprovider", *session.posargs)
 
 
