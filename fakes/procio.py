@@ -120,7 +120,7 @@ def output_fds(proc: BoxProcess) -> list[tuple[str, int]]:
     if proc.pty_master is not None:
         pairs = [("stdout", proc.pty_master)]
     else:
-        _, stdout, stderr = proc.pipes()
+        stdout, stderr = proc.outputs()
         pairs = [("stdout", stdout.fileno()), ("stderr", stderr.fileno())]
     for _, fd in pairs:
         os.set_blocking(fd, False)

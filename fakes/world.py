@@ -149,11 +149,18 @@ class BoxProcess:
         return self.popen.stderr
 
     def pipes(self) -> tuple[IO[bytes], IO[bytes], IO[bytes]]:
-        """stdin, stdout and stderr of a command spawned without a terminal."""
-        stdin, stdout, stderr = self.popen.stdin, self.popen.stdout, self.popen.stderr
-        if stdin is None or stdout is None or stderr is None:
+        """stdin, stdout and stderr of a command spawned without a terminal, its stdin a pipe."""
+        stdout, stderr = self.outputs()
+        if self.popen.stdin is None:
+            raise RuntimeError("this command's stdin is /dev/null (spawned with stdin_null): it has no stdin pipe")
+        return self.popen.stdin, stdout, stderr
+
+    def outputs(self) -> tuple[IO[bytes], IO[bytes]]:
+        """stdout and stderr of a command spawned without a terminal."""
+        stdout, stderr = self.popen.stdout, self.popen.stderr
+        if stdout is None or stderr is None:
             raise RuntimeError("this command runs on a PTY, which has no pipes: use pty_master")
-        return stdin, stdout, stderr
+        return stdout, stderr
 
     def owns_group(self) -> bool:
         """Whether process group ``pid`` can still be this command's.
@@ -507,11 +514,13 @@ class World:
         tty: bool = False,
         rows: int | None = None,
         cols: int | None = None,
+        stdin_null: bool = False,
     ) -> BoxProcess:
         """Start a command in ``box``: ``cmd`` through ``bash -lc`` (or ``-c``), or ``argv`` as is.
 
         ``tty`` runs it on a new PTY (sized ``rows`` x ``cols``, default 24 x 80) that
-        becomes its controlling terminal, so stdout and stderr are merged.  ``cwd``
+        becomes its controlling terminal, so stdout and stderr are merged; otherwise its
+        stdin is a pipe (``stdin`` of the BoxProcess), or /dev/null with ``stdin_null``.  ``cwd``
         (default: the box's home) is resolved inside the box (fakes.box_paths); one
         the box does not have raises ``box_paths.NotInBox``, never a start in /.
         """
@@ -533,10 +542,11 @@ class World:
         }
         merged = {**base_env, **(env or {})}
         where = box_paths.start_dir(self, box, cwd or self.box_home(box))
+        stdin = subprocess.DEVNULL if stdin_null else subprocess.PIPE
         proc = (
-            self._spawn_isolated(box, command, merged, where, tty, rows, cols)
+            self._spawn_isolated(box, command, merged, where, tty, rows, cols, stdin)
             if self.isolated
-            else self._spawn_on_host(box, command, merged, where, tty, rows, cols)
+            else self._spawn_on_host(box, command, merged, where, tty, rows, cols, stdin)
         )
         box.add_process(proc)
         with self._lock:
@@ -544,7 +554,15 @@ class World:
         return proc
 
     def _spawn_isolated(
-        self, box: Box, command: list[str], env: dict[str, str], cwd: str, tty: bool, rows: int | None, cols: int | None
+        self,
+        box: Box,
+        command: list[str],
+        env: dict[str, str],
+        cwd: str,
+        tty: bool,
+        rows: int | None,
+        cols: int | None,
+        stdin: int,
     ) -> BoxProcess:
         running = self._running(box)
         if not tty:
@@ -553,7 +571,7 @@ class World:
                 command,
                 env=env,
                 cwd=cwd,
-                stdin=subprocess.PIPE,
+                stdin=stdin,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
             )
@@ -572,7 +590,15 @@ class World:
         return BoxProcess(popen, pty_master=master)
 
     def _spawn_on_host(
-        self, box: Box, command: list[str], env: dict[str, str], cwd: str, tty: bool, rows: int | None, cols: int | None
+        self,
+        box: Box,
+        command: list[str],
+        env: dict[str, str],
+        cwd: str,
+        tty: bool,
+        rows: int | None,
+        cols: int | None,
+        stdin: int,
     ) -> BoxProcess:
         args = ["/usr/bin/env", "-i", *(f"{k}={v}" for k, v in env.items()), *command]
         host_cwd = cwd  # already resolved inside the box and mapped to its host directory (spawn)
@@ -580,7 +606,7 @@ class World:
             popen = subprocess.Popen(
                 args,
                 cwd=host_cwd,
-                stdin=subprocess.PIPE,
+                stdin=stdin,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 start_new_session=True,

@@ -169,7 +169,7 @@ class CommandRun:
         s = self.settings
         decoder_out = codecs.getincrementaldecoder("utf-8")("replace")
         decoder_err = codecs.getincrementaldecoder("utf-8")("replace")
-        _, stdout, stderr = proc.pipes()
+        stdout, stderr = proc.outputs()
         for pipe, decoder in ((stdout, decoder_out), (stderr, decoder_err)):
             os.set_blocking(pipe.fileno(), False)
             self._fds[pipe.fileno()] = (pipe, decoder)

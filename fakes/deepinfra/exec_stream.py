@@ -40,8 +40,6 @@ from .service import ApiError, ExecRun, Service, epoch
 from .settings import MAX_COMMAND_TIMEOUT_S, ROUTE_EXEC
 
 HEADERS = [(b"content-type", b"application/x-ndjson"), (b"cache-control", b"no-store")]
-# Runs inside the box: hand the argv its /dev/null stdin, keeping the pid (exec).
-_DEVNULL_STDIN = ["/bin/sh", "-c", 'exec "$@" </dev/null', "sh"]
 _FLOOD_LINE = "flood " * 15 + "flood\n"
 _ENDINGS = {
     "stopped": "Sandbox was stopped while the command was running",
@@ -81,10 +79,8 @@ class ExecStream:
 
     def _spawn(self) -> BoxProcess:
         # The sandbox's directory, resolved inside it by the world (missing there: the start fails).
-        proc = self.svc.world.spawn(self.box, argv=[*_DEVNULL_STDIN, *self.argv], cwd=self.svc.settings.exec_cwd)
-        if proc.stdin is not None:
-            proc.stdin.close()
-        return proc
+        # DeepInfra's exec has no stdin channel: the command reads /dev/null.
+        return self.svc.world.spawn(self.box, argv=self.argv, cwd=self.svc.settings.exec_cwd, stdin_null=True)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         svc = self.svc
