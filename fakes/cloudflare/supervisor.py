@@ -50,12 +50,14 @@ _FLOOD_LINE = b"flood flood flood flood flood flood flood flood flood flood floo
 
 
 def utf16_units(text: str) -> int:
-    return len(text) + len(_ASTRAL.findall(text))
+    if text.isascii():  # constant time: CPython keeps whether a str is ASCII
+        return len(text)
+    return len(text.encode("utf-16-le", "surrogatepass")) // 2
 
 
 def frames(text: str, limit: int = MAX_FRAME_UNITS) -> Iterator[str]:
     """Cut ``text`` into pieces of at most ``limit`` UTF-16 units, whole code points only."""
-    if not _ASTRAL.search(text):
+    if text.isascii() or not _ASTRAL.search(text):
         for i in range(0, len(text), limit):
             yield text[i : i + limit]
         return
