@@ -123,7 +123,8 @@ class BoxProcess:
     """One command in a box: binary pipes (or a PTY), and signals for its whole process group.
 
     With a PTY, ``pty_master`` is the master side: read it for the merged
-    output, write it for input; ``stdin``/``stdout``/``stderr`` are then None.
+    output, write it for input; ``stdin``/``stdout``/``stderr`` are then None
+    (``stdin`` alone for a command started on /dev/null: ``World.spawn(stdin_null=True)``).
     ``pid`` is the command's pid on this machine (also its process group's
     id); in an isolated box its parent is the box's init, which keeps it
     unreaped until this side knows that pid and reports its exit to ``popen``.
