@@ -9,6 +9,7 @@ standard library only (``import conformance`` runs nothing else either).
 from __future__ import annotations
 
 import importlib.util
+import shutil
 from dataclasses import dataclass
 
 
@@ -23,6 +24,9 @@ class KnownBackend:
     reference: bool = True  # a reference backend (reference/), not the kit's own tempdir_box
     service: bool = True  # its sandboxes are a vendor service's, reached over its protocol (False: on this machine)
     workers: int = 3  # pytest-xdist workers of its certify runs (certify's default, the bench): bench/PROFILE.md
+    # Programs its boxes take from this machine (Debian packages of the same name); without one each box
+    # installs its own from the network.
+    host_programs: tuple[str, ...] = ()
 
     def missing_extra(self) -> str | None:
         """Why this backend cannot load here (its SDK is not importable, and how to install it); None if it can."""
@@ -31,6 +35,19 @@ class KnownBackend:
         return (
             f"backend {self.name} needs its SDK, the '{self.extra}' extra: module {self.sdk_module!r} is not "
             f"importable. Install it with: pip install 'hermes-backend-kit[{self.extra}]'"
+        )
+
+    def slow_here(self) -> str | None:
+        """Why this backend's boxes start slowly on this machine (a program they take from it is missing,
+        and how to install it); None when nothing is missing."""
+        missing = [name for name in self.host_programs if shutil.which(name) is None]
+        if not missing:
+            return None
+        names = " and ".join(missing)
+        return (
+            f"note: this machine has no {names}, which {self.name}'s boxes take from it: each new box installs "
+            f"its own from the network (seconds a box, minutes for a certify). Install it to certify in "
+            f"seconds: apt-get install {' '.join(missing)}"
         )
 
 
@@ -71,6 +88,7 @@ KNOWN_BACKENDS: dict[str, KnownBackend] = {
         "box_lite",
         "reference Box Lite backend (isolated local boxes; the world is its box manager's home)",
         service=False,
+        host_programs=("sudo",),  # the agent's sudo in a box over the host base
     ),
 }
 DEFAULT_BACKEND = "tempdir_box"

@@ -280,6 +280,9 @@ def cmd_certify(args: argparse.Namespace) -> int:
     # a directory of that name is given as a path (./NAME).
     named = args.backend in backends.KNOWN_BACKENDS
     backend = str(Path(args.backend).resolve()) if not named and Path(args.backend).exists() else args.backend
+    slow = backends.KNOWN_BACKENDS[args.backend].slow_here() if named else None
+    if slow:
+        print(slow, flush=True)
     run_root = Path(tempfile.mkdtemp(prefix="hermes-kit-certify-"))
     cmd = suite_command.command(
         "-W",

@@ -47,3 +47,14 @@ def test_the_backends_command_lists_each_with_its_fake_and_extra(capsys):
     for line, known in zip(lines, backends.KNOWN_BACKENDS.values(), strict=True):
         assert f"fake: {known.fake}" in line
         assert (f"pip install 'hermes-backend-kit[{known.extra}]'" in line) == (known.extra is not None), line
+
+
+def test_a_missing_host_program_is_named_with_its_install(monkeypatch):
+    import shutil
+
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    note = backends.KNOWN_BACKENDS["box_lite"].slow_here()
+    assert note is not None and "no sudo" in note and "apt-get install sudo" in note
+    assert backends.KNOWN_BACKENDS["upstash_box"].slow_here() is None  # its boxes take nothing from here
+    monkeypatch.setattr(shutil, "which", lambda name: f"/usr/bin/{name}")
+    assert backends.KNOWN_BACKENDS["box_lite"].slow_here() is None
