@@ -199,11 +199,11 @@ def _ensure_debian(session: nox.Session, wanted: Sequence[tuple[tuple[str, ...],
 
 # tests/test_report_html.py renders report.html in a headless chromium.
 CHROMIUM = [(("chromium", "chromium-browser"), "chromium")]
-# Box Lite's tests: hermes-box enter in tmux, encrypted save and load, the agent's sudo in a box.
-BOX_TOOLS = [(("tmux",), "tmux"), (("gpg",), "gnupg"), (("sudo",), "sudo")]
 # What a box over the host base takes from the host (its agent's sudo); without it every new box installs
 # it from the network (about 3 s a box: a box_lite certify creates over a hundred).
 BOX_SUDO = [((name,), name) for name in backends.KNOWN_BACKENDS["box_lite"].host_programs]
+# Box Lite's tests: hermes-box enter in tmux, encrypted save and load, and what its boxes take from here.
+BOX_TOOLS = [(("tmux",), "tmux"), (("gpg",), "gnupg"), *BOX_SUDO]
 
 
 def _ensure_box_sudo(session: nox.Session) -> None:
