@@ -66,6 +66,7 @@ class _KitState:
         self.run_root: Path | None = None  # the run-owned temp root this process made (and removes)
         self.bytecode_restore: tuple[dict[str, str | None], tuple[str | None, bool]] | None = None
         self.host_gaps: dict[str, int] = {}  # Hermes module the host lacks -> checks it stopped (conformance.host.gaps)
+        self.host_features: dict[str, bool] | None = None  # the preflight's probe of the host, for the workers
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -387,6 +388,25 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
             item.user_properties.append(("black_box", list(needs)))
 
 
+# The key of a worker's xdist input that carries the preflight's host features.
+_HOST_FEATURES_INPUT = "hermes_kit_host_features"
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """Each worker gets the host features the preflight probed: the same host in the same
+    interpreter and environment, so every worker would find the same, each spending a few dozen
+    commands and a fraction of a second of its start on it."""
+    found = node.config.stash[_STATE].host_features
+    if found is not None:
+        node.workerinput[_HOST_FEATURES_INPUT] = json.dumps(found)
+
+
+def _given_host_features(config: pytest.Config) -> dict[str, bool] | None:
+    given = getattr(config, "workerinput", {}).get(_HOST_FEATURES_INPUT)
+    return {str(k): bool(v) for k, v in json.loads(given).items()} if given else None
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """A check run hands its checks out longest first, one at a time (conformance.schedule)."""
@@ -544,6 +564,7 @@ def preflight(config: pytest.Config) -> None:
     except setup_errors() as exc:
         raise pytest.UsageError(*setup_error_lines(config, exc)) from None
     else:
+        state.host_features = dict(run.host_features)
         run.close()
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
@@ -654,7 +675,7 @@ def kit(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 
     options = run_options(request.config)
     try:
-        run = KitRun.start(options, tmp_path_factory.mktemp("kit"))
+        run = KitRun.start(options, tmp_path_factory.mktemp("kit"), host_features=_given_host_features(request.config))
     except setup_errors() as exc:
         # A setup problem is one clear message, not a traceback per check.
         lines = setup_error_lines(request.config, exc)

@@ -109,13 +109,17 @@ class KitRun:
 
     # -- setup ---------------------------------------------------------------------
     @classmethod
-    def start(cls, options: RunOptions, workdir: Path) -> KitRun:
-        """Set the run up; on any failure undo what was done (fake stopped, variables restored)."""
+    def start(cls, options: RunOptions, workdir: Path, *, host_features: dict[str, bool] | None = None) -> KitRun:
+        """Set the run up; on any failure undo what was done (fake stopped, variables restored).
+
+        ``host_features``: what another process of the same run found probing this host (the xdist
+        controller's preflight, for its workers); None probes here.
+        """
         changes = EnvironChanges()
         undo: list[Any] = []
         redact.register_environ()
         try:
-            run = cls._start(options, Path(workdir), changes, undo)
+            run = cls._start(options, Path(workdir), changes, undo, host_features)
         except BaseException:
             for step in reversed(undo):
                 try:
@@ -128,7 +132,14 @@ class KitRun:
         return run
 
     @classmethod
-    def _start(cls, options: RunOptions, workdir: Path, changes: EnvironChanges, undo: list[Any]) -> KitRun:
+    def _start(
+        cls,
+        options: RunOptions,
+        workdir: Path,
+        changes: EnvironChanges,
+        undo: list[Any],
+        host_features: dict[str, bool] | None,
+    ) -> KitRun:
         spec, default_fake = backends.resolve(options.backend)
         if options.live and options.fake:
             raise UsageError("--live and --fake exclude each other", "pick one")
@@ -161,7 +172,8 @@ class KitRun:
         changes.set("HERMES_HOME", str(hermes_home))
         changes.update(backend_config.env)
         host = abi.install(options.host)
-        host_features = features.detect()
+        if host_features is None:
+            host_features = features.detect()
         fake = None
         if fake_ready is not None:
             fake = fake_ready()

@@ -227,10 +227,15 @@ def test_a_save_killed_outright_never_leaves_the_box_frozen(
     and a command started during the freeze waits for the thaw rather than writing mid-archive."""
     counter = manager.popen(alpha, ["sh", "-c", "i=0; while :; do i=$((i+1)); echo $i > /tmp/count; sleep 0.05; done"])
     count = box_home / "data" / "boxes" / alpha / "tmp" / "count"
+    saving: Paused | None = None
     try:
         assert _eventually(lambda: count.is_file() and count.read_text().strip() != "")
         saving = Paused(box_home, tmpdir, stage, "save", alpha)
-        assert _eventually(lambda: _process_state(counter.pid) == "T"), "the box is frozen while /data is read"
+        assert _eventually(lambda: _process_state(counter.pid) == "T"), (
+            f"the box is frozen while /data is read: the counter (pid {counter.pid}) is "
+            f"{_process_state(counter.pid)!r}, the daemon says frozen={manager.frozen(alpha)}, "
+            f"the box's processes: {box_processes(box_home)}, the save said: {saving.stderr.decode(errors='replace')}"
+        )
         rows = json.loads(_hb(box_home, "ls", "--json").stdout)["boxes"]
         assert [r["state"] for r in rows if r["name"] == alpha] == ["frozen"]
         late: list = []  # popen returns once the command started: after the thaw
@@ -252,6 +257,9 @@ def test_a_save_killed_outright_never_leaves_the_box_frozen(
     finally:
         counter.kill()
         counter.wait(30)
+        if saving is not None and saving.proc.poll() is None:  # a failed check leaves no paused save behind
+            os.killpg(saving.proc.pid, signal.SIGKILL)
+            saving.proc.wait(30)
 
 
 def _hb(home: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
