@@ -18,7 +18,8 @@ tree at its end (a process known by its pid and start time; one that joined
 the tree during the check, such as the run's own processes found once the
 run exists, counts only what it used since the check began), so a process
 that ends during the check, reaped outside the tree, takes nothing away from
-the others' figures.  Under
+the others' figures, and one reaped inside it counts only what it used during
+the check (its reaper's figure holds its whole life).  Under
 xdist two checks run at once; each worker's tree is its own, so their
 figures do not mix.
 """
@@ -53,9 +54,20 @@ def tree_cpu(root: int, run_dir: str | None = None) -> float:
     return sum(tree_cpus(root, run_dir).values())
 
 
-def grown(before: dict[tuple[int, int], float], after: dict[tuple[int, int], float]) -> float:
-    """The CPU seconds the processes of ``after`` used since ``before`` (a process new since then: all of it)."""
-    return sum(max(0.0, cpu - before.get(key, 0.0)) for key, cpu in after.items())
+Key = tuple[int, int]  # a process: (pid, start time in clock ticks)
+
+
+def grown(before: dict[Key, tuple[float, Key | None]], after: dict[Key, float]) -> float:
+    """The CPU seconds the processes of ``after`` used since ``before`` (a process new since then: all of it).
+
+    ``before`` also names each process's parent.  A process that ended meanwhile and whose parent is in
+    ``after`` was reaped by that parent, whose figure now holds the ended process's whole life: what it
+    had used before is taken off again (the fake's process, ended at the last check's teardown, would
+    otherwise charge its whole run to that check).
+    """
+    total = sum(max(0.0, cpu - before[key][0]) if key in before else cpu for key, cpu in after.items())
+    reaped_earlier = sum(cpu for key, (cpu, parent) in before.items() if key not in after and parent in after)
+    return max(0.0, total - reaped_earlier)
 
 
 def _processes() -> dict[int, tuple[int, float, int]]:
@@ -68,13 +80,19 @@ def _processes() -> dict[int, tuple[int, float, int]]:
     return stats
 
 
-def all_cpus() -> dict[tuple[int, int], float]:
-    """CPU seconds used so far by every process of this machine, by (pid, start time): what a check's
-    processes had used before it, wherever they were then (a process may join the tree later)."""
-    return {(pid, start): cpu for pid, (_, cpu, start) in _processes().items()}
+def all_cpus() -> dict[Key, tuple[float, Key | None]]:
+    """CPU seconds used so far by every process of this machine, and its parent, by (pid, start time):
+    what a check's processes had used before it, wherever they were then (a process may join the tree
+    later; one that ends meanwhile is reaped by its parent, see ``grown``)."""
+    stats = _processes()
+    found: dict[Key, tuple[float, Key | None]] = {}
+    for pid, (parent, cpu, start) in stats.items():
+        above = stats.get(parent)
+        found[(pid, start)] = (cpu, (parent, above[2]) if above is not None else None)
+    return found
 
 
-def tree_cpus(root: int, run_dir: str | None = None) -> dict[tuple[int, int], float]:
+def tree_cpus(root: int, run_dir: str | None = None) -> dict[Key, float]:
     """CPU seconds used so far by process ``root`` and every live process below it, and, with ``run_dir``,
     by the processes of that run that left the tree (detached: adopted by init or by an ancestor of
     ``root``, such as a child subreaper) and everything below them; by (pid, start time)."""
@@ -109,7 +127,7 @@ class CheckCosts:
         self.worker = getattr(config, "workerinput", {}).get("workerid", "main")
         self._run = run
 
-    def _cpu(self) -> dict[tuple[int, int], float]:
+    def _cpu(self) -> dict[Key, float]:
         run = self._run()  # its directory finds its detached processes (Box Lite's daemons)
         return tree_cpus(os.getpid(), os.path.realpath(run.workdir) if run is not None else None)
 

@@ -131,6 +131,27 @@ def test_a_process_that_ended_during_a_check_takes_nothing_from_it() -> None:
     """A process alive at the start and reaped outside the tree by the end (a daemon's child adopted by init)
     leaves the tree: the check's CPU is the others' growth, never negative; a pid reused by a new process
     counts as new."""
-    before = {(10, 100): 5.0, (11, 100): 3.0, (12, 100): 1.0}
-    after = {(10, 100): 5.5, (12, 400): 0.25}  # 11 ended unseen; pid 12 is a new process now
+    before = {(10, 100): (5.0, None), (11, 100): (3.0, (1, 0)), (12, 100): (1.0, (1, 0))}
+    after = {(10, 100): 5.5, (12, 400): 0.25}  # 11 ended, init reaped it; pid 12 is a new process now
     assert check_costs.grown(before, after) == pytest.approx(0.75)
+
+
+def test_a_process_reaped_during_a_check_counts_only_what_it_used_during_it() -> None:
+    """The fake's process, stopped at the last check's teardown, had used 5 s before that check: its
+    parent's figure jumps by its whole life when it is reaped, and only the 0.2 s of this check count."""
+    parent, fake = (100, 7), (101, 8)
+    before = {parent: (1.0, None), fake: (5.0, parent)}
+    after = {parent: 1.0 + 0.1 + 5.2}  # its own 0.1 s more, and the fake's 5.2 s reaped
+    assert check_costs.grown(before, after) == pytest.approx(0.3)
+
+
+def test_every_process_is_snapshot_with_its_parent() -> None:
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        snapshot = check_costs.all_cpus()
+        mine = [key for key in snapshot if key[0] == os.getpid()]
+        theirs = [value for key, value in snapshot.items() if key[0] == child.pid]
+        assert len(mine) == 1 and len(theirs) == 1 and theirs[0][1] == mine[0]
+    finally:
+        child.kill()
+        child.wait()
