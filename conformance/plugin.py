@@ -395,7 +395,7 @@ _HOST_FEATURES_INPUT = "hermes_kit_host_features"
 @pytest.hookimpl(optionalhook=True)
 def pytest_configure_node(node: Any) -> None:
     """Each worker gets the host features the preflight probed: the same host in the same
-    interpreter and environment, so every worker would find the same, each spending a few dozen
+    interpreter and environment, so every worker would find the same, each spending some twenty
     commands and a fraction of a second of its start on it."""
     found = node.config.stash[_STATE].host_features
     if found is not None:
