@@ -39,6 +39,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -248,7 +249,11 @@ class NamespaceBox:
     # -- stop ---------------------------------------------------------------------------------
     def kill(self, timeout: float) -> None:
         """SIGKILL the init and wait until it has exited, which the kernel allows only once every other
-        process of its PID namespace has; its setup process is reaped in the background."""
+        process of its PID namespace has; then for the setup process (and the namespace process between
+        them), which exit right after it: once this returns, no process of the box is left, so a process
+        that exits after it (Box Lite's daemon) leaves none behind.  Within ``timeout`` in all; a setup
+        process still there then is reaped in the background."""
+        deadline = time.monotonic() + timeout
         if self._init_pidfd != -1:
             with contextlib.suppress(OSError):
                 signal.pidfd_send_signal(self._init_pidfd, signal.SIGKILL)
@@ -256,7 +261,10 @@ class NamespaceBox:
             if not ready:
                 logger.warning("box %s: its init outlived SIGKILL by %.0f s", self.hostname, timeout)
         if self._setup is not None:
-            _reap_later(self._setup)
+            try:
+                self._setup.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                _reap_later(self._setup)
         self._alive = False
         if self._init_pidfd != -1:
             os.close(self._init_pidfd)

@@ -95,3 +95,29 @@ def test_closing_the_driver_ends_the_fork_server(tmp_path: Path) -> None:
     assert server is not None
     driver.close()
     assert server.poll() is not None, "the fork server outlived its driver"
+
+
+def _ended(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return True
+    return state in ("Z", "X")
+
+
+@pytest.mark.parametrize("made_by", ["the fork server", "this process", "a new interpreter"])
+def test_once_a_box_is_killed_its_setup_process_has_ended(tmp_path: Path, made_by: str) -> None:
+    """The set-up chain (setup process, namespace process) exits right after the init; kill waits for it,
+    so a process that ends once its box is killed (Box Lite's daemon) leaves none of it behind."""
+    if made_by == "the fork server":
+        driver = NamespaceDriver(spares=1)
+    else:
+        driver = NamespaceDriver(spares=0, fork_self=made_by == "this process")
+    try:
+        box = _box(driver, tmp_path, "k")
+        setup = box._setup
+        assert setup is not None and not _ended(setup.pid)
+        box.kill(10)
+        assert _ended(setup.pid), f"the setup process made by {made_by} outlived its box's kill"
+    finally:
+        driver.close()

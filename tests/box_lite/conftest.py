@@ -102,7 +102,8 @@ def stop_all(home: Path) -> dict[str, int]:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + STOP_WAIT_S
-    while box_processes(home) and time.monotonic() < deadline:
+    # Its daemon's forks (a box's set-up chain) end a moment after a box whose daemon was killed outright.
+    while (box_processes(home) or mentioning(home)) and time.monotonic() < deadline:
         time.sleep(0.05)
     survivors = {**box_processes(home), **mentioning(home)}
     for pid in survivors.values():

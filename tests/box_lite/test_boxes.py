@@ -74,9 +74,12 @@ def test_create_exec_stop_start_remove(manager: BoxManager, box_home: Path) -> N
     uid = "1000" if tools else "0"  # the box's agent, or its root in a box without a machine
     assert (code, out.split()) == (0, ["agent", "/home/agent", "/home/agent/workspace", "alpha", uid])
 
+    assert mentioning(box_home), "the daemon names its box's directory"
     manager.stop("alpha")
     assert manager.state("alpha") == "stopped"
     assert manager.daemon_pid("alpha") is None
+    # Nothing of the box is left the moment stop returns: not the daemon, nor its forks (the set-up chain).
+    assert mentioning(box_home) == {} and box_processes(box_home) == {}
     with pytest.raises(BoxNotRunning, match="hermes-box start alpha"):
         manager.popen("alpha", ["true"])
     manager.start("alpha")
