@@ -138,7 +138,8 @@ def test_a_process_that_ended_during_a_check_takes_nothing_from_it() -> None:
 
 def test_a_process_reaped_during_a_check_counts_only_what_it_used_during_it() -> None:
     """The fake's process, stopped at the last check's teardown, had used 5 s before that check: its
-    parent's figure jumps by its whole life when it is reaped, and only the 0.2 s of this check count."""
+    parent's figure jumps by its whole life when it is reaped, and only its 0.2 s of this check count
+    (with the parent's own 0.1 s)."""
     parent, fake = (100, 7), (101, 8)
     before = {parent: (1.0, None), fake: (5.0, parent)}
     after = {parent: 1.0 + 0.1 + 5.2}  # its own 0.1 s more, and the fake's 5.2 s reaped
