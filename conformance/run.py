@@ -73,6 +73,7 @@ class RunOptions:
     fake_process: bool = True  # False: serve the fake from this process (for profiling the fake itself)
     call_deadline: float = CALL_DEADLINE_S  # seconds for load+register, create_environment() and cleanup()
     client_faults: str | None = None  # off, on, a vendor or a route table file; None: automatic (client_faults.py)
+    rtt_ms: float = 0.0  # round-trip time in front of the fake's server (fakes/network.py): the bench's --rtt
 
 
 @dataclass
@@ -420,15 +421,16 @@ def _launch_fake(name: str | None, workdir: Path, options: RunOptions) -> tuple[
     assert name is not None
     with fake_errors(START_FIX):
         services.check_name(name)
+        fake_options = services.FakeOptions(rtt_ms=options.rtt_ms)
         if options.fake_process and name in services.SERVERS:
-            pending = process.launch(name, workdir / f"fake-{name}")
+            pending = process.launch(name, workdir / f"fake-{name}", fake_options)
 
             def ready() -> Any:
                 with fake_errors(START_FIX):
                     return pending.result()
 
             return ready, pending.stop
-        local = services.start(name, workdir / f"fake-{name}")
+        local = services.start(name, workdir / f"fake-{name}", fake_options)
     return (lambda: local), local.stop
 
 

@@ -166,11 +166,24 @@ def add_limit_options(target: argparse.ArgumentParser, *, default_profile: str) 
         "profile; deepinfra: active sandboxes, 5 on the vendor profile); a conformance run "
         "needs more than those (1000 is plenty)",
     )
+    target.add_argument(
+        "--rtt",
+        type=float,
+        default=0.0,
+        metavar="MS",
+        help="round-trip time between the fake and its clients in milliseconds: half of it each way on every "
+        "byte, and two more round trips for each new connection (TCP and TLS handshakes) (default: 0, loopback)",
+    )
 
 
 def options_from(args: argparse.Namespace) -> FakeOptions:
     return FakeOptions(
-        profile=args.profile, max_sandboxes=args.max_sandboxes, host=args.host, port=args.port, api_key=args.api_key
+        profile=args.profile,
+        max_sandboxes=args.max_sandboxes,
+        host=args.host,
+        port=args.port,
+        api_key=args.api_key,
+        rtt_ms=args.rtt,
     )
 
 

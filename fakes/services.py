@@ -28,6 +28,7 @@ from typing import Any
 from fakes.fake_service import FakeService
 
 PROFILES = ("suite", "vendor")
+MAX_RTT_MS = 10_000
 # A suite run keeps many paused or stopped persistent sandboxes: the cap of the suite profile.
 SUITE_MAX_SANDBOXES = 10_000
 
@@ -42,19 +43,23 @@ class FakeError(RuntimeError):
 
 @dataclass(frozen=True)
 class FakeOptions:
-    """How to start a fake: its profile, the limits to lift, where it listens, the key it accepts."""
+    """How to start a fake: its profile, the limits to lift, where it listens, the key it accepts, and the
+    round-trip time between it and its clients (fakes/network.py; 0: loopback as it is)."""
 
     profile: str = "suite"
     max_sandboxes: int | None = None
     host: str = "127.0.0.1"
     port: int = 0
     api_key: str | None = None
+    rtt_ms: float = 0.0
 
     def __post_init__(self) -> None:
         if self.profile not in PROFILES:
             raise ValueError(f"unknown fake profile {self.profile!r}; one of {', '.join(PROFILES)}")
         if self.max_sandboxes is not None and self.max_sandboxes < 1:
             raise ValueError(f"max_sandboxes must be at least 1, not {self.max_sandboxes}")
+        if not 0 <= self.rtt_ms <= MAX_RTT_MS:
+            raise ValueError(f"a round-trip time of {self.rtt_ms:g} ms is outside 0..{MAX_RTT_MS} ms")
 
     def argv(self) -> list[str]:
         """These options as command-line arguments of ``python -m fakes.process``."""
@@ -63,6 +68,8 @@ class FakeOptions:
             args += ["--max-sandboxes", str(self.max_sandboxes)]
         if self.api_key:
             args += ["--api-key", self.api_key]
+        if self.rtt_ms:
+            args += ["--rtt", f"{self.rtt_ms:g}"]
         return args
 
 
@@ -198,6 +205,21 @@ def check_name(name: str) -> None:
 
 
 def start(name: str, workdir: Path, options: FakeOptions | None = None) -> FakeService:
-    """Fake ``name`` serving from this process, its world under ``workdir``."""
+    """Fake ``name`` serving from this process, its world under ``workdir`` (behind a network with the
+    options' round-trip time, where it has one)."""
     check_name(name)
-    return FAKES[name](Path(workdir), options or FakeOptions())
+    options = options or FakeOptions()
+    if options.rtt_ms and name not in SERVERS:
+        raise ValueError(
+            f"the {name} fake has no network to delay: its sandboxes are on this machine (drop --rtt for it)"
+        )
+    fake = FAKES[name](Path(workdir), options)
+    if not options.rtt_ms:
+        return fake
+    from fakes.network import delayed
+
+    try:
+        return delayed(fake, options.rtt_ms / 1000)
+    except BaseException:
+        fake.stop()
+        raise

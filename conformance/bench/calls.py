@@ -42,6 +42,10 @@ class Recording:
         with _lock:
             self.seen.append((time.perf_counter(), call))
 
+    def calls(self) -> list[str]:
+        """Every call seen, in order."""
+        return [call for _, call in self.seen]
+
     def before(self, moment: float) -> list[str]:
         """The calls made before ``moment`` (a cold start's result: its release is not part of it)."""
         return [call for at, call in self.seen if at <= moment]

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from conformance.backends import KNOWN_BACKENDS
-from conformance.bench import calls, cold, entries, goals, growth, minimal, options, report, suite, world
+from conformance.bench import calls, cold, entries, goals, growth, minimal, network, options, report, suite, world
 from conformance.bench.cold import Contender
 from conformance.bench.measure import MIB, human_size, measured, parse_size, percentile, timed_ms
 from conformance.bench.report import Figure, TargetResult
@@ -279,6 +279,58 @@ def suite_only(args: argparse.Namespace) -> int:
     return 1 if any(suites[n]["returncode"] not in (0, 1) for n in backends) else 0
 
 
+def _rtts(args: argparse.Namespace) -> list[float]:
+    """The round-trip times of the network section: --rtt, else 50 ms in a full run or with
+    --network-only, none in a quick one."""
+    if args.rtt is None:
+        return [] if args.quick and not args.network_only else [goals.NETWORK_RTT_MS]
+    found: list[float] = []
+    for part in str(args.rtt).split(","):
+        try:
+            value = float(part.strip())
+        except ValueError:
+            value = -1.0
+        if not 0 <= value <= 10_000:
+            raise UsageError(
+                f"bench: --rtt {args.rtt!r}: {part.strip()!r} is not a round-trip time in milliseconds",
+                "give milliseconds from 0 to 10000, comma-separated: --rtt 0,20,50",
+            )
+        found.append(value)
+    return list(dict.fromkeys(found))
+
+
+def _network(selected: list[entries.Entry], rtts: list[float], quick: bool, progress: Progress) -> dict[str, Any]:
+    """The network section of ``selected`` at ``rtts`` with its goals; a usage error when none of them has a
+    network to delay."""
+    if not any(network.has_network(e) for e in selected):
+        raise UsageError(
+            "bench: --rtt measures backends on a vendor fake, and none of these is",
+            "name one (--backends upstash_box,deepinfra,cloudflare_sandbox), or measure --backend SPEC "
+            "beside one: --reference deepinfra",
+        )
+    rounds = network.QUICK_ROUNDS if quick else network.Rounds()
+    with tempfile.TemporaryDirectory(prefix="kit-bench-net-") as tmp:
+        section = network.run(selected, rtts, rounds, Path(tmp), progress)
+    section["goals"] = goals.network(section)
+    return section
+
+
+def network_only(args: argparse.Namespace) -> int:
+    """Measure only the network section and update the 'network' key of --out (and its .md)."""
+    selected = _selected(args)
+    section = _network(selected, _rtts(args), args.quick, Progress())
+    out = Path(args.out)
+    data: dict[str, Any] = json.loads(out.read_text()) if out.exists() else {}
+    data["network"] = section
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(data, indent=2) + "\n")
+    out.with_suffix(".md").write_text(
+        report.to_markdown(data) if data.get("targets") else "\n".join(network.markdown(data)) + "\n"
+    )
+    print("\n".join(network.markdown(data)))
+    return 0
+
+
 def world_only(args: argparse.Namespace) -> int:
     """Update only the world figure of an existing results.json (and regenerate its .md from it)."""
     out = Path(args.out)
@@ -405,7 +457,10 @@ def run(args: argparse.Namespace) -> int:
         return world_only(args)
     if args.suite_only:
         return suite_only(args)
+    if args.network_only:
+        return network_only(args)
     selected = _selected(args)
+    rtts = _rtts(args)
     by_name = {e.name: e for e in selected}
     backends = list(by_name)
     plan = _plan(args)
@@ -484,6 +539,8 @@ def run(args: argparse.Namespace) -> int:
     data["minimal"] = minimal_figures
     data["suite"] = suites
     data["goals"] = goals.evaluate(data, minimal_figures)
+    if rtts and any(network.has_network(e) for e in selected):
+        data["network"] = _network(selected, rtts, args.quick, progress)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(data, indent=2) + "\n")

@@ -113,6 +113,68 @@ def evaluate(data: dict[str, Any], minimal: dict[str, dict[str, Any]]) -> dict[s
     return goals
 
 
+# With a network between host and vendor (network.py), at NETWORK_RTT_MS: per reference backend.
+NETWORK_RTT_MS = 50.0
+WARM_VS_MINIMAL_MAX = 1.05
+# Why a reference backend makes a call per warm command that its minimal client does not (none does now:
+# an entry here is a call to justify, with the clause that needs it).
+WARM_WHY: dict[str, dict[str, str]] = {}
+
+
+def network(section: dict[str, Any]) -> dict[str, Any]:
+    """The network targets at NETWORK_RTT_MS, per backend measured beside a minimal client there: warm p50
+    at most WARM_VS_MINIMAL_MAX x the minimal client in the host, no call per warm command beyond its own
+    (or each listed with its reason), cold start at most COLD_VS_MINIMAL_MAX x.  A backend measured beside
+    a reference (``bench --backend SPEC``) also gets the reference's warm p50 over its own."""
+    at = (section.get("by_rtt") or {}).get(f"{NETWORK_RTT_MS:g}")
+    if not at:
+        return {}
+    found: dict[str, Any] = {}
+    for name, entry in at.items():
+        base = (entry.get("minimal") or {}).get("figures")
+        if base is None:
+            continue
+        own = entry["figures"]
+
+        def ms(figures: dict[str, Any], key: str) -> float | None:
+            value = (figures.get(key) or {}).get("ms")
+            return float(value) if value is not None else None
+
+        warm_calls = (entry.get("calls") or {}).get("warm") or {}
+        beyond = warm_calls.get("beyond_minimal")
+        reasons = WARM_WHY.get(name, {})
+        unexplained = None if beyond is None else {c: n for c, n in beyond.items() if c not in reasons}
+        goal: dict[str, Any] = {
+            "rtt_ms": NETWORK_RTT_MS,
+            "calls_per_warm_command": warm_calls.get("calls"),
+            "minimal_calls_per_warm_command": warm_calls.get("minimal_calls"),
+            "calls_beyond": beyond,
+            "checks": {
+                "warm_vs_minimal": _check(
+                    _ratio(ms(own, "warm_p50"), ms(base, "warm_p50")), WARM_VS_MINIMAL_MAX, at_most=True
+                ),
+                "cold_vs_minimal": _check(
+                    _ratio(ms(own, "cold_start"), ms(base, "cold_start")), COLD_VS_MINIMAL_MAX, at_most=True
+                ),
+                "warm_calls_beyond_minimal": _check(
+                    None if unexplained is None else float(sum(unexplained.values())),
+                    0.0,
+                    at_most=True,
+                    na="not traced",
+                ),
+            },
+        }
+        reference = entry.get("reference")
+        if reference and reference in at:
+            theirs = at[reference]["figures"]
+            goal["reference"] = reference
+            goal["checks"]["reference_warm_vs_this"] = _check(
+                _ratio(ms(theirs, "warm_p50"), ms(own, "warm_p50")), 1.0, at_most=True
+            )
+        found[name] = goal
+    return found
+
+
 def markdown(data: dict[str, Any]) -> list[str]:
     goals = data.get("goals") or {}
     if not goals:
@@ -137,8 +199,8 @@ def markdown(data: dict[str, Any]) -> list[str]:
         lines.append(
             f"| {backend} | {_ms(goal['cold_start_ms'])} | {_ms(goal['minimal_ms'])} | "
             f"{_ms(goal.get('minimal_in_host_ms'))} | "
-            f"{_cell(checks['cold_vs_minimal'], 'x')} | {_ms(goal['tempdir_box_ms'])} | "
-            f"{_cell(checks['cold_vs_tempdir_box'], 'x')} | {_cell(checks['bounded_mib_s'], ' MiB/s')} | "
+            f"{cell(checks['cold_vs_minimal'], 'x')} | {_ms(goal['tempdir_box_ms'])} | "
+            f"{cell(checks['cold_vs_tempdir_box'], 'x')} | {cell(checks['bounded_mib_s'], ' MiB/s')} | "
             f"{_rate(goal.get('minimal_output_mib_s'))} |"
         )
     lines += ["", "Calls to the first result beyond the minimal client's in the host (one traced cold start each):", ""]
@@ -171,10 +233,12 @@ def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.0f} ms"
 
 
-def _cell(check: dict[str, Any], unit: str) -> str:
+def cell(check: dict[str, Any], unit: str) -> str:
     if check["value"] is None:
         return f"n/a ({check.get('na', 'not measured')})"
-    sign = "≤" if unit == "x" else "≥"
+    at_most = unit in ("x", "")
+    sign = "≤" if at_most else "≥"
     verdict = "pass" if check["met"] else "miss"
-    value = f"{check['value']:.2f}" if unit == "x" else f"{check['value']:.1f}"
+    digits = {"x": 2, "": 0}.get(unit, 1)
+    value = f"{check['value']:.{digits}f}"
     return f"{value}{unit} ({verdict}, {sign} {check['limit']:g}{unit})"

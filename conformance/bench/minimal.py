@@ -1,9 +1,9 @@
-"""Per vendor, the least a client must do to get from nothing to a first command's result on its fake.
+"""Per vendor, the least a client must do for each thing Hermes asks of a backend, on its fake.
 
 Each minimal client makes the fewest protocol calls its vendor's API allows
-(create, wait until ready, one exec of ``true``), directly through the vendor
-SDK or the wire protocol, with no plugin, no Hermes host and no policy around
-it.  It is the baseline a reference backend's cold start is compared with, in
+(create and wait until ready; one exec per command; release), directly through
+the vendor SDK or the wire protocol, with no plugin, no Hermes host and no
+policy around it.  It is the baseline a reference backend's cold start is compared with, in
 the same process and the same run, interleaved.
 
 The exec is the channel the backend itself runs Hermes's commands on (Upstash:
@@ -18,6 +18,10 @@ bash) and then its wrapped first command, waiting for each as it waits for
 any backend's: the work Hermes itself requires of every backend, and so the
 least a backend's cold start can cost.  What a backend does beyond it (file
 sync, probes, status reads) is its own cost; calls.py names those calls.
+``host_shell`` is that bare environment kept for more: the network figures
+(network.py) run warm commands, a session and execute_code through it, and
+``push``/``pull`` move one archive each way in one exec, the fewest calls a
+file sync can make.
 
 ``stream(size)`` is the same client reading a command's ``size`` bytes of
 output through that channel and discarding them: what the vendor's protocol
@@ -36,9 +40,11 @@ A client reads the fake's address and key from the variables the fake exports
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import shlex
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
@@ -49,6 +55,8 @@ from conformance.bench.measure import flood_command
 
 EXEC_TIMEOUT_S = 60.0
 STREAM_TIMEOUT_S = 600.0
+STDIN_CHUNK = 256 * 1024
+ARG_CHUNK = 32 * 1024  # base64 in argv pieces, each far below Linux's 128 KiB per argument
 
 
 @dataclass(frozen=True)
@@ -61,66 +69,96 @@ class ColdSample:
 
 
 class MinimalClient(Protocol):
-    name: str
-    backend: str  # the reference backend it is the baseline of
+    """A vendor's fewest calls: make a sandbox, run one argv in it (with stdin bytes where the vendor's exec
+    has a stdin channel), release it."""
 
-    def cold_start(self, in_host: bool = False) -> ColdSample: ...
+    name: str
+    backend: str
+    has_stdin: bool  # the exec channel carries stdin (else stdin travels in the argv)
+
+    def create(self) -> Any: ...
+    def run(self, made: Any, argv: list[str], stdin: bytes | None = None) -> tuple[str, int]: ...
+    def release(self, made: Any) -> None: ...
     def stream(self, size: int) -> float: ...
     def close(self) -> None: ...
 
 
-Run = Callable[[Any, list[str]], tuple[str, int]]  # (what create made, argv) -> (output, exit status)
-
-
-def _timed(create: Callable[[], Any], run: Run, release: Callable[[Any], None], what: str, in_host: bool) -> ColdSample:
-    """Time ``create``, then the first ``true`` (directly, or as the host's first command after its
-    session bootstrap); ``release`` untimed."""
+def cold_start(client: MinimalClient, in_host: bool = False) -> ColdSample:
+    """Time ``create``, then the first ``true`` (directly, or as the host's first command after its session
+    bootstrap); the release is not timed."""
     started = time.perf_counter()
-    made = create()
+    made = client.create()
     shell: Any = None
     try:
         created = time.perf_counter() - started
         if in_host:
-            shell = _host_first_command(made, run, what)
+            shell = host_shell(client, made)
+            result = shell.execute("true")
+            if result.get("returncode") != 0:
+                raise RuntimeError(f"{client.name}: the host's first command exited {result.get('returncode')}")
         else:
-            output, code = run(made, ["true"])
+            output, code = client.run(made, ["true"])
             if code != 0:
-                raise RuntimeError(f"{what}: `true` exited {code}: {output[-300:]!r}")
+                raise RuntimeError(f"{client.name}: `true` exited {code}: {output[-300:]!r}")
         ended = time.perf_counter()
     finally:
         if shell is not None:  # the host's files in the sandbox go, whether or not the sandbox does
             with contextlib.suppress(Exception):
                 shell.cleanup()
-        release(made)
+        client.release(made)
     return ColdSample(created, ended - started, ended)
 
 
-def _host_first_command(made: Any, run: Run, what: str) -> Any:
-    """The host's session bootstrap and its first command ``true``, on a bare environment of the loaded
-    host that runs each script through ``run`` and nothing else; that environment, for its cleanup."""
+def host_shell(client: MinimalClient, made: Any) -> Any:
+    """A bare ``BaseEnvironment`` of the loaded host over ``client``'s exec in ``made`` and nothing else, its
+    session bootstrap done: the host's own work per command over the vendor's fewest calls.  Its
+    ``cleanup()`` removes the host's files from the sandbox (not the sandbox)."""
     from tools.environments.base import BaseEnvironment
     from tools.environments.base_output import _ThreadedProcessHandle
 
     class Bare(BaseEnvironment):
+        _stdin_mode = "pipe" if client.has_stdin else "heredoc"
+
         def _run_bash(
             self, cmd_string: str, *, login: bool = False, timeout: int = 120, stdin_data: str | None = None
         ) -> Any:
             argv = ["bash", "-l", "-c", cmd_string] if login else ["bash", "-c", cmd_string]
-            return _ThreadedProcessHandle(lambda: run(made, argv))
+            stdin = None if stdin_data is None else stdin_data.encode("utf-8", "surrogateescape")
+            return _ThreadedProcessHandle(lambda: client.run(made, argv, stdin))
 
         def cleanup(self) -> None:
             """The snapshot and cwd files the host wrote in the sandbox's temp dir."""
             files = [getattr(self, name, "") for name in ("_snapshot_path", "_cwd_file")]
-            run(made, ["rm", "-f", "--", *(f for f in files if f)])
+            client.run(made, ["rm", "-f", "--", *(f for f in files if f)])
 
     shell = Bare(cwd="/", timeout=int(EXEC_TIMEOUT_S))
     shell.init_session()
     if not shell._snapshot_ready:
-        raise RuntimeError(f"{what}: the host's session bootstrap failed")
-    result = shell.execute("true")
-    if result.get("returncode") != 0:
-        raise RuntimeError(f"{what}: the host's first command exited {result.get('returncode')}")
+        raise RuntimeError(f"{client.name}: the host's session bootstrap failed")
     return shell
+
+
+def push(client: MinimalClient, made: Any, archive: bytes, into: str) -> None:
+    """Unpack the tar ``archive`` under ``into`` in one exec, base64-encoded (some vendors' stdin is text)
+    on its stdin, or in its argv where the exec has no stdin."""
+    unpack = f"base64 -d | {{ mkdir -p {shlex.quote(into)} && tar -xf - -C {shlex.quote(into)} --no-same-owner; }}"
+    encoded = base64.b64encode(archive)
+    if client.has_stdin:
+        output, code = client.run(made, ["bash", "-c", unpack], encoded)
+    else:
+        text = encoded.decode("ascii")
+        pieces = [text[i : i + ARG_CHUNK] for i in range(0, len(text), ARG_CHUNK)]
+        output, code = client.run(made, ["bash", "-c", f'printf %s "$@" | {unpack}', "push", *pieces])
+    if code != 0:
+        raise RuntimeError(f"{client.name}: unpacking the pushed archive exited {code}: {output[-300:]!r}")
+
+
+def pull(client: MinimalClient, made: Any, source: str) -> bytes:
+    """A tar of ``source`` in the sandbox, in one exec (base64 on stdout: every vendor's channel takes text)."""
+    output, code = client.run(made, ["bash", "-c", f"tar -cf - -C {shlex.quote(source)} . | base64 -w0"])
+    if code != 0:
+        raise RuntimeError(f"{client.name}: packing {source} exited {code}: {output[-300:]!r}")
+    return base64.b64decode(output.strip())
 
 
 def _name() -> str:
@@ -138,43 +176,52 @@ def _lines(chunks: Iterator[bytes]) -> Iterator[bytes]:
         yield pending
 
 
-def _streamed(
-    create: Callable[[], Any], run: Callable[[Any], int], release: Callable[[Any], None], size: int, what: str
-) -> float:
-    """Seconds ``run`` takes to receive ``size`` bytes of output in a sandbox from ``create`` (untimed,
-    as is ``release``)."""
-    made = create()
+def _streamed(client: MinimalClient, run: Callable[[Any], int], size: int) -> float:
+    """Seconds ``run`` takes to receive ``size`` bytes of output in a new sandbox (made and released
+    untimed)."""
+    made = client.create()
     try:
         started = time.perf_counter()
         received = run(made)
         elapsed = time.perf_counter() - started
     finally:
-        release(made)
+        client.release(made)
     if received != size:
-        raise RuntimeError(f"{what}: {received} bytes of output came back, {size} were written")
+        raise RuntimeError(f"{client.name}: {received} bytes of output came back, {size} were written")
     return elapsed
 
 
 class MinimalUpstash:
-    """upstash-box SDK: ``Box.create`` (it polls while the Box is "creating"), one exec session."""
+    """upstash-box SDK: ``Box.create`` (it polls while the Box is "creating"), one exec session per command."""
 
     name = "minimal upstash_box"
     backend = "upstash_box"
+    has_stdin = True
 
     def __init__(self, env: Mapping[str, str]):
         self.api_key, self.base_url = env["UPSTASH_BOX_API_KEY"], env["UPSTASH_BOX_BASE_URL"]
+        self._closing: list[threading.Thread] = []
 
     def cold_start(self, in_host: bool = False) -> ColdSample:
-        def run(box: Any, argv: list[str]) -> tuple[str, int]:
-            chunks: list[bytes] = []
-            session = box.exec.session(argv=argv, cwd="/", on_stdout=chunks.append, on_stderr=chunks.append)
-            try:
-                code = int(session.wait(EXEC_TIMEOUT_S))
-            finally:
-                session.close()
-            return b"".join(chunks).decode("utf-8", "replace"), code
+        return cold_start(self, in_host)
 
-        return _timed(self._create, run, self._release, self.name, in_host)
+    def run(self, box: Any, argv: list[str], stdin: bytes | None = None) -> tuple[str, int]:
+        chunks: list[bytes] = []
+        session = box.exec.session(argv=argv, cwd="/", on_stdout=chunks.append, on_stderr=chunks.append)
+        try:
+            if stdin is not None:
+                for i in range(0, len(stdin), STDIN_CHUNK):
+                    session.write(stdin[i : i + STDIN_CHUNK])
+                session.end_stdin()
+            code = int(session.wait(EXEC_TIMEOUT_S))
+        except BaseException:
+            session.close()
+            raise
+        # The exit frame is the result; the socket's closing handshake (a round trip) is not waited for.
+        closing = threading.Thread(target=session.close, daemon=True, name="minimal-upstash-close")
+        closing.start()
+        self._closing = [t for t in self._closing if t.is_alive()] + [closing]
+        return b"".join(chunks).decode("utf-8", "replace"), code
 
     def stream(self, size: int) -> float:
         def run(box: Any) -> int:
@@ -192,29 +239,30 @@ class MinimalUpstash:
                 session.close()
             return received[0]
 
-        return _streamed(self._create, run, self._release, size, self.name)
+        return _streamed(self, run, size)
 
-    def _create(self) -> Any:
+    def create(self) -> Any:
         from upstash_box import Box
 
         return Box.create(name=_name(), api_key=self.api_key, base_url=self.base_url)
 
-    @staticmethod
-    def _release(box: Any) -> None:
+    def release(self, box: Any) -> None:
         try:
             box.delete()
         finally:
             box.close()
 
     def close(self) -> None:
-        return None
+        for thread in self._closing:
+            thread.join(EXEC_TIMEOUT_S)
 
 
 class MinimalDeepInfra:
-    """deepinfra SDK: ``Sandbox.create(wait=True)`` (create, then GET until running), one ``exec``."""
+    """deepinfra SDK: ``Sandbox.create(wait=True)`` (create, then GET until running), one ``exec`` per command."""
 
     name = "minimal deepinfra"
     backend = "deepinfra"
+    has_stdin = False  # the exec has no stdin channel
 
     def __init__(self, env: Mapping[str, str]):
         from deepinfra import DeepInfraClient
@@ -223,17 +271,22 @@ class MinimalDeepInfra:
 
         self.client = DeepInfraClient(api_key=env[KEY_VAR], base_url=env[URL_VAR], timeout=EXEC_TIMEOUT_S)
 
-    def _create(self) -> Any:
+    def create(self) -> Any:
         from deepinfra import Sandbox
 
         return Sandbox.create(tags={"bench": "minimal"}, wait=True, client=self.client)
 
-    def cold_start(self, in_host: bool = False) -> ColdSample:
-        def run(sandbox: Any, argv: list[str]) -> tuple[str, int]:
-            done = sandbox.exec(*argv, timeout=EXEC_TIMEOUT_S)
-            return f"{done.stdout or ''}{done.stderr or ''}", int(done.returncode)
+    def release(self, sandbox: Any) -> None:
+        sandbox.terminate()
 
-        return _timed(self._create, run, lambda sandbox: sandbox.terminate(), self.name, in_host)
+    def cold_start(self, in_host: bool = False) -> ColdSample:
+        return cold_start(self, in_host)
+
+    def run(self, sandbox: Any, argv: list[str], stdin: bytes | None = None) -> tuple[str, int]:
+        if stdin is not None:
+            raise ValueError(f"{self.name}: the exec has no stdin channel")
+        done = sandbox.exec(*argv, timeout=EXEC_TIMEOUT_S)
+        return f"{done.stdout or ''}{done.stderr or ''}", int(done.returncode)
 
     def stream(self, size: int) -> float:
         """The exec's NDJSON stream read line by line (``Sandbox.exec`` would hold it all in memory)."""
@@ -253,17 +306,19 @@ class MinimalDeepInfra:
                     received += len(event.get("stdout") or "") + len(event.get("stderr") or "")
             return received
 
-        return _streamed(self._create, run, lambda sandbox: sandbox.terminate(), size, self.name)
+        return _streamed(self, run, size)
 
     def close(self) -> None:
         self.client.close()
 
 
 class MinimalCloudflare:
-    """Bridge protocol v1 over HTTP: ``POST /v1/sandboxes/{id}`` (init), one ``POST .../exec`` stream."""
+    """Bridge protocol v1 over HTTP: ``POST /v1/sandboxes/{id}`` (init), one ``POST .../exec`` stream per
+    command (stdin in its body)."""
 
     name = "minimal cloudflare_sandbox"
     backend = "cloudflare_sandbox"
+    has_stdin = True
 
     def __init__(self, env: Mapping[str, str]):
         import httpx
@@ -275,36 +330,44 @@ class MinimalCloudflare:
         }
         self.client = httpx.Client(base_url=env["HERMES_CF_ENDPOINT"], headers=headers, timeout=STREAM_TIMEOUT_S)
 
-    def _create(self) -> str:
+    def create(self) -> str:
         sid = _name()
         self.client.post(f"/v1/sandboxes/{sid}", json={"persistent": False}).raise_for_status()
         return sid
 
-    def _release(self, sid: str) -> None:
+    def release(self, sid: str) -> None:
         self.client.request("DELETE", f"/v1/sandboxes/{sid}", json={"confirm": True})
 
     def _exec(self, sid: str, body: dict[str, Any], sink: Callable[[str], None]) -> int:
-        """One exec; output events go to ``sink``; the exit code."""
+        """One exec; output events go to ``sink``; the exit code.  The body is read to its end, so the
+        connection goes back to the pool for the next command."""
+        code: int | None = None
         with self.client.stream("POST", f"/v1/sandboxes/{sid}/exec", json=body) as response:
             response.raise_for_status()
             for line in _lines(response.iter_raw()):
                 event = json.loads(line) if line.strip() else {}
+                if code is not None:
+                    continue
                 if event.get("type") == "output":
                     sink(event["data"])
                 elif event.get("type") == "exit":
-                    return int(event["exit_code"])
+                    code = int(event["exit_code"])
                 elif event.get("type") == "error":
                     raise RuntimeError(f"{self.name}: the exec ended with {event.get('code')!r}")
-        raise RuntimeError(f"{self.name}: the exec stream ended without an exit event")
+        if code is None:
+            raise RuntimeError(f"{self.name}: the exec stream ended without an exit event")
+        return code
 
     def cold_start(self, in_host: bool = False) -> ColdSample:
-        def run(sid: str, argv: list[str]) -> tuple[str, int]:
-            body = {"request_id": uuid.uuid4().hex, "command": shlex.join(argv), "timeout": EXEC_TIMEOUT_S}
-            chunks: list[str] = []
-            code = self._exec(sid, body, chunks.append)
-            return "".join(chunks), code
+        return cold_start(self, in_host)
 
-        return _timed(self._create, run, self._release, self.name, in_host)
+    def run(self, sid: str, argv: list[str], stdin: bytes | None = None) -> tuple[str, int]:
+        body: dict[str, Any] = {"request_id": uuid.uuid4().hex, "command": shlex.join(argv), "timeout": EXEC_TIMEOUT_S}
+        if stdin is not None:
+            body["stdin"] = stdin.decode("utf-8", "surrogateescape")
+        chunks: list[str] = []
+        code = self._exec(sid, body, chunks.append)
+        return "".join(chunks), code
 
     def stream(self, size: int) -> float:
         """Output beyond the v1 limit of 2,000,000 characters needs the large-output extension's
@@ -323,7 +386,7 @@ class MinimalCloudflare:
             self._exec(sid, {**body, "request_id": uuid.uuid4().hex}, count)
             return received[0]
 
-        return _streamed(self._create, run, self._release, size, self.name)
+        return _streamed(self, run, size)
 
     def close(self) -> None:
         self.client.close()

@@ -58,6 +58,18 @@ def add_options(p: argparse.ArgumentParser) -> None:
         help="interleaved rounds of cold starts, one per target and minimal client each (default 9; quick 5)",
     )
     p.add_argument(
+        "--rtt",
+        metavar="MS[,MS...]",
+        help="round-trip times between the host and each vendor fake, e.g. 0,20,50: the network section "
+        "(cold start, warm commands, a session, file sync, execute_code, with the calls each made) beside "
+        "the vendor's minimal client in the host (default: 50 in a full run, none with --quick)",
+    )
+    p.add_argument(
+        "--network-only",
+        action="store_true",
+        help="measure only the network section (--rtt, default 50) and update the 'network' key of --out (and its .md)",
+    )
+    p.add_argument(
         "--world-rounds",
         type=int,
         default=DEFAULT_WORLD_ROUNDS,

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
-from conformance.bench import goals, suite, world
+from conformance.bench import goals, network, suite, world
 from conformance.bench.measure import human_size
 
 SCHEMA = "hermes-backend-kit/bench/v2"
@@ -147,7 +147,14 @@ def to_markdown(data: dict[str, Any]) -> str:
         lines.append(f"| {spec['label']} | " + " | ".join(cells) + " |")
     if notes:
         lines += ["", *[f"[{i}] {note}" for i, note in enumerate(notes, 1)]]
-    lines += ["", *goals.markdown(data), *suite.markdown(data), *world.markdown(data), *_growth_markdown(data)]
+    lines += [
+        "",
+        *goals.markdown(data),
+        *network.markdown(data),
+        *suite.markdown(data),
+        *world.markdown(data),
+        *_growth_markdown(data),
+    ]
     return "\n".join(lines) + "\n"
 
 

@@ -54,4 +54,6 @@ MUTANTS = (
     "guards_off_on_host",
     "unconfigured_probe_raises",
     "environ_fallback",
+    "replaces_refused_sandbox",
+    "quiet_replacement",
 )

@@ -8,15 +8,18 @@ sandbox and terminates it on cleanup().  Every sandbox is terminated at the
 end of the session: wait_for_cleanup() (the host's exit path),
 cleanup(force_remove=True), and an exit hook for stopped leftovers.
 
-Before each command: a stopped sandbox (stopped behind Hermes's back) is
-resumed; a terminated one is replaced and the result says
-``environment_recreated``; a failed one is reported and left alone.  $HOME
-and the default cwd are /workspace, the only directory that survives a stop.
+No call is spent on the sandbox's state before a command: the exec's own
+answer tells.  A refusal before anything ran (404: terminated outside Hermes;
+409: not running) is recovered from and the command sent once more: a
+stopped sandbox is resumed; a terminated one is replaced and the result says
+``environment_recreated``; a failed one is reported and left alone.  File
+sync's calls recover the same way.  $HOME and the default cwd are
+/workspace, the only directory that survives a stop.
 
-Hermes calls ``_before_execute`` on the caller's thread and ``_run_bash`` on
-a worker thread (current hosts) or the same thread (0.19.0), so what the one
-learns for the other is kept on the environment, never in a thread-local:
-the id of a sandbox found in the failed state, which no command is sent to.
+Recovery runs on whichever thread met the refusal (a command's stream thread,
+or the caller's during file sync), under the environment's lock; the calls a
+recovery makes itself (the new sandbox's bootstrap and first sync) are not
+recovered again.
 """
 
 from __future__ import annotations
@@ -26,15 +29,22 @@ import threading
 from typing import Any
 
 from tools.environments.base import BaseEnvironment
-from tools.environments.base_output import _ThreadedProcessHandle
 
 from reference.common.finalize import CleanupOffThread
 from reference.common.overlap import alongside
 from reference.common.passthrough import PassthroughEnvironment
 from reference.common.stdin import encode_stdin, report_stdin_error
 from reference.deepinfra import launcher
-from reference.deepinfra.files import SandboxFiles
-from reference.deepinfra.sandboxes import Account, SandboxBroken, SandboxGone, disown, own
+from reference.deepinfra.files import Carried, SandboxFiles
+from reference.deepinfra.sandboxes import (
+    Account,
+    CommandRefused,
+    SandboxBroken,
+    SandboxGone,
+    disown,
+    own,
+    refused_by_state,
+)
 from reference.deepinfra.settings import HERMES_DIR, MAX_COMMAND_S, TEMP_DIR, WORKSPACE, Settings
 from reference.deepinfra.settings import KEY_VAR as _KEY_VAR
 from reference.deepinfra.streaming import CommandRun
@@ -57,11 +67,12 @@ class DeepInfraEnvironment(PassthroughEnvironment, CleanupOffThread, BaseEnviron
         self._closed = False
         self._terminated = False
         self._sync: Any = None
-        self._failed_sandbox: str | None = None  # this sandbox id was seen in the failed state
+        self._preparing = False  # a sandbox's first sync and bootstrap are running: nothing recovers
+        self._carry: Carried | None = None  # the bootstrap's way to carry the first sync's archive
         self._persistent = settings.persistent
         # A non-persistent sandbox still lasts the whole session: no teardown after each turn.
         self._session_scoped = not settings.persistent
-        self._files = SandboxFiles(lambda: self._sandbox)
+        self._files = SandboxFiles(lambda: self._sandbox, self._recover_files)
         self._sandbox = self._acquire()
         try:
             super().__init__(cwd=WORKSPACE if cwd in _NO_PREFERENCE else cwd, timeout=timeout)
@@ -86,11 +97,25 @@ class DeepInfraEnvironment(PassthroughEnvironment, CleanupOffThread, BaseEnviron
         return self._account.create(self._task_id, self._settings.plan)
 
     def _prepare(self) -> None:
-        """Hermes's files and the session snapshot, side by side: neither reads what the other writes
-        (the files go to /workspace/.hermes, the snapshot to the temp dir), so the sandbox's first
-        upload does not hold up the bootstrap.  Both are done before the first command.  Every
-        command's launcher makes the directories the backend relies on, so no exec is spent on them."""
-        alongside(self._start_sync, self.init_session, name="deepinfra-first-sync")
+        """Hermes's files and the session snapshot, in one exec: file sync gathers the files beside the
+        bootstrap and hands its archive to the bootstrap's exec, which unpacks it first (files.Carried;
+        an archive too big to carry goes up on its own, beside the bootstrap).  Both are done before
+        the first command.  Every command's launcher makes the directories the backend relies on, so
+        no exec is spent on them."""
+        carry = self._files.carry = self._carry = Carried()
+
+        def sync() -> None:
+            try:
+                self._start_sync()
+            finally:
+                carry.close()
+
+        self._preparing = True
+        try:
+            alongside(sync, self.init_session, name="deepinfra-first-sync")
+        finally:
+            self._preparing = False
+            self._carry = self._files.carry = None
 
     def _start_sync(self) -> None:
         from tools.environments.file_sync import FileSyncManager, iter_sync_files
@@ -104,33 +129,49 @@ class DeepInfraEnvironment(PassthroughEnvironment, CleanupOffThread, BaseEnviron
         )
         self._sync.sync(force=True)
 
-    # -- before each command -------------------------------------------------------------------
+    # -- before each command ------------------------------------------------------------------
     def _before_execute(self) -> None:
         with self._lock:
             if self._terminated:
                 raise RuntimeError(f"the DeepInfra environment for task {self._task_id} was terminated")
             self._closed = False  # a persistent environment used after cleanup() resumes its sandbox
+        if self._sync is not None:
+            self._sync.sync()
+
+    # -- a call the service refused -------------------------------------------------------------
+    def _recover(self, answer: BaseException, sandbox_id: str) -> Any:
+        """The sandbox to send a refused call to again: this one resumed, or a new one when it is gone
+        (or the one another thread already brought).  CommandRefused when nothing may run: the sandbox
+        is in the failed state, or the environment was terminated."""
+        import deepinfra
+
+        with self._lock:
+            if self._terminated:
+                raise CommandRefused(
+                    f"deepinfra: the environment for task {self._task_id} was terminated; the command did not run"
+                )
+            if sandbox_id != self.sandbox_id:
+                return self._sandbox
             try:
+                if isinstance(answer, deepinfra.NotFoundError):
+                    raise SandboxGone(sandbox_id)
                 self._account.ensure_running(self._sandbox)
             except SandboxGone:
                 self._replace()
             except SandboxBroken:
-                self._failed_sandbox = self.sandbox_id  # _run_bash refuses, on whichever thread it runs
-                return
-            self._failed_sandbox = None
-        if self._sync is not None:
-            self._sync.sync()
+                raise CommandRefused(
+                    f"deepinfra: sandbox {sandbox_id} is in the failed state (a sandbox error); the command did "
+                    "not run and the sandbox was not replaced, so nothing is lost silently. Terminate it in "
+                    "the DeepInfra dashboard to start over."
+                ) from None
+            return self._sandbox
 
-    def _refusal(self) -> str | None:
-        """Why no command may be sent now: the current sandbox was found in the failed state."""
-        with self._lock:
-            if self._failed_sandbox is None or self._failed_sandbox != self.sandbox_id:
-                return None
-        return (
-            f"deepinfra: sandbox {self._failed_sandbox} is in the failed state (a sandbox error); the command "
-            "did not run and the sandbox was not replaced, so nothing is lost silently. Terminate it in "
-            "the DeepInfra dashboard to start over."
-        )
+    def _recover_files(self, answer: BaseException, sandbox_id: str) -> Any:
+        """Recovery for file sync's calls; a sandbox's own first sync is not recovered (its recovery is
+        what is running)."""
+        if self._preparing or not refused_by_state(answer, exec_call=False):
+            raise answer
+        return self._recover(answer, sandbox_id)
 
     def _replace(self) -> None:
         """The sandbox was terminated outside Hermes: this command runs in a new one."""
@@ -153,14 +194,18 @@ class DeepInfraEnvironment(PassthroughEnvironment, CleanupOffThread, BaseEnviron
     def _run_bash(
         self, cmd_string: str, *, login: bool = False, timeout: int = 120, stdin_data: str | None = None
     ) -> Any:
-        refusal = self._refusal()
-        if refusal is not None:
-            return _ThreadedProcessHandle(lambda: (refusal, 1))
         if timeout > MAX_COMMAND_S:
             logger.warning("DeepInfra stops every command after 30 minutes; this one asks for %ss", timeout)
         stdin, stdin_failed = encode_stdin(stdin_data)
-        launch = launcher.launch(cmd_string, login=login, stdin=stdin)
-        return report_stdin_error(CommandRun(self._account, self._sandbox, launch, timeout).start(), stdin_failed)
+        carry, files = self._carry, None
+        if carry is not None and login and stdin is None:
+            self._carry = None  # the bootstrap's exec, the only one that carries
+            files = carry.take()
+        launch = launcher.launch(cmd_string, login=login, stdin=stdin, files=files)
+        recover = None if self._preparing else self._recover
+        landed = None if files is None or carry is None else _reporting_to(carry)
+        run = CommandRun(self._account, self._sandbox, launch, timeout, recover, landed)
+        return report_stdin_error(run.start(), stdin_failed)
 
     # -- teardown ----------------------------------------------------------------------------
     def cleanup(self, force_remove: bool = False) -> None:
@@ -205,3 +250,16 @@ class DeepInfraEnvironment(PassthroughEnvironment, CleanupOffThread, BaseEnviron
         )
         worker.start()
         worker.join(max(0.0, timeout - 0.5))
+
+
+def _reporting_to(carry: Carried) -> Any:
+    """What the bootstrap's exec tells the first sync when it ends: the files landed unless the service
+    failed the call or the launcher could not unpack them."""
+
+    def landed(code: int, note: str | None) -> None:
+        if note is None and code != launcher.LAUNCH_FAILED:
+            carry.landed(None)
+        else:
+            carry.landed(RuntimeError(f"the session bootstrap that carried Hermes's files failed ({code}): {note}"))
+
+    return landed

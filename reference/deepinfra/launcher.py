@@ -6,22 +6,32 @@ cancel.  Each Hermes command therefore runs under a small bash launcher that
 1. makes itself a process-group leader (``setsid`` when the service did not
    start it as one), so the command and every child it starts share a group
    that nothing else belongs to;
-2. records that group id in ``/tmp/.hermes-runs/<run id>``, the way a second
-   exec finds it (the killer below kills exactly that group, after checking
-   the group leader is still this run's launcher, since pids get reused);
+2. appends its run id, that group's id and its leader's start time to
+   ``/tmp/.hermes-runs.log`` (a builtin append: one short line per command,
+   gone with the sandbox's /tmp at a stop), the way a second exec finds it:
+   the killer below kills exactly that group, after checking that the
+   process with that id still started at that time (pids get reused; a
+   start time survives the command's own ``exec``);
 3. gives the command its stdin.  Small stdin travels base64-encoded in extra
    argv elements and is decoded into a temp file; large stdin is staged raw
    under /workspace through the fs API first.  Either file is opened as fd 3
    and unlinked at once, and the command reads it as its stdin, so any bytes
    (binary, NUL, no trailing newline) arrive exactly.  Without stdin the
-   command gets /dev/null;
+   command gets /dev/null.  A new sandbox's session bootstrap may carry
+   Hermes's first file sync instead (a tar, base64 in the extra elements):
+   it is unpacked before the command runs, so the first sync costs no call
+   of its own;
 4. makes the backend's directories under /workspace when they are missing
    (Hermes's temp dir for the session snapshot, the transfer directory: a
    test builtin when they exist, so a new sandbox needs no exec of its own
-   for them), sets HOME to /workspace, the only directory that survives a
-   stop, and runs ``bash -c`` (or ``bash -l -c``) with the Hermes command text;
-5. empties the group record (a builtin, no extra process: empty means
-   "ended") and exits with the command's status.
+   for them) and sets HOME to /workspace, the only directory that survives a
+   stop;
+5. runs the Hermes command text in its own shell, as ``bash -c`` would (no
+   positional parameters, none of the launcher's variables, ``$0`` bash,
+   line numbers from 1: the launcher is one line), so a command costs one
+   bash, not two; the session bootstrap runs in a login bash (``bash -l -c``)
+   as a child.  Without stdin every step is a shell builtin: no process
+   starts beside the command's own.
 """
 
 from __future__ import annotations
@@ -32,57 +42,58 @@ from dataclasses import dataclass
 
 from reference.deepinfra.settings import TEMP_DIR, TRANSFER_DIR, WORKSPACE
 
-# stdin at most this big travels inside the argv; larger stdin is staged through the fs API.
-# The service's argv limits are unknown, so the inline part stays well below Linux's 128 KiB per argument.
-INLINE_STDIN_MAX = 24 * 1024
+# Bytes at most this big (stdin, a sync archive) travel base64-encoded inside the exec's argv, in
+# ARG_CHUNK pieces: one call instead of a file upload and an exec.  Larger ones are staged through the
+# fs API.  The service's argv limits are unknown, so this stays far below Linux's 128 KiB per argument
+# and 2 MiB in all.
+INLINE_MAX = 64 * 1024
 ARG_CHUNK = 32 * 1024
 
-LAUNCHER = r"""
-run=$1 login=$2 home=$3 mode=$4 cmd=$5
-shift 5
-read -r -a st < "/proc/$$/stat" 2>/dev/null
-if [ "${st[4]:-$$}" != "$$" ] && [ -z "${HERMES_RUN_GROUPED:-}" ] && command -v setsid >/dev/null 2>&1; then
-  HERMES_RUN_GROUPED=1 exec setsid bash -c "$BASH_EXECUTION_STRING" "$0" "$run" "$login" "$home" "$mode" "$cmd" "$@"
-fi
-unset HERMES_RUN_GROUPED
-[ -d /tmp/.hermes-runs ] || mkdir -p /tmp/.hermes-runs 2>/dev/null
-printf '%s\n' "$$" 2>/dev/null > "/tmp/.hermes-runs/$run"
-case $mode in
-  inline)
-    f=$(mktemp /tmp/.hermes-stdin.XXXXXX) || exit 125
-    if ! printf '%s' "$@" | base64 -d > "$f"; then
-      rm -f "$f"; echo "deepinfra: could not decode stdin" >&2; exit 125
-    fi
-    exec 3<"$f"; rm -f "$f" ;;
-  file)
-    if ! exec 3<"$1"; then echo "deepinfra: staged stdin $1 is missing" >&2; exit 125; fi
-    rm -f "$1" ;;
-  *) exec 3</dev/null ;;
-esac
-[ -d @TEMP@ ] && [ -d @TRANSFER@ ] || mkdir -p @TEMP@ @TRANSFER@ 2>/dev/null
-export HOME="$home"
-if [ "$login" = 1 ]; then bash -l -c "$cmd" <&3 3<&-; else bash -c "$cmd" <&3 3<&-; fi
-rc=$?
-: 2>/dev/null > "/tmp/.hermes-runs/$run"
-exit $rc
-""".replace("@TEMP@", TEMP_DIR).replace("@TRANSFER@", TRANSFER_DIR)
+RUNS = "/tmp/.hermes-runs.log"  # "run id, group id, leader's start time" per command
+# One line (joined below), so the command's line numbers start at 1 as under ``bash -c``.
+_LAUNCHER_STEPS = [
+    "__r=$1 __l=$2 __h=$3 __m=$4",
+    "shift 4",
+    "read -r -a __s < /proc/$$/stat 2>/dev/null",
+    'if [ "${__s[4]:-$$}" != "$$" ] && [ -z "${HERMES_RUN_GROUPED:-}" ] && command -v setsid >/dev/null 2>&1; '
+    'then HERMES_RUN_GROUPED=1 exec setsid bash -c "$BASH_EXECUTION_STRING" bash "$__r" "$__l" "$__h" "$__m" "$@"; fi',
+    "unset HERMES_RUN_GROUPED",
+    f"printf '%s %s %s\\n' \"$__r\" \"$$\" \"${{__s[21]:-}}\" 2>/dev/null >> {RUNS}",
+    "case $__m in "
+    "inline) __f=$(mktemp /tmp/.hermes-stdin.XXXXXX) || exit 125; "
+    'if ! printf %s "${@:2}" | base64 -d > "$__f"; then rm -f "$__f"; '
+    'echo "deepinfra: could not decode stdin" >&2; exit 125; fi; exec 3<"$__f"; rm -f "$__f" ;; '
+    'file) if ! exec 3<"$2"; then echo "deepinfra: staged stdin $2 is missing" >&2; exit 125; fi; rm -f "$2" ;; '
+    'files) if ! printf %s "${@:2}" | base64 -d | tar -xf - -C / --no-same-owner; then '
+    "echo \"deepinfra: could not unpack Hermes's files\" >&2; exit 125; fi; exec 3</dev/null ;; "
+    "*) exec 3</dev/null ;; esac",
+    "[ -d @TEMP@ ] && [ -d @TRANSFER@ ] || mkdir -p @TEMP@ @TRANSFER@ 2>/dev/null",
+    'export HOME="$__h"',
+    'if [ "$__l" = 1 ]; then bash -l -c "$1" <&3 3<&-; exit; fi',
+    'set -- "$1"',
+    "unset __r __l __h __m __s __f",
+    'eval "shift; $1" <&3 3<&-',
+]
+LAUNCHER = "; ".join(_LAUNCHER_STEPS).replace("@TEMP@", TEMP_DIR).replace("@TRANSFER@", TRANSFER_DIR)
+
+# The launcher's own failure before the command ran (stdin or files it could not set up).
+LAUNCH_FAILED = 125
 
 # Exit 0: the group was killed; 3: no such run (it ended, or never started); 4: bad record.
 KILLER = r"""
-f=/tmp/.hermes-runs/$1
 n=0
-while [ ! -s "$f" ]; do
-  [ -e "$f" ] && exit 3
+until record=$(grep -m1 "^$1 " @RUNS@ 2>/dev/null); do
   [ "$n" -ge "${2:-40}" ] && exit 3
   sleep 0.05; n=$((n+1))
 done
-pg=$(cat "$f" 2>/dev/null)
+read -r _ pg started <<< "$record"
 case $pg in ''|*[!0-9]*) exit 4 ;; esac
-tr '\0' '\n' < "/proc/$pg/cmdline" 2>/dev/null | grep -qxF -- "$1" || exit 3
+stat=$(cat "/proc/$pg/stat" 2>/dev/null) || exit 3
+read -r -a fields <<< "${stat##*) }"
+[ -n "$started" ] && [ "${fields[19]:-}" != "$started" ] && exit 3
 kill -KILL -- "-$pg" 2>/dev/null || kill -KILL "$pg" 2>/dev/null
-rm -f "$f"
 exit 0
-"""
+""".replace("@RUNS@", RUNS)
 
 
 def new_run_id() -> str:
@@ -97,18 +108,27 @@ class Launch:
     staged_path: str | None = None
 
 
-def launch(cmd: str, *, login: bool, stdin: bytes | None) -> Launch:
-    """The argv running ``cmd`` under the launcher with ``stdin``."""
+def launch(cmd: str, *, login: bool, stdin: bytes | None, files: bytes | None = None) -> Launch:
+    """The argv running ``cmd`` under the launcher with ``stdin``, or, with ``files`` (a tar of at most
+    INLINE_MAX bytes, for a command without stdin), after unpacking those files."""
     run_id = new_run_id()
-    head = ["bash", "-c", LAUNCHER, "hermes-run", run_id, "1" if login else "0", WORKSPACE]
+    head = ["bash", "-c", LAUNCHER, "bash", run_id, "1" if login else "0", WORKSPACE]
+    if files is not None:
+        if stdin is not None or len(files) > INLINE_MAX:
+            raise ValueError("files ride only on a command without stdin, inline")
+        return Launch(run_id, [*head, "files", cmd, *inline_args(files)])
     if stdin is None:
         return Launch(run_id, [*head, "none", cmd])
-    if len(stdin) <= INLINE_STDIN_MAX:
-        encoded = base64.b64encode(stdin).decode("ascii")
-        chunks = [encoded[i : i + ARG_CHUNK] for i in range(0, len(encoded), ARG_CHUNK)]
-        return Launch(run_id, [*head, "inline", cmd, *chunks])
+    if len(stdin) <= INLINE_MAX:
+        return Launch(run_id, [*head, "inline", cmd, *inline_args(stdin)])
     path = f"{TRANSFER_DIR}/stdin-{run_id}"
     return Launch(run_id, [*head, "file", cmd, path], staged=stdin, staged_path=path)
+
+
+def inline_args(data: bytes) -> list[str]:
+    """``data`` base64-encoded in argv pieces; ``printf '%s' "$@" | base64 -d`` gives it back."""
+    encoded = base64.b64encode(data).decode("ascii")
+    return [encoded[i : i + ARG_CHUNK] for i in range(0, len(encoded), ARG_CHUNK)]
 
 
 def killer(run_id: str, *, wait_ticks: int = 40) -> list[str]:

@@ -51,6 +51,24 @@ class SandboxBroken(RuntimeError):
     """The sandbox is in the failed state."""
 
 
+class CommandRefused(RuntimeError):
+    """A command must not run: its message says why, for the command's output."""
+
+
+def refused_by_state(exc: BaseException, *, exec_call: bool) -> bool:
+    """Did the service refuse a call because of the sandbox's state (gone, or not running), before doing
+    anything?  An exec route answers 404 and 409 for that alone; the file API also answers them for a
+    path (a missing file, a directory in the way), told apart by what it says."""
+    import deepinfra
+
+    if not isinstance(exc, (deepinfra.NotFoundError, deepinfra.ConflictError)):
+        return False
+    if exec_call:
+        return True
+    said = str(getattr(exc, "message", "") or exc).lower()
+    return "not running" in said if isinstance(exc, deepinfra.ConflictError) else "sandbox not found" in said
+
+
 def is_cap(exc: BaseException) -> bool:
     """A 429 about the account's active-sandbox cap (waiting will not help), not about request rate."""
     said = str(getattr(exc, "message", "") or exc).lower()

@@ -9,6 +9,13 @@ StreamProcessHandle.  When Hermes reads slower than output arrives, the
 handle's pipe fills, this thread stops reading the response, and TCP
 backpressure slows the command down: nothing is dropped, nothing piles up.
 
+The sandbox's state is learnt from the exec's own answer, never read before
+a command: a 404 (gone) or 409 (not running) arrives before anything ran, so
+the environment's recovery resumes or replaces the sandbox and the command is
+sent once more; any other failure is reported, never retried (it may have run).
+The body is read to its end after the terminal line, so every command of a
+session goes over the same connection.
+
 Stopping a command (Hermes's timeout or an interrupt) runs the launcher's
 killer through a second exec, which kills only that command's process group;
 only if that fails does the whole sandbox get stopped (the next command
@@ -21,13 +28,14 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import quote
 
 from reference.common.redact import redact
 from reference.common.stream_handle import StreamProcessHandle
 from reference.deepinfra.launcher import Launch, killer
-from reference.deepinfra.sandboxes import Account
+from reference.deepinfra.sandboxes import Account, CommandRefused
 from reference.deepinfra.settings import MAX_COMMAND_S
 
 logger = logging.getLogger("reference.deepinfra")
@@ -36,6 +44,7 @@ SERVER_GRACE_S = 30  # the service's own timeout trails Hermes's, as a backstop
 HTTP_GRACE_S = 30.0  # the read timeout trails the service's timeout, so its kill arrives as a line
 KILL_GRACE_S = 3.0  # after the killer ran, the stream should end within this
 KILL_ATTEMPTS = 2
+TAIL_S = 2.0  # after the terminal line the body should end at once; past this its connection is dropped
 LOST = (
     "\n[deepinfra: the exec stream ended without an exit status (connection lost or service error); "
     "the command's outcome is unknown]\n"
@@ -47,15 +56,34 @@ def server_timeout(timeout_s: float) -> int:
 
 
 class CommandRun:
-    def __init__(self, account: Account, sandbox: Any, launch: Launch, timeout_s: float):
+    """One command: the exec request, its stream relayed into a handle, its kill.
+
+    ``recover`` is the environment's answer to a request the service refused before it started
+    anything (404: the sandbox is gone; 409: it is not running): it brings the sandbox back and
+    returns the one to send the command to, or raises ``CommandRefused``.  The command is sent
+    again once, only then: a refusal proves it never ran.  None: no second attempt.
+    """
+
+    def __init__(
+        self,
+        account: Account,
+        sandbox: Any,
+        launch: Launch,
+        timeout_s: float,
+        recover: Callable[[BaseException, str], Any] | None = None,
+        settled: Callable[[int, str | None], None] | None = None,
+    ):
         self.account = account
         self.sandbox = sandbox
         self.launch = launch
         self.timeout_s = server_timeout(timeout_s)
         self.asked_s = timeout_s
+        self.recover = recover
+        self.settled = settled  # told the outcome (exit status, note) once it is known
         self.handle = StreamProcessHandle(stop=self._stop)
         self.done = threading.Event()
         self._response: Any = None
+        self._settled = False
 
     def start(self) -> StreamProcessHandle:
         threading.Thread(target=self._pump, daemon=True, name=f"deepinfra-{self.launch.run_id}").start()
@@ -75,13 +103,17 @@ class CommandRun:
     def _pump(self) -> None:
         import deepinfra
 
-        code, note, started = 1, None, time.monotonic()
+        code, note = 1, None
         try:
-            if self.launch.staged is not None:
-                self.sandbox.fs.write(self.launch.staged_path, self.launch.staged)
-            with self.account.client.stream(self._request()) as response:
-                self._response = response
-                code, note = self._relay(response, started)
+            try:
+                self._send()
+            except (deepinfra.ConflictError, deepinfra.NotFoundError) as exc:
+                if self.recover is None or self.handle.killed:
+                    raise
+                self.sandbox = self.recover(exc, str(self.sandbox.id))
+                self._send()
+        except CommandRefused as exc:
+            note = f"\n[{exc}]\n"
         except deepinfra.ContentTooLargeError:
             note = (
                 "\n[deepinfra: stdin is larger than the 100 MiB a sandbox file transfer allows;"
@@ -101,14 +133,37 @@ class CommandRun:
             if not self.handle.killed:
                 note = f"\n[deepinfra: the command failed in the service: {redact(exc, self.account.secrets)}]\n"
         finally:
-            if note and not self.handle.killed:
-                self.handle.feed(note.encode())
-            self.done.set()
-            self.handle.finish(code)
+            self._settle(code, note)
 
-    def _relay(self, response: Any, started: float) -> tuple[int, str | None]:
-        """Feed output lines to the handle; (exit status, note to append) at the terminal line."""
-        for raw in response.iter_lines():
+    def _settle(self, code: int, note: str | None) -> None:
+        """The command's outcome, handed to Hermes once."""
+        if self._settled:
+            return
+        self._settled = True
+        if self.settled is not None:
+            try:  # a killed command's outcome is a kill, whatever its status says
+                self.settled(code, note or ("killed" if self.handle.killed else None))
+            except Exception:
+                logger.debug("the outcome's listener failed", exc_info=True)
+        if note and not self.handle.killed:
+            self.handle.feed(note.encode())
+        self.done.set()
+        self.handle.finish(code)
+
+    def _send(self) -> None:
+        """Stage stdin, send the exec and relay its stream; the outcome is settled at the terminal line."""
+        started = time.monotonic()
+        if self.launch.staged is not None:
+            self.sandbox.fs.write(self.launch.staged_path, self.launch.staged)
+        with self.account.client.stream(self._request()) as response:
+            self._response = response
+            self._relay(response, started)
+
+    def _relay(self, response: Any, started: float) -> None:
+        """Feed output lines to the handle and settle at the terminal line; then read the body to its end
+        (briefly), so the connection goes back to the pool for the next command instead of being dropped."""
+        lines = response.iter_lines()
+        for raw in lines:
             text = raw.strip()
             if not text:
                 continue
@@ -125,12 +180,17 @@ class CommandRun:
                     self.handle.feed(piece.encode("utf-8", "surrogatepass"))
             if "returncode" in event:
                 try:
-                    return int(event["returncode"]), None
+                    self._settle(int(event["returncode"]), None)
                 except (TypeError, ValueError):
-                    return 1, LOST
+                    self._settle(1, LOST)
+                break
             if "error" in event:
-                return self._ended_by_service(str(event["error"]), time.monotonic() - started)
-        return 1, LOST
+                self._settle(*self._ended_by_service(str(event["error"]), time.monotonic() - started))
+                break
+        else:
+            self._settle(1, LOST)
+            return
+        _read_to_end(response, lines)
 
     def _ended_by_service(self, message: str, elapsed: float) -> tuple[int, str]:
         if elapsed >= self.timeout_s - 1:
@@ -171,3 +231,18 @@ class CommandRun:
                 response.close()
             except Exception:
                 pass
+
+
+def _read_to_end(response: Any, lines: Iterator[Any]) -> None:
+    """What is left of an exec body after its terminal line (its end, normally), within TAIL_S: a body
+    read to its end returns its connection to the client's pool."""
+    closer = threading.Timer(TAIL_S, response.close)
+    closer.daemon = True
+    closer.start()
+    try:
+        for _ in lines:
+            pass
+    except Exception:
+        pass  # closed by the timer, or the connection went: the next request opens another
+    finally:
+        closer.cancel()

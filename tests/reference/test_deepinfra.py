@@ -345,7 +345,9 @@ def test_files_go_up_as_one_archive_and_changes_come_back(home, provider, server
     assert "credential_files" in (home / "config.yaml").read_text()
 
 
-def test_bulk_upload_is_one_fs_write_and_large_sets_go_file_by_file(home, provider, server, monkeypatch):
+def test_bulk_upload_is_one_exec_larger_archives_one_fs_write_and_huge_sets_go_file_by_file(
+    home, provider, server, monkeypatch
+):
     from reference.deepinfra import files
 
     env = make(provider, "session:bulk", persistent=False)
@@ -354,6 +356,10 @@ def test_bulk_upload_is_one_fs_write_and_large_sets_go_file_by_file(home, provid
     real_write = sandbox.fs.write
     monkeypatch.setattr(sandbox.fs, "write", lambda path, data: (calls.append(path), real_write(path, data))[1])
     (home / "cache" / "images" / "b.bin").write_bytes(b"b")
+    env.execute("true")
+    assert calls == [], "a small archive travels in the unpacking exec's argv, with no file upload"
+    assert env.execute("cat ~/.hermes/cache/images/b.bin")["output"] == "b"
+    monkeypatch.setattr(files, "INLINE_MAX", 10)
     (home / "cache" / "images" / "c.bin").write_bytes(b"c")
     env.execute("true")
     assert len(calls) == 1 and calls[0].startswith("/workspace/.hermes_sync/up-"), calls
@@ -366,16 +372,24 @@ def test_bulk_upload_is_one_fs_write_and_large_sets_go_file_by_file(home, provid
     assert env.execute("cat ~/.hermes/cache/images/e.bin")["output"] == "e"
     (home / "cache" / "images" / "b.bin").unlink()
     assert env.execute("ls ~/.hermes/cache/images")["output"].split() == ["a.bin", "c.bin", "d.bin", "e.bin"]
+    assert env.execute("ls -A /workspace/.hermes_sync")["output"] == "", "transfer files were left behind"
     env.cleanup()
 
 
-def test_sync_back_archive_has_absolute_member_names_and_large_ones_come_in_parts(
-    home, provider, server, tmp_path, monkeypatch
+@pytest.mark.parametrize("way", ["inline", "file", "parts"])
+def test_sync_back_archive_has_absolute_member_names_whichever_way_it_comes(
+    home, provider, server, tmp_path, monkeypatch, way
 ):
     from reference.deepinfra import files
 
-    env = make(provider, "session:tar", persistent=False)
-    monkeypatch.setattr(files, "PART_BYTES", 4096)
+    env = make(provider, f"session:tar-{way}", persistent=False)
+    if way != "inline":
+        monkeypatch.setattr(files, "INLINE_BACK_MAX", 0)
+    if way == "parts":
+        monkeypatch.setattr(files, "PART_BYTES", 4096)
+    reads: list[str] = []
+    real_read = env._sandbox.fs.read
+    monkeypatch.setattr(env._sandbox.fs, "read", lambda path: (reads.append(path), real_read(path))[1])
     env.execute("head -c 20000 /dev/urandom > ~/.hermes/cache/images/big.bin")
     dest = tmp_path / "back.tar"
     env._files.download(dest)
@@ -385,6 +399,10 @@ def test_sync_back_archive_has_absolute_member_names_and_large_ones_come_in_part
         assert big is not None and len(big.read()) == 20000
     assert "workspace/.hermes/skills/demo/SKILL.md" in names
     assert env.execute("ls -A /workspace/.hermes_sync")["output"] == "", "transfer files were left behind"
+    parts = [r for r in reads if ".part." in r]
+    assert {"inline": not reads, "file": len(reads) == 1 and not parts, "parts": parts == reads and len(parts) > 1}[
+        way
+    ], reads
     env.cleanup()
 
 
