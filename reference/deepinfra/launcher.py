@@ -58,14 +58,14 @@ _LAUNCHER_STEPS = [
     'if [ "${__s[4]:-$$}" != "$$" ] && [ -z "${HERMES_RUN_GROUPED:-}" ] && command -v setsid >/dev/null 2>&1; '
     'then HERMES_RUN_GROUPED=1 exec setsid bash -c "$BASH_EXECUTION_STRING" bash "$__r" "$__l" "$__h" "$__m" "$@"; fi',
     "unset HERMES_RUN_GROUPED",
-    f"printf '%s %s %s\\n' \"$__r\" \"$$\" \"${{__s[21]:-}}\" 2>/dev/null >> {RUNS}",
+    f'printf \'%s %s %s\\n\' "$__r" "$$" "${{__s[21]:-}}" 2>/dev/null >> {RUNS}',
     "case $__m in "
     "inline) __f=$(mktemp /tmp/.hermes-stdin.XXXXXX) || exit 125; "
     'if ! printf %s "${@:2}" | base64 -d > "$__f"; then rm -f "$__f"; '
     'echo "deepinfra: could not decode stdin" >&2; exit 125; fi; exec 3<"$__f"; rm -f "$__f" ;; '
     'file) if ! exec 3<"$2"; then echo "deepinfra: staged stdin $2 is missing" >&2; exit 125; fi; rm -f "$2" ;; '
     'files) if ! printf %s "${@:2}" | base64 -d | tar -xf - -C / --no-same-owner; then '
-    "echo \"deepinfra: could not unpack Hermes's files\" >&2; exit 125; fi; exec 3</dev/null ;; "
+    'echo "deepinfra: could not unpack Hermes\'s files" >&2; exit 125; fi; exec 3</dev/null ;; '
     "*) exec 3</dev/null ;; esac",
     "[ -d @TEMP@ ] && [ -d @TRANSFER@ ] || mkdir -p @TEMP@ @TRANSFER@ 2>/dev/null",
     'export HOME="$__h"',
