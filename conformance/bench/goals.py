@@ -30,28 +30,32 @@ BOUNDED_MIN_MIB_S = 100.0
 BOUNDED_SIZE = 100 * MIB
 TEMPDIR = "tempdir_box"
 
-# Why a reference backend makes a call its minimal client does not (as calls.py names the calls).
+# Why a reference backend makes a call its minimal client does not (as calls.py names the calls): at its
+# cold start, or in the network figures' sessions and syncs (a release included).
 WHY: dict[str, dict[str, str]] = {
     "upstash_box": {
         "WS /v2/box/{id}/exec-session": "the first contact: one exec session reads the Box's $HOME and unpacks "
         "the files Hermes syncs at creation (the SDK's files.upload would need $HOME first: two calls for one), "
         "beside the session bootstrap",
+        "GET /v2/box/{id}/status": "cleanup reads the Box's state once: a Box already deleted is not synced back "
+        "(Hermes's sync-back retries with pauses) and a paused one is not paused again",
     },
     "deepinfra": {
-        "PUT /v1/sandboxes/{id}/fs/content": "the files Hermes syncs at creation, as one archive, uploaded "
-        "beside the session bootstrap",
-        "POST /v1/sandboxes/{id}/exec": "unpacking that archive (the file API writes one file per call)",
-        "GET /v1/sandboxes/{id}": "a status read before each command: a sandbox stopped or terminated outside "
-        "Hermes is resumed or replaced before the command runs, never reported after it failed",
+        "GET /v1/sandboxes/{id}": "cleanup reads the sandbox's state once: a sandbox already terminated is not "
+        "synced back (Hermes's sync-back retries with pauses) nor replaced, and a stopped one is not stopped again",
+    },
+    "cloudflare_sandbox": {
+        "POST /v1/sandboxes/{id}/release": "the release instead of a delete (one call either way): it ends an "
+        "ephemeral workspace and snapshots a persistent one",
     },
 }
 
 # What a reference backend does in the sandbox, on the same calls, that its minimal client does not.
 IN_SANDBOX: dict[str, str] = {
-    "deepinfra": "every command, the bootstrap included, runs under a launcher that makes it a process group of "
-    "its own and records it (setsid: one more process start), then runs the command's bash as a child to clear "
-    "the record after it: the exec API has no per-command cancel and no stdin channel, so a second exec kills "
-    "the recorded group and stdin travels in the argv (contract clauses timeout.kills-tree, stdin.*)",
+    "deepinfra": "every command runs under a launcher inside its own bash (shell builtins only) that records its "
+    "process group and gives it its stdin: the exec API has no per-command cancel and no stdin channel, so a "
+    "second exec kills the recorded group and stdin travels in the argv (contract clauses timeout.kills-tree, "
+    "stdin.*); the session bootstrap also unpacks Hermes's first files, which ride in its argv",
 }
 
 

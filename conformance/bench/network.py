@@ -531,6 +531,18 @@ def _measure_group(
     return found
 
 
+def _beyond(name: str, extra: dict[str, int] | None) -> str:
+    from conformance.bench import goals
+
+    if not extra:
+        return ""
+    reasons = goals.WHY.get(name, {})
+    return "; beyond: " + "; ".join(
+        f"{count} x `{call}` ({reasons.get(call, 'no reason recorded: a call to look at')})"
+        for call, count in sorted(extra.items())
+    )
+
+
 def markdown(data: dict[str, Any]) -> list[str]:
     """The network section of results.md: per round-trip time, each backend beside its minimal client."""
     from conformance.bench import goals
@@ -568,16 +580,19 @@ def markdown(data: dict[str, Any]) -> list[str]:
                     cell += f" / {base['ms']:.0f} ms = {own['ms'] / base['ms']:.2f}x"
                 cells.append(cell)
             lines.append(f"| {LABELS[key]} | " + " | ".join(cells) + " |")
-        lines += ["", "Calls per operation (one traced run each; beyond the minimal client's, where any):", ""]
+        lines += [
+            "",
+            "Calls per operation (one traced run each; execute_code's count follows how soon its result is "
+            "polled), and those beyond the minimal client's with the reason for each:",
+            "",
+        ]
         for name, entry in at.items():
             for key, table in (entry.get("calls") or {}).items():
                 made = table.get("calls")
                 count = len(made) if isinstance(made, list) else made
-                extra = table.get("beyond_minimal")
                 base = table.get("minimal_calls")
-                base_text = f", minimal {len(base)}" if isinstance(base, list) else ""
-                extra_text = f"; beyond: {extra}" if extra else ""
-                lines.append(f"- {name}, {key}: {count}{base_text}{extra_text}")
+                base_text = f", minimal client {len(base)}" if isinstance(base, list) else ""
+                lines.append(f"- {name}, {key}: {count}{base_text}{_beyond(name, table.get('beyond_minimal'))}")
         lines.append("")
     found = section.get("goals") or {}
     if found:
