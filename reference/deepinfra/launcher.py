@@ -6,12 +6,13 @@ cancel.  Each Hermes command therefore runs under a small bash launcher that
 1. makes itself a process-group leader (``setsid`` when the service did not
    start it as one), so the command and every child it starts share a group
    that nothing else belongs to;
-2. appends its run id, that group's id and its leader's start time to
-   ``/tmp/.hermes-runs.log`` (a builtin append: one short line per command,
-   gone with the sandbox's /tmp at a stop), the way a second exec finds it:
-   the killer below kills exactly that group, after checking that the
-   process with that id still started at that time (pids get reused; a
-   start time survives the command's own ``exec``);
+2. appends its run id, that group's id and the time it started (bash's
+   ``$EPOCHREALTIME``) to ``/tmp/.hermes-runs.log`` (a builtin append: one
+   short line per command, gone with the sandbox's /tmp at a stop), the way a
+   second exec finds it: the killer below kills exactly that group, after
+   checking that the process with that id started within a second of that
+   time (pids get reused; a process's start time survives the command's own
+   ``exec``);
 3. gives the command its stdin.  Small stdin travels base64-encoded in extra
    argv elements and is decoded into a temp file; large stdin is staged raw
    under /workspace through the fs API first.  Either file is opened as fd 3
@@ -50,31 +51,41 @@ INLINE_MAX = 64 * 1024
 ARG_CHUNK = 32 * 1024
 
 RUNS = "/tmp/.hermes-runs.log"  # "run id, group id, leader's start time" per command
-# One line (joined below), so the command's line numbers start at 1 as under ``bash -c``.
-_LAUNCHER_STEPS = [
-    "__r=$1 __l=$2 __h=$3 __m=$4",
-    "shift 4",
-    "read -r -a __s < /proc/$$/stat 2>/dev/null",
-    'if [ "${__s[4]:-$$}" != "$$" ] && [ -z "${HERMES_RUN_GROUPED:-}" ] && command -v setsid >/dev/null 2>&1; '
-    'then HERMES_RUN_GROUPED=1 exec setsid bash -c "$BASH_EXECUTION_STRING" bash "$__r" "$__l" "$__h" "$__m" "$@"; fi',
-    "unset HERMES_RUN_GROUPED",
-    f'printf \'%s %s %s\\n\' "$__r" "$$" "${{__s[21]:-}}" 2>/dev/null >> {RUNS}',
-    "case $__m in "
-    "inline) __f=$(mktemp /tmp/.hermes-stdin.XXXXXX) || exit 125; "
+# How each kind of launch gives the command its stdin (fd 3), or unpacks the files it carries.
+_STDIN_STEPS = {
+    "none": "exec 3</dev/null",
+    "inline": "__f=$(mktemp /tmp/.hermes-stdin.XXXXXX) || exit 125; "
     'if ! printf %s "${@:2}" | base64 -d > "$__f"; then rm -f "$__f"; '
-    'echo "deepinfra: could not decode stdin" >&2; exit 125; fi; exec 3<"$__f"; rm -f "$__f" ;; '
-    'file) if ! exec 3<"$2"; then echo "deepinfra: staged stdin $2 is missing" >&2; exit 125; fi; rm -f "$2" ;; '
-    'files) if ! printf %s "${@:2}" | base64 -d | tar -xf - -C / --no-same-owner; then '
-    'echo "deepinfra: could not unpack Hermes\'s files" >&2; exit 125; fi; exec 3</dev/null ;; '
-    "*) exec 3</dev/null ;; esac",
-    "[ -d @TEMP@ ] && [ -d @TRANSFER@ ] || mkdir -p @TEMP@ @TRANSFER@ 2>/dev/null",
-    'export HOME="$__h"',
-    'if [ "$__l" = 1 ]; then bash -l -c "$1" <&3 3<&-; exit; fi',
-    'set -- "$1"',
-    "unset __r __l __h __m __s __f",
-    'eval "shift; $1" <&3 3<&-',
-]
-LAUNCHER = "; ".join(_LAUNCHER_STEPS).replace("@TEMP@", TEMP_DIR).replace("@TRANSFER@", TRANSFER_DIR)
+    'echo "deepinfra: could not decode stdin" >&2; exit 125; fi; exec 3<"$__f"; rm -f "$__f"',
+    "file": 'if ! exec 3<"$2"; then echo "deepinfra: staged stdin $2 is missing" >&2; exit 125; fi; rm -f "$2"',
+    "files": 'if ! printf %s "${@:2}" | base64 -d | tar -xf - -C / --no-same-owner; then '
+    'echo "deepinfra: could not unpack Hermes\'s files" >&2; exit 125; fi; exec 3</dev/null',
+}
+
+
+def _script(stdin_step: str) -> str:
+    """The launcher for one kind of launch, on one line (so the command's line numbers start at 1, as
+    under ``bash -c``), with only that kind's step: the less bash parses, the less each command costs."""
+    steps = [
+        "__r=$1 __l=$2 __h=$3",
+        "shift 3",
+        # A group led by $$ exists only if $$ made it: kill -0 on it is a builtin test of leadership.
+        'if ! kill -0 -- "-$$" 2>/dev/null && [ -z "${HERMES_RUN_GROUPED:-}" ] && command -v setsid >/dev/null 2>&1; '
+        'then HERMES_RUN_GROUPED=1 exec setsid bash -c "$BASH_EXECUTION_STRING" bash "$__r" "$__l" "$__h" "$@"; fi',
+        "unset HERMES_RUN_GROUPED",
+        f'printf \'%s %s %s\\n\' "$__r" "$$" "${{EPOCHREALTIME:-}}" 2>/dev/null >> {RUNS}',
+        stdin_step,
+        f"[ -d {TEMP_DIR} ] && [ -d {TRANSFER_DIR} ] || mkdir -p {TEMP_DIR} {TRANSFER_DIR} 2>/dev/null",
+        'export HOME="$__h"',
+        'if [ "$__l" = 1 ]; then bash -l -c "$1" <&3 3<&-; exit; fi',
+        'set -- "$1"',
+        "unset __r __l __h __f",
+        'eval "shift; $1" <&3 3<&-',
+    ]
+    return "; ".join(steps)
+
+
+LAUNCHERS = {kind: _script(step) for kind, step in _STDIN_STEPS.items()}
 
 # The launcher's own failure before the command ran (stdin or files it could not set up).
 LAUNCH_FAILED = 125
@@ -90,7 +101,11 @@ read -r _ pg started <<< "$record"
 case $pg in ''|*[!0-9]*) exit 4 ;; esac
 stat=$(cat "/proc/$pg/stat" 2>/dev/null) || exit 3
 read -r -a fields <<< "${stat##*) }"
-[ -n "$started" ] && [ "${fields[19]:-}" != "$started" ] && exit 3
+if [ -n "$started" ]; then
+  hz=$(getconf CLK_TCK 2>/dev/null) || hz=100
+  awk -v ticks="${fields[19]:-0}" -v hz="${hz:-100}" -v at="$started" \
+    '$1 == "btime" { d = $2 + ticks / hz - at; bad = (d < -1 || d > 1) } END { exit bad }' /proc/stat || exit 3
+fi
 kill -KILL -- "-$pg" 2>/dev/null || kill -KILL "$pg" 2>/dev/null
 exit 0
 """.replace("@RUNS@", RUNS)
@@ -112,17 +127,20 @@ def launch(cmd: str, *, login: bool, stdin: bytes | None, files: bytes | None = 
     """The argv running ``cmd`` under the launcher with ``stdin``, or, with ``files`` (a tar of at most
     INLINE_MAX bytes, for a command without stdin), after unpacking those files."""
     run_id = new_run_id()
-    head = ["bash", "-c", LAUNCHER, "bash", run_id, "1" if login else "0", WORKSPACE]
+
+    def argv(kind: str, *extra: str) -> list[str]:
+        return ["bash", "-c", LAUNCHERS[kind], "bash", run_id, "1" if login else "0", WORKSPACE, cmd, *extra]
+
     if files is not None:
         if stdin is not None or len(files) > INLINE_MAX:
             raise ValueError("files ride only on a command without stdin, inline")
-        return Launch(run_id, [*head, "files", cmd, *inline_args(files)])
+        return Launch(run_id, argv("files", *inline_args(files)))
     if stdin is None:
-        return Launch(run_id, [*head, "none", cmd])
+        return Launch(run_id, argv("none"))
     if len(stdin) <= INLINE_MAX:
-        return Launch(run_id, [*head, "inline", cmd, *inline_args(stdin)])
+        return Launch(run_id, argv("inline", *inline_args(stdin)))
     path = f"{TRANSFER_DIR}/stdin-{run_id}"
-    return Launch(run_id, [*head, "file", cmd, path], staged=stdin, staged_path=path)
+    return Launch(run_id, argv("file", path), staged=stdin, staged_path=path)
 
 
 def inline_args(data: bytes) -> list[str]:
