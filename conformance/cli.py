@@ -529,8 +529,11 @@ def cmd_fake_serve(args: argparse.Namespace) -> int:
             )
         cap = f", at most {args.max_sandboxes} sandboxes per key" if args.max_sandboxes else ""
         print(f"# profile: {args.profile}{cap}")
-        if options.rtt_ms:
-            print(f"# network: {options.rtt_ms:g} ms round trip in front of the server (fakes/network.py)")
+        if options.rtt_ms or options.jitter_ms:
+            print(
+                f"# network: {options.rtt_ms:g} ms round trip (up to {options.jitter_ms:g} ms more each way) in "
+                "front of the server (fakes/network.py)"
+            )
         print(f"# control: {process.CONTROL_VAR}={shlex.quote(control)}")
         print(
             f"# run the suite against this fake (one worker): python -m pytest --pyargs conformance.checks "

@@ -74,6 +74,7 @@ class RunOptions:
     call_deadline: float = CALL_DEADLINE_S  # seconds for load+register, create_environment() and cleanup()
     client_faults: str | None = None  # off, on, a vendor or a route table file; None: automatic (client_faults.py)
     rtt_ms: float = 0.0  # round-trip time in front of the fake's server (fakes/network.py): the bench's --rtt
+    jitter_ms: float = 0.0  # and its jitter (the bench's --jitter)
 
 
 @dataclass
@@ -421,7 +422,7 @@ def _launch_fake(name: str | None, workdir: Path, options: RunOptions) -> tuple[
     assert name is not None
     with fake_errors(START_FIX):
         services.check_name(name)
-        fake_options = services.FakeOptions(rtt_ms=options.rtt_ms)
+        fake_options = services.FakeOptions(rtt_ms=options.rtt_ms, jitter_ms=options.jitter_ms)
         if options.fake_process and name in services.SERVERS:
             pending = process.launch(name, workdir / f"fake-{name}", fake_options)
 

@@ -10,7 +10,11 @@ real network would:
   kept, nothing merged or split beyond what TCP itself does);
 - a new connection pays ``handshake_rtts`` round trips before its first
   byte reaches the server: the handshakes a loopback ``connect()`` skips
-  (two by default: TCP's, and TLS 1.3's on the vendors' HTTPS endpoints).
+  (two by default: TCP's, and TLS 1.3's on the vendors' HTTPS endpoints);
+- with ``jitter_s``, each crossing takes up to that much longer, drawn at
+  random (seeded) and never overtaking an earlier byte: a real path's round
+  trip varies, and without that every result of a client that polls (as
+  Hermes's wait loop does) lands on the same side of the same poll.
 
 So an HTTP request on a warm connection costs one round trip, a new
 connection three, a WebSocket session its connection plus its upgrade, and
@@ -28,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 import socket
 import threading
 from collections.abc import Callable
@@ -44,15 +49,24 @@ class DelayedNetwork:
     """A TCP forward to ``target`` that delays every byte by half of ``rtt_s`` each way."""
 
     def __init__(
-        self, target: tuple[str, int], rtt_s: float, *, handshake_rtts: int = HANDSHAKE_RTTS, host: str = "127.0.0.1"
+        self,
+        target: tuple[str, int],
+        rtt_s: float,
+        *,
+        jitter_s: float = 0.0,
+        handshake_rtts: int = HANDSHAKE_RTTS,
+        host: str = "127.0.0.1",
+        seed: int = 0,
     ):
-        if rtt_s < 0:
-            raise ValueError(f"a round-trip time cannot be negative ({rtt_s} s)")
+        if rtt_s < 0 or jitter_s < 0:
+            raise ValueError(f"a round-trip time and its jitter cannot be negative ({rtt_s} s, {jitter_s} s)")
         if handshake_rtts < 0:
             raise ValueError(f"handshake round trips cannot be negative ({handshake_rtts})")
         self.target = target
         self.rtt_s = rtt_s
+        self.jitter_s = jitter_s
         self.handshake_rtts = handshake_rtts
+        self._random = random.Random(seed)
         self.host = host
         self.port = 0
         self.connections = 0  # connections accepted so far
@@ -113,6 +127,10 @@ class DelayedNetwork:
         thread.join(START_TIMEOUT_S)
 
     # -- the loop's side --------------------------------------------------------------------
+    def _crossing(self) -> float:
+        """Seconds one chunk takes to cross: half the round trip, and some of the jitter."""
+        return self.rtt_s / 2 + (self._random.uniform(0, self.jitter_s) if self.jitter_s else 0.0)
+
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
@@ -128,11 +146,10 @@ class DelayedNetwork:
                 if sock is not None:
                     with contextlib.suppress(OSError):
                         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            one_way = self.rtt_s / 2
-            first = accepted + self.handshake_rtts * self.rtt_s + one_way
+            first = accepted + self.handshake_rtts * self.rtt_s + self._crossing()
             await asyncio.gather(
-                _carry(reader, upstream_writer, one_way, first),
-                _carry(upstream_reader, writer, one_way, 0.0),
+                _carry(reader, upstream_writer, self._crossing, first),
+                _carry(upstream_reader, writer, self._crossing, 0.0),
             )
         except (OSError, asyncio.IncompleteReadError, asyncio.CancelledError):
             pass  # a peer went away, or the network is stopping: either way this connection ends
@@ -143,19 +160,23 @@ class DelayedNetwork:
             self._tasks.discard(task)
 
 
-async def _carry(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, delay: float, not_before: float) -> None:
-    """Bytes from ``reader`` to ``writer``, each chunk ``delay`` seconds after it arrived and none
-    before ``not_before`` (loop time); end of file passes on the same way."""
+async def _carry(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, crossing: Callable[[], float], not_before: float
+) -> None:
+    """Bytes from ``reader`` to ``writer``, each chunk ``crossing()`` seconds after it arrived, none before
+    ``not_before`` (loop time) nor before an earlier chunk; end of file passes on the same way."""
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue(QUEUED_CHUNKS)
 
     async def receive() -> None:
+        last = not_before
         while True:
             try:
                 data = await reader.read(CHUNK)
             except OSError:
                 data = b""
-            await queue.put((max(loop.time() + delay, not_before), data))
+            last = max(loop.time() + crossing(), last)
+            await queue.put((last, data))
             if not data:
                 return
 
@@ -182,14 +203,14 @@ async def _carry(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, del
             await receiving
 
 
-def delayed(fake: Any, rtt_s: float, *, handshake_rtts: int = HANDSHAKE_RTTS) -> Any:
+def delayed(fake: Any, rtt_s: float, *, jitter_s: float = 0.0, handshake_rtts: int = HANDSHAKE_RTTS) -> Any:
     """``fake`` (a FakeService with a server) behind a DelayedNetwork: its exported addresses point at
     the network, and stopping it stops the network too."""
     address = _address(fake.env)
     if address is None:
         raise ValueError(f"the {fake.name} fake exports no http(s) or ws(s) address to put a network in front of")
     host, port = address
-    network = DelayedNetwork((host, port), rtt_s, handshake_rtts=handshake_rtts, host=host)
+    network = DelayedNetwork((host, port), rtt_s, jitter_s=jitter_s, handshake_rtts=handshake_rtts, host=host)
     proxied = network.start()
     env = {k: v.replace(f"{host}:{port}", f"{host}:{proxied}") for k, v in fake.env.items()}
     stop_fake: Callable[[], None] = fake.stop

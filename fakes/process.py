@@ -174,6 +174,13 @@ def add_limit_options(target: argparse.ArgumentParser, *, default_profile: str) 
         help="round-trip time between the fake and its clients in milliseconds: half of it each way on every "
         "byte, and two more round trips for each new connection (TCP and TLS handshakes) (default: 0, loopback)",
     )
+    target.add_argument(
+        "--jitter",
+        type=float,
+        default=0.0,
+        metavar="MS",
+        help="up to this many milliseconds more on each crossing, at random, order kept (default: 0)",
+    )
 
 
 def options_from(args: argparse.Namespace) -> FakeOptions:
@@ -184,6 +191,7 @@ def options_from(args: argparse.Namespace) -> FakeOptions:
         port=args.port,
         api_key=args.api_key,
         rtt_ms=args.rtt,
+        jitter_ms=args.jitter,
     )
 
 

@@ -52,14 +52,18 @@ class FakeOptions:
     port: int = 0
     api_key: str | None = None
     rtt_ms: float = 0.0
+    jitter_ms: float = 0.0  # up to this much more per crossing, at random (fakes/network.py)
 
     def __post_init__(self) -> None:
         if self.profile not in PROFILES:
             raise ValueError(f"unknown fake profile {self.profile!r}; one of {', '.join(PROFILES)}")
         if self.max_sandboxes is not None and self.max_sandboxes < 1:
             raise ValueError(f"max_sandboxes must be at least 1, not {self.max_sandboxes}")
-        if not 0 <= self.rtt_ms <= MAX_RTT_MS:
-            raise ValueError(f"a round-trip time of {self.rtt_ms:g} ms is outside 0..{MAX_RTT_MS} ms")
+        if not 0 <= self.rtt_ms <= MAX_RTT_MS or not 0 <= self.jitter_ms <= MAX_RTT_MS:
+            raise ValueError(
+                f"a round-trip time of {self.rtt_ms:g} ms or a jitter of {self.jitter_ms:g} ms is outside "
+                f"0..{MAX_RTT_MS} ms"
+            )
 
     def argv(self) -> list[str]:
         """These options as command-line arguments of ``python -m fakes.process``."""
@@ -70,6 +74,8 @@ class FakeOptions:
             args += ["--api-key", self.api_key]
         if self.rtt_ms:
             args += ["--rtt", f"{self.rtt_ms:g}"]
+        if self.jitter_ms:
+            args += ["--jitter", f"{self.jitter_ms:g}"]
         return args
 
 
@@ -209,17 +215,17 @@ def start(name: str, workdir: Path, options: FakeOptions | None = None) -> FakeS
     options' round-trip time, where it has one)."""
     check_name(name)
     options = options or FakeOptions()
-    if options.rtt_ms and name not in SERVERS:
+    if (options.rtt_ms or options.jitter_ms) and name not in SERVERS:
         raise ValueError(
             f"the {name} fake has no network to delay: its sandboxes are on this machine (drop --rtt for it)"
         )
     fake = FAKES[name](Path(workdir), options)
-    if not options.rtt_ms:
+    if not (options.rtt_ms or options.jitter_ms):
         return fake
     from fakes.network import delayed
 
     try:
-        return delayed(fake, options.rtt_ms / 1000)
+        return delayed(fake, options.rtt_ms / 1000, jitter_s=options.jitter_ms / 1000)
     except BaseException:
         fake.stop()
         raise

@@ -299,7 +299,21 @@ def _rtts(args: argparse.Namespace) -> list[float]:
     return list(dict.fromkeys(found))
 
 
-def _network(selected: list[entries.Entry], rtts: list[float], quick: bool, progress: Progress) -> dict[str, Any]:
+def _jitter(args: argparse.Namespace) -> float | None:
+    """--jitter in milliseconds (None: a tenth of each round-trip time)."""
+    if args.jitter is None:
+        return None
+    if not 0 <= args.jitter <= 10_000:
+        raise UsageError(
+            f"bench: --jitter {args.jitter:g} is not a jitter in milliseconds",
+            "give milliseconds from 0 to 10000 (0: the same delay on every crossing)",
+        )
+    return float(args.jitter)
+
+
+def _network(
+    selected: list[entries.Entry], rtts: list[float], jitter: float | None, quick: bool, progress: Progress
+) -> dict[str, Any]:
     """The network section of ``selected`` at ``rtts`` with its goals; a usage error when none of them has a
     network to delay."""
     if not any(network.has_network(e) for e in selected):
@@ -310,7 +324,7 @@ def _network(selected: list[entries.Entry], rtts: list[float], quick: bool, prog
         )
     rounds = network.QUICK_ROUNDS if quick else network.Rounds()
     with tempfile.TemporaryDirectory(prefix="kit-bench-net-") as tmp:
-        section = network.run(selected, rtts, rounds, Path(tmp), progress)
+        section = network.run(selected, rtts, rounds, Path(tmp), progress, jitter_ms=jitter)
     section["goals"] = goals.network(section)
     return section
 
@@ -318,7 +332,7 @@ def _network(selected: list[entries.Entry], rtts: list[float], quick: bool, prog
 def network_only(args: argparse.Namespace) -> int:
     """Measure only the network section and update the 'network' key of --out (and its .md)."""
     selected = _selected(args)
-    section = _network(selected, _rtts(args), args.quick, Progress())
+    section = _network(selected, _rtts(args), _jitter(args), args.quick, Progress())
     out = Path(args.out)
     data: dict[str, Any] = json.loads(out.read_text()) if out.exists() else {}
     data["network"] = section
@@ -540,7 +554,7 @@ def run(args: argparse.Namespace) -> int:
     data["suite"] = suites
     data["goals"] = goals.evaluate(data, minimal_figures)
     if rtts and any(network.has_network(e) for e in selected):
-        data["network"] = _network(selected, rtts, args.quick, progress)
+        data["network"] = _network(selected, rtts, _jitter(args), args.quick, progress)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(data, indent=2) + "\n")

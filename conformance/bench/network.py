@@ -3,8 +3,8 @@
 On loopback a call costs a millisecond or two, so a backend that makes two
 calls per command looks as fast as one that makes one.  Here every fake sits
 behind a network of a fixed round-trip time (fakes/network.py: half of it each
-way on every byte, and two more round trips for each new connection, TCP's
-and TLS's handshakes), and each backend is measured beside its vendor's
+way on every byte, up to a tenth more at random, and two more round trips for
+each new connection, TCP's and TLS's handshakes), and each backend is measured beside its vendor's
 minimal client inside the host (minimal.py: the host's bare environment over
 the vendor's fewest calls), doing the same operations:
 
@@ -33,6 +33,7 @@ import io
 import statistics
 import tarfile
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -49,14 +50,16 @@ from conformance.scope import Scope, restored
 from fakes.network import HANDSHAKE_RTTS
 
 MODEL = (
-    "every byte crosses in half the round trip, each way; a new connection pays two more round trips before "
-    "its first byte reaches the service (TCP's and TLS 1.3's handshakes); bandwidth is not limited"
+    "every byte crosses in half the round trip, each way, plus up to the jitter at random (order kept); a new "
+    "connection pays two more round trips before its first byte reaches the service (TCP's and TLS 1.3's "
+    "handshakes); bandwidth is not limited"
 )
 OPERATIONS = ("cold_start", "warm", "session", "sync_push", "sync_back", "execute_code")
 LABELS = {
     "cold_start": "cold start: create to first result",
     "warm_p50": "warm `true`, p50",
     "warm_p95": "warm `true`, p95",
+    "warm_exit_p50": "warm `true` to its end (without the host's poll), p50",
     "session": "session: create, 20 commands, release",
     "sync_push": "file sync push (20 files, the carrying command)",
     "sync_back": "file sync back (with the release)",
@@ -107,7 +110,7 @@ class Side(Protocol):
     name: str
 
     def cold_start(self) -> ColdSample: ...
-    def warm(self) -> float: ...
+    def warm(self) -> tuple[float, float]: ...
     def session(self) -> float: ...
     def sync(self) -> tuple[float, float]: ...
     def execute_code(self) -> float: ...
@@ -125,6 +128,40 @@ def _ok(result: dict[str, Any], what: str) -> dict[str, Any]:
     if code != 0:
         raise RuntimeError(f"{what} exited {code}: {str(result.get('output'))[-300:]!r}")
     return result
+
+
+class ExitWatch:
+    """When each command an environment runs ends, as the host's handle reports it (its ``wait()`` wakes
+    this): the command's latency without the host's poll interval, which rounds a result up to its next
+    poll.  Installed on the environment's ``_run_bash``; it changes nothing the host sees."""
+
+    def __init__(self, env: Any):
+        self.ended: list[float] = []
+        run_bash = env._run_bash
+
+        def watched(*args: Any, **kwargs: Any) -> Any:
+            handle = run_bash(*args, **kwargs)
+            threading.Thread(target=self._wait, args=(handle,), daemon=True, name="bench-exit-watch").start()
+            return handle
+
+        env._run_bash = watched
+
+    def _wait(self, handle: Any) -> None:
+        handle.wait()
+        self.ended.append(time.perf_counter())
+
+    def one(self, run: Callable[[], Any]) -> tuple[float, float]:
+        """(seconds until ``run`` returned, seconds until its one command ended)."""
+        before = len(self.ended)
+        started = time.perf_counter()
+        run()
+        returned = time.perf_counter()
+        deadline = returned + 5
+        while len(self.ended) == before and time.perf_counter() < deadline:
+            time.sleep(0.001)
+        if len(self.ended) == before:
+            raise RuntimeError("the command's handle never reported its end")
+        return returned - started, self.ended[before] - started
 
 
 def _first_cell(env: Any, what: str) -> None:
@@ -147,7 +184,7 @@ class BackendSide:
 
     def __init__(self, target: KitBackend, scope: Scope):
         self.target, self.scope, self.name = target, scope, target.name
-        self._kernel_started = 0.0
+        self._watch: ExitWatch | None = None
 
     def _run(self, env: Any, command: str) -> dict[str, Any]:
         return _ok(self.target._execute(env, command), f"{self.name}: {command!r}")
@@ -155,9 +192,11 @@ class BackendSide:
     def cold_start(self) -> ColdSample:
         return self.target.cold_start()
 
-    def warm(self) -> float:
+    def warm(self) -> tuple[float, float]:
         env = self.target.env
-        return _timed(lambda: self._run(env, "true"))
+        if self._watch is None:
+            self._watch = ExitWatch(env)
+        return self._watch.one(lambda: self._run(env, "true"))
 
     def session(self) -> float:
         def work() -> None:
@@ -191,12 +230,14 @@ class MinimalSide:
         self.client, self.scope, self.name = client, scope, f"{client.name} in the host"
         self._made: Any = None
         self._shell: Any = None
+        self._watch: ExitWatch | None = None
 
     @property
     def shell(self) -> Any:
         if self._shell is None:
             self._made = self.client.create()
             self._shell = minimal.host_shell(self.client, self._made)
+            self._watch = ExitWatch(self._shell)
         return self._shell
 
     def _run(self, shell: Any, command: str) -> dict[str, Any]:
@@ -205,9 +246,10 @@ class MinimalSide:
     def cold_start(self) -> ColdSample:
         return minimal.cold_start(self.client, in_host=True)
 
-    def warm(self) -> float:
+    def warm(self) -> tuple[float, float]:
         shell = self.shell
-        return _timed(lambda: self._run(shell, "true"))
+        assert self._watch is not None
+        return self._watch.one(lambda: self._run(shell, "true"))
 
     def session(self) -> float:
         def work() -> None:
@@ -284,50 +326,36 @@ class Contender:
     series: dict[str, Series] = field(default_factory=dict)
     calls: dict[str, list[str] | str] = field(default_factory=dict)
 
-    def take(self, key: str, work: Callable[[], float]) -> None:
-        series = self.series.setdefault(key, Series())
-        if series.na is not None:
+    def take(self, keys: tuple[str, ...], work: Callable[[], float | tuple[float, ...]]) -> None:
+        """One sample of each of ``keys`` from one run of ``work``; an error leaves them n/a with its reason."""
+        series = [self.series.setdefault(key, Series()) for key in keys]
+        if any(s.na is not None for s in series):
             return
         self.scope.apply()
         try:
-            series.samples.append(work())
+            got = work()
         except Unsupported as exc:
-            series.na = str(exc)
+            for s in series:
+                s.na = str(exc)
+            return
         except Exception as exc:
-            series.na = f"failed: {type(exc).__name__}: {str(exc)[:300]}"
+            for s in series:
+                s.na = f"failed: {type(exc).__name__}: {str(exc)[:300]}"
+            return
+        for s, value in zip(series, got if isinstance(got, tuple) else (got,), strict=True):
+            s.samples.append(value)
 
 
-def _interleave(contenders: list[Contender], rounds: int, key: str, work: Callable[[Side], float]) -> None:
-    """One unmeasured round, then ``rounds`` rounds of one sample per contender, in rotating order."""
+def _interleave(contenders: list[Contender], rounds: int, keys: tuple[str, ...], work: Callable[[Side], Any]) -> None:
+    """One unmeasured round, then ``rounds`` rounds of one run per contender, in rotating order."""
     for index in range(rounds + 1):
         shift = index % len(contenders)
         for contender in contenders[shift:] + contenders[:shift]:
-            contender.take(key, lambda c=contender: work(c.side))
+            contender.take(keys, lambda c=contender: work(c.side))
         if index == 0:
             for contender in contenders:
-                contender.series[key].samples.clear()
-
-
-def _sync_rounds(contenders: list[Contender], rounds: int) -> None:
-    """Push and back come from the same sync (one tree up, then the release that brings it back)."""
-    for index in range(rounds + 1):
-        shift = index % len(contenders)
-        for contender in contenders[shift:] + contenders[:shift]:
-            pair: list[float] = []
-
-            def push(c: Contender = contender, got: list[float] = pair) -> float:
-                got.extend(c.side.sync())
-                return got[0]
-
-            contender.take("sync_push", push)
-            if pair:
-                contender.take("sync_back", lambda got=pair: got[1])
-            elif contender.series["sync_push"].na is not None:
-                contender.series.setdefault("sync_back", Series()).na = contender.series["sync_push"].na
-        if index == 0:
-            for contender in contenders:
-                for key in ("sync_push", "sync_back"):
-                    contender.series.setdefault(key, Series()).samples.clear()
+                for key in keys:
+                    contender.series[key].samples.clear()
 
 
 def _trace(contender: Contender, progress: Callable[[str, str, str], None]) -> None:
@@ -368,18 +396,17 @@ def measure_rtt(
     if minimal_side is not None:
         contenders.append(Contender(minimal_side, minimal_side.scope))
     with restored():
-        steps: list[tuple[str, int, Callable[[Side], float]]] = [
-            ("cold_start", rounds.cold, lambda s: s.cold_start().result_s),
-            ("warm", rounds.warm, lambda s: s.warm()),
-            ("session", rounds.session, lambda s: s.session()),
-            ("execute_code", rounds.execute_code, lambda s: s.execute_code()),
+        steps: list[tuple[tuple[str, ...], int, Callable[[Side], Any]]] = [
+            (("cold_start",), rounds.cold, lambda s: s.cold_start().result_s),
+            (("warm", "warm_exit"), rounds.warm, lambda s: s.warm()),
+            (("session",), rounds.session, lambda s: s.session()),
+            (("execute_code",), rounds.execute_code, lambda s: s.execute_code()),
+            (("sync_push", "sync_back"), rounds.sync, lambda s: s.sync()),
         ]
-        for key, count, work in steps:
-            _interleave(contenders, count, key, work)
-            _report(contenders, key, progress)
-        _sync_rounds(contenders, rounds.sync)
-        _report(contenders, "sync_push", progress)
-        _report(contenders, "sync_back", progress)
+        for keys, count, work in steps:
+            _interleave(contenders, count, keys, work)
+            for key in keys:
+                _report(contenders, key, progress)
         for contender in contenders:
             _trace(contender, progress)
     return contenders
@@ -399,17 +426,18 @@ def _report(contenders: list[Contender], key: str, progress: Callable[[str, str,
 
 
 def figures(contender: Contender) -> dict[str, Any]:
-    """A side's figures in ms: median per operation, warm p50 and p95; n/a with its reason."""
+    """A side's figures in ms: median per operation; warm p50 and p95 as Hermes sees them, and p50 to the
+    command's end; n/a with its reason."""
     out: dict[str, Any] = {}
     for key in OPERATIONS:
-        series = contender.series.get(key, Series(na="not measured"))
-        names = ("warm_p50", "warm_p95") if key == "warm" else (key,)
+        names = ("warm_p50", "warm_p95", "warm_exit_p50") if key == "warm" else (key,)
         for name in names:
+            series = contender.series.get("warm_exit" if name == "warm_exit_p50" else key, Series(na="not measured"))
             if series.na is not None or not series.samples:
                 out[name] = {"ms": None, "na": series.na or "no samples"}
                 continue
-            value = (percentile(series.samples, 95) if name == "warm_p95" else statistics.median(series.samples)) * 1000
-            out[name] = {"ms": round(value, 2), "samples_ms": [round(s * 1000, 2) for s in series.samples]}
+            value = percentile(series.samples, 95) if name == "warm_p95" else statistics.median(series.samples)
+            out[name] = {"ms": round(value * 1000, 2), "samples_ms": [round(s * 1000, 2) for s in series.samples]}
     return out
 
 
@@ -456,9 +484,12 @@ def run(
     rounds: Rounds,
     workdir: Path,
     progress: Callable[[str, str, str], None],
+    *,
+    jitter_ms: float | None = None,
 ) -> dict[str, Any]:
-    """The ``network`` section: every entry on a vendor fake, at each round-trip time, beside its vendor's
-    minimal client in the host (a spec entry beside the reference it is measured with as well)."""
+    """The ``network`` section: every entry on a vendor fake, at each round-trip time (with ``jitter_ms``,
+    or a tenth of that time), beside its vendor's minimal client in the host (a spec entry beside the
+    reference it is measured with as well)."""
     by_rtt: dict[str, Any] = {}
     clean = Scope.capture()  # each run exports its fake's variables: every run starts from this
     for rtt in rtts:
@@ -467,11 +498,13 @@ def run(
             for e in entries
             if not has_network(e)
         }
+        jitter = rtt / 10 if jitter_ms is None else jitter_ms
         for reference, group in groups(entries):
-            at.update(_measure_group(reference, group, rtt, rounds, workdir, progress, clean))
+            at.update(_measure_group(reference, group, rtt, jitter, rounds, workdir, progress, clean))
         by_rtt[f"{rtt:g}"] = at
     return {
         "rtts_ms": [float(f"{r:g}") for r in rtts],
+        "jitter_ms": "a tenth of each round trip" if jitter_ms is None else jitter_ms,
         "handshake_rtts": HANDSHAKE_RTTS,
         "rounds": {
             "cold": rounds.cold,
@@ -489,6 +522,7 @@ def _measure_group(
     reference: Any | None,
     group: list[Any],
     rtt: float,
+    jitter: float,
     rounds: Rounds,
     workdir: Path,
     progress: Callable[[str, str, str], None],
@@ -503,7 +537,9 @@ def _measure_group(
             progress(entry.name, f"network {rtt:g} ms", "starting its run behind the network")
             clean.apply()
             target = KitBackend(
-                entry.name, workdir / f"{entry.directory}-rtt{rtt:g}", replace(entry.run_options(), rtt_ms=rtt)
+                entry.name,
+                workdir / f"{entry.directory}-rtt{rtt:g}",
+                replace(entry.run_options(), rtt_ms=rtt, jitter_ms=jitter),
             )
             sides.append(BackendSide(target, Scope.capture()))
             if entry is reference:
@@ -561,7 +597,7 @@ def markdown(data: dict[str, Any]) -> list[str]:
         "seen at the poll after it ended.",
         "",
     ]
-    keys = ["cold_start", "warm_p50", "warm_p95", "session", "sync_push", "sync_back", "execute_code"]
+    keys = ["cold_start", "warm_p50", "warm_p95", "warm_exit_p50", "session", "sync_push", "sync_back", "execute_code"]
     for rtt, at in by_rtt.items():
         lines += [f"### {rtt} ms round trip", "", "| figure | " + " | ".join(at) + " |", "| --- |" + " --- |" * len(at)]
         for key in keys:
@@ -602,17 +638,20 @@ def markdown(data: dict[str, Any]) -> list[str]:
             f"{goals.COLD_VS_MINIMAL_MAX:g}x; a backend measured beside a reference: the reference's warm p50 at "
             "most 1.0x its own.",
             "",
-            "| backend | warm vs minimal | cold vs minimal | warm calls beyond minimal | reference's warm vs this |",
-            "| --- | --- | --- | --- | --- |",
+            "| backend | warm vs minimal | to the end vs minimal | cold vs minimal | warm calls beyond minimal | "
+            "reference's warm vs this | to the end |",
+            "| --- | --- | --- | --- | --- | --- | --- |",
         ]
         for name, goal in found.items():
             checks = goal["checks"]
-            ref = checks.get("reference_warm_vs_this")
+
+            def cell(key: str, unit: str = "x", checks: dict[str, Any] = checks) -> str:
+                return goals.cell(checks[key], unit) if key in checks else "-"
+
             lines.append(
-                f"| {name} | {goals.cell(checks['warm_vs_minimal'], 'x')} | "
-                f"{goals.cell(checks['cold_vs_minimal'], 'x')} | "
-                f"{goals.cell(checks['warm_calls_beyond_minimal'], '')} | "
-                f"{goals.cell(ref, 'x') if ref else '-'} |"
+                f"| {name} | {cell('warm_vs_minimal')} | {cell('warm_exit_vs_minimal')} | "
+                f"{cell('cold_vs_minimal')} | {cell('warm_calls_beyond_minimal', '')} | "
+                f"{cell('reference_warm_vs_this')} | {cell('reference_warm_exit_vs_this')} |"
             )
         lines.append("")
     return lines

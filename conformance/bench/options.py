@@ -65,6 +65,12 @@ def add_options(p: argparse.ArgumentParser) -> None:
         "the vendor's minimal client in the host (default: 50 in a full run, none with --quick)",
     )
     p.add_argument(
+        "--jitter",
+        metavar="MS",
+        type=float,
+        help="up to this much more on each crossing of the network, at random (default: a tenth of each --rtt)",
+    )
+    p.add_argument(
         "--network-only",
         action="store_true",
         help="measure only the network section (--rtt, default 50) and update the 'network' key of --out (and its .md)",

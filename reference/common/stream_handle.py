@@ -25,7 +25,6 @@ class StreamProcessHandle:
         self._stdout = os.fdopen(read_fd, "r", encoding="utf-8", errors="replace")
         self._stop = stop
         self._done = threading.Event()
-        self._cancelled = threading.Event()
         self._lock = threading.Lock()
         self._returncode: int | None = None
         self._closed = False
@@ -40,7 +39,7 @@ class StreamProcessHandle:
         view = memoryview(data)
         with self._lock:
             while view and not self._closed:
-                if self._cancelled.is_set():
+                if self.killed:
                     return
                 try:
                     view = view[os.write(self._write_fd, view) :]
@@ -71,6 +70,11 @@ class StreamProcessHandle:
     def returncode(self) -> int | None:
         return self._returncode
 
+    @property
+    def ended(self) -> threading.Event:
+        """Set once ``finish`` recorded the status."""
+        return self._done
+
     def poll(self) -> int | None:
         return self._returncode if self._done.is_set() else None
 
@@ -81,8 +85,7 @@ class StreamProcessHandle:
     def kill(self) -> None:
         if self.killed:
             return
-        self.killed = True
-        self._cancelled.set()
+        self.killed = True  # a blocked feed sees it within its 0.1 s wait and gives up
         stop = self._stop
         if stop is not None:
             threading.Thread(target=_quietly, args=(stop,), daemon=True, name="remote-stop").start()

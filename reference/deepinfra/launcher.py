@@ -20,8 +20,9 @@ cancel.  Each Hermes command therefore runs under a small bash launcher that
    (binary, NUL, no trailing newline) arrive exactly.  Without stdin the
    command gets /dev/null.  A new sandbox's session bootstrap may carry
    Hermes's first file sync instead (a tar, base64 in the extra elements):
-   it is unpacked before the command runs, so the first sync costs no call
-   of its own;
+   it is unpacked while the bootstrap runs and the exec ends once both have
+   (125 when the files could not be unpacked), so the first sync costs no
+   call of its own and no time beyond the bootstrap's;
 4. makes the backend's directories under /workspace when they are missing
    (Hermes's temp dir for the session snapshot, the transfer directory: a
    test builtin when they exist, so a new sandbox needs no exec of its own
@@ -58,8 +59,9 @@ _STDIN_STEPS = {
     'if ! printf %s "${@:2}" | base64 -d > "$__f"; then rm -f "$__f"; '
     'echo "deepinfra: could not decode stdin" >&2; exit 125; fi; exec 3<"$__f"; rm -f "$__f"',
     "file": 'if ! exec 3<"$2"; then echo "deepinfra: staged stdin $2 is missing" >&2; exit 125; fi; rm -f "$2"',
-    "files": 'if ! printf %s "${@:2}" | base64 -d | tar -xf - -C / --no-same-owner; then '
-    'echo "deepinfra: could not unpack Hermes\'s files" >&2; exit 125; fi; exec 3</dev/null',
+    # The files unpack while the session bootstrap runs; the exec ends when both have.
+    "files": '{ printf %s "${@:2}" | base64 -d | tar -xf - -C / --no-same-owner || '
+    '{ echo "deepinfra: could not unpack Hermes\'s files" >&2; exit 125; }; } & __u=$!; exec 3</dev/null',
 }
 
 
@@ -77,9 +79,10 @@ def _script(stdin_step: str) -> str:
         stdin_step,
         f"[ -d {TEMP_DIR} ] && [ -d {TRANSFER_DIR} ] || mkdir -p {TEMP_DIR} {TRANSFER_DIR} 2>/dev/null",
         'export HOME="$__h"',
-        'if [ "$__l" = 1 ]; then bash -l -c "$1" <&3 3<&-; exit; fi',
+        'if [ "$__l" = 1 ]; then bash -l -c "$1" <&3 3<&-; __c=$?; '
+        '[ -z "${__u:-}" ] || wait "$__u" || exit 125; exit $__c; fi',
         'set -- "$1"',
-        "unset __r __l __h __f",
+        "unset __r __l __h __f __u",
         'eval "shift; $1" <&3 3<&-',
     ]
     return "; ".join(steps)
@@ -125,15 +128,16 @@ class Launch:
 
 def launch(cmd: str, *, login: bool, stdin: bytes | None, files: bytes | None = None) -> Launch:
     """The argv running ``cmd`` under the launcher with ``stdin``, or, with ``files`` (a tar of at most
-    INLINE_MAX bytes, for a command without stdin), after unpacking those files."""
+    INLINE_MAX bytes, for a login command without stdin: the session bootstrap), unpacking those files
+    beside it."""
     run_id = new_run_id()
 
     def argv(kind: str, *extra: str) -> list[str]:
         return ["bash", "-c", LAUNCHERS[kind], "bash", run_id, "1" if login else "0", WORKSPACE, cmd, *extra]
 
     if files is not None:
-        if stdin is not None or len(files) > INLINE_MAX:
-            raise ValueError("files ride only on a command without stdin, inline")
+        if stdin is not None or not login or len(files) > INLINE_MAX:
+            raise ValueError("files ride only on a session bootstrap (login, no stdin), inline")
         return Launch(run_id, argv("files", *inline_args(files)))
     if stdin is None:
         return Launch(run_id, argv("none"))

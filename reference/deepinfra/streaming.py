@@ -81,7 +81,7 @@ class CommandRun:
         self.recover = recover
         self.settled = settled  # told the outcome (exit status, note) once it is known
         self.handle = StreamProcessHandle(stop=self._stop)
-        self.done = threading.Event()
+        self.done = self.handle.ended
         self._response: Any = None
         self._settled = False
 
@@ -147,7 +147,6 @@ class CommandRun:
                 logger.debug("the outcome's listener failed", exc_info=True)
         if note and not self.handle.killed:
             self.handle.feed(note.encode())
-        self.done.set()
         self.handle.finish(code)
 
     def _send(self) -> None:
@@ -233,16 +232,64 @@ class CommandRun:
                 pass
 
 
+class _Tails:
+    """Exec bodies read to their end after their terminal line, each closed when it has not ended within
+    TAIL_S (its connection is then dropped, not pooled).  One watcher thread for the process, started when
+    a body is watched and ending after IDLE_S with none: no thread per command."""
+
+    IDLE_S = 10.0
+    TICK_S = 0.5
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._watched: dict[int, tuple[float, Any]] = {}
+        self._next = 0
+        self._thread: threading.Thread | None = None
+
+    def watch(self, response: Any) -> int:
+        with self._lock:
+            key, self._next = self._next, self._next + 1
+            self._watched[key] = (time.monotonic() + TAIL_S, response)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, daemon=True, name="deepinfra-tails")
+                self._thread.start()
+        return key
+
+    def done(self, key: int) -> None:
+        with self._lock:
+            self._watched.pop(key, None)
+
+    def _run(self) -> None:
+        idle_since = time.monotonic()
+        while True:
+            time.sleep(self.TICK_S)
+            now = time.monotonic()
+            with self._lock:
+                late = [key for key, (deadline, _) in self._watched.items() if deadline <= now]
+                closing = [self._watched.pop(key)[1] for key in late]
+                if self._watched:
+                    idle_since = now
+                elif now - idle_since >= self.IDLE_S:
+                    self._thread = None
+                    return
+            for response in closing:
+                try:
+                    response.close()
+                except Exception:
+                    pass
+
+
+_tails = _Tails()
+
+
 def _read_to_end(response: Any, lines: Iterator[Any]) -> None:
     """What is left of an exec body after its terminal line (its end, normally), within TAIL_S: a body
     read to its end returns its connection to the client's pool."""
-    closer = threading.Timer(TAIL_S, response.close)
-    closer.daemon = True
-    closer.start()
+    key = _tails.watch(response)
     try:
         for _ in lines:
             pass
     except Exception:
-        pass  # closed by the timer, or the connection went: the next request opens another
+        pass  # closed for being late, or the connection went: the next request opens another
     finally:
-        closer.cancel()
+        _tails.done(key)

@@ -125,3 +125,25 @@ def test_a_fake_behind_the_network_exports_the_network_and_stops_with_it(tmp_pat
     port = int(url.rsplit(":", 1)[1])
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", port), timeout=1).close()
+
+
+def test_jitter_varies_each_crossing_within_its_bound_and_never_reorders_bytes(echo):
+    net = DelayedNetwork(("127.0.0.1", echo.port), 0.02, jitter_s=0.03, handshake_rtts=0, seed=7)
+    net.start()
+    try:
+        with socket.create_connection(("127.0.0.1", net.port)) as client:
+            client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            trips = []
+            for i in range(12):
+                started = time.monotonic()
+                client.sendall(bytes([i]))
+                assert _read(client, 1) == bytes([i])
+                trips.append(time.monotonic() - started)
+            burst = b"".join(i.to_bytes(2, "big") for i in range(5000))
+            for i in range(0, len(burst), 100):  # many small crossings, each drawing its own delay
+                client.sendall(burst[i : i + 100])
+            assert _read(client, len(burst)) == burst, "a later chunk overtook an earlier one"
+    finally:
+        net.stop()
+    assert min(trips) >= 0.02 - 0.005 and max(trips) <= 0.02 + 2 * 0.03 + 0.05, trips
+    assert max(trips) - min(trips) > 0.005, f"the round trips did not vary: {trips}"

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import io
 import subprocess
+import tarfile
 import time
 from pathlib import Path
 
@@ -111,3 +113,20 @@ def test_a_record_whose_process_started_at_another_time_is_not_killed(workspace)
         assert other.wait(10) == -9
     finally:
         other.kill()
+
+
+def test_a_bootstrap_unpacks_the_files_it_carries_and_says_125_when_it_could_not(workspace):
+    root, runs = workspace
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        member = tarfile.TarInfo(f"{str(root).lstrip('/')}/.hermes/skills/a.md")
+        member.size = 5
+        tar.addfile(member, io.BytesIO(b"skill"))
+    for files, status in ((buffer.getvalue(), 0), (b"not a tar archive", launcher.LAUNCH_FAILED)):
+        made = launcher.launch("echo booted", login=True, stdin=None, files=files)
+        done = subprocess.run(_argv(root, runs, made.argv), capture_output=True, start_new_session=True)
+        assert (done.returncode, done.stdout) == (status, b"booted\n"), done.stderr
+    assert (root / ".hermes" / "skills" / "a.md").read_bytes() == b"skill"
+    assert b"could not unpack Hermes's files" in done.stderr
+    with pytest.raises(ValueError, match="session bootstrap"):
+        launcher.launch("true", login=False, stdin=None, files=b"")
