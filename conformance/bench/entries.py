@@ -91,12 +91,13 @@ def select(args: Any) -> list[Entry]:
     if spec in KNOWN_BACKENDS:
         other = known(spec)
         return [reference] if other == reference else [reference, other]
+    name = spec  # as given: the row's name reads the same on every machine
     if Path(spec).expanduser().is_dir():  # its suite runs certify elsewhere: an absolute path loads there too
         spec = str(Path(spec).expanduser().resolve())
     config = str(Path(args.backend_config).resolve()) if args.backend_config else None
     where = "its real service" if args.live else f"fake {fake}" if fake else "no fake"
     entry = Entry(
-        spec, spec, f"{spec} on {where}", SPEC_WORKERS, known=False, fake=fake, live=args.live, backend_config=config
+        name, spec, f"{name} on {where}", SPEC_WORKERS, known=False, fake=fake, live=args.live, backend_config=config
     )
     if entry.name == reference.name:
         raise UsageError(f"bench: --backend {spec} is the reference itself", "pick another --reference")

@@ -95,13 +95,13 @@ CELL = "print(6 * 7)"
 @dataclass(frozen=True)
 class Rounds:
     cold: int = 5
-    warm: int = 15
+    warm: int = 40  # cheap, and a warm command's spread (the jitter) needs them to resolve a millisecond
     session: int = 2
     sync: int = 3
     execute_code: int = 3
 
 
-QUICK_ROUNDS = Rounds(cold=3, warm=9, session=1, sync=2, execute_code=2)
+QUICK_ROUNDS = Rounds(cold=3, warm=15, session=1, sync=2, execute_code=2)
 
 
 class Side(Protocol):
@@ -598,14 +598,18 @@ def markdown(data: dict[str, Any]) -> list[str]:
         "",
     ]
     keys = ["cold_start", "warm_p50", "warm_p95", "warm_exit_p50", "session", "sync_push", "sync_back", "execute_code"]
-    for rtt, at in by_rtt.items():
-        lines += [f"### {rtt} ms round trip", "", "| figure | " + " | ".join(at) + " |", "| --- |" + " --- |" * len(at)]
+    for rtt, every in by_rtt.items():
+        at = {name: entry for name, entry in every.items() if "figures" in entry}
+        local = [f"{name} ({entry.get('na', 'not measured')})" for name, entry in every.items() if name not in at]
+        lines += [f"### {rtt} ms round trip", ""]
+        if local:
+            lines += [f"Not measured: {'; '.join(local)}.", ""]
+        if not at:
+            continue
+        lines += ["| figure | " + " | ".join(at) + " |", "| --- |" + " --- |" * len(at)]
         for key in keys:
             cells = []
             for entry in at.values():
-                if "figures" not in entry:
-                    cells.append(f"n/a ({entry.get('na', 'not measured')})")
-                    continue
                 own = entry["figures"].get(key) or {}
                 base = ((entry.get("minimal") or {}).get("figures") or {}).get(key) or {}
                 if own.get("ms") is None:
@@ -618,8 +622,8 @@ def markdown(data: dict[str, Any]) -> list[str]:
             lines.append(f"| {LABELS[key]} | " + " | ".join(cells) + " |")
         lines += [
             "",
-            "Calls per operation (one traced run each; execute_code's count follows how soon its result is "
-            "polled), and those beyond the minimal client's with the reason for each:",
+            "Calls per operation (one traced run each), and those beyond the minimal client's with the reason "
+            "for each (execute_code's count follows how soon its result is polled, so it is not compared):",
             "",
         ]
         for name, entry in at.items():
@@ -628,7 +632,8 @@ def markdown(data: dict[str, Any]) -> list[str]:
                 count = len(made) if isinstance(made, list) else made
                 base = table.get("minimal_calls")
                 base_text = f", minimal client {len(base)}" if isinstance(base, list) else ""
-                lines.append(f"- {name}, {key}: {count}{base_text}{_beyond(name, table.get('beyond_minimal'))}")
+                extra = None if key == "execute_code" else table.get("beyond_minimal")
+                lines.append(f"- {name}, {key}: {count}{base_text}{_beyond(name, extra)}")
         lines.append("")
     found = section.get("goals") or {}
     if found:

@@ -98,10 +98,10 @@ class DeepInfraEnvironment(PassthroughEnvironment, CleanupOffThread, BaseEnviron
 
     def _prepare(self) -> None:
         """Hermes's files and the session snapshot, in one exec: file sync gathers the files beside the
-        bootstrap and hands its archive to the bootstrap's exec, which unpacks it first (files.Carried;
-        an archive too big to carry goes up on its own, beside the bootstrap).  Both are done before
-        the first command.  Every command's launcher makes the directories the backend relies on, so
-        no exec is spent on them."""
+        bootstrap and hands its archive to the bootstrap's exec, which unpacks it while the bootstrap
+        runs (files.Carried; an archive too big to carry goes up on its own, beside the bootstrap).
+        Both are done before the first command.  Every command's launcher makes the directories the
+        backend relies on, so no exec is spent on them."""
         carry = self._files.carry = self._carry = Carried()
 
         def sync() -> None:
