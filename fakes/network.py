@@ -140,23 +140,24 @@ class DelayedNetwork:
         accepted = loop.time()
         upstream_writer: asyncio.StreamWriter | None = None
         try:
-            upstream_reader, upstream_writer = await asyncio.open_connection(*self.target)
-            for end in (writer, upstream_writer):
+            upstream_reader, upstream = await asyncio.open_connection(*self.target)
+            upstream_writer = upstream
+            for end in (writer, upstream):
                 sock = end.get_extra_info("socket")
                 if sock is not None:
                     with contextlib.suppress(OSError):
                         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             first = accepted + self.handshake_rtts * self.rtt_s + self._crossing()
             await asyncio.gather(
-                _carry(reader, upstream_writer, self._crossing, first),
+                _carry(reader, upstream, self._crossing, first),
                 _carry(upstream_reader, writer, self._crossing, 0.0),
             )
         except (OSError, asyncio.IncompleteReadError, asyncio.CancelledError):
             pass  # a peer went away, or the network is stopping: either way this connection ends
         finally:
-            for end in (writer, upstream_writer):
-                if end is not None:
-                    end.close()
+            writer.close()
+            if upstream_writer is not None:
+                upstream_writer.close()
             self._tasks.discard(task)
 
 

@@ -351,7 +351,8 @@ def _interleave(contenders: list[Contender], rounds: int, keys: tuple[str, ...],
     for index in range(rounds + 1):
         shift = index % len(contenders)
         for contender in contenders[shift:] + contenders[:shift]:
-            contender.take(keys, lambda c=contender: work(c.side))
+            side = contender.side
+            contender.take(keys, lambda side=side: work(side))  # type: ignore[misc]  # bound per contender
         if index == 0:
             for contender in contenders:
                 for key in keys:
@@ -542,8 +543,8 @@ def _measure_group(
                 replace(entry.run_options(), rtt_ms=rtt, jitter_ms=jitter),
             )
             sides.append(BackendSide(target, Scope.capture()))
-            if entry is reference:
-                client = minimal.for_backend(entry.name, dict(getattr(target.run.fake, "env", None) or {}))
+            if reference is not None and entry is reference:
+                client = minimal.for_backend(reference.name, dict(getattr(target.run.fake, "env", None) or {}))
                 if client is not None:
                     client_side = MinimalSide(client, Scope.capture())
         contenders = measure_rtt(sides, client_side, rounds, progress)
@@ -650,13 +651,13 @@ def markdown(data: dict[str, Any]) -> list[str]:
         for name, goal in found.items():
             checks = goal["checks"]
 
-            def cell(key: str, unit: str = "x", checks: dict[str, Any] = checks) -> str:
+            def shown(key: str, unit: str = "x", checks: dict[str, Any] = checks) -> str:
                 return goals.cell(checks[key], unit) if key in checks else "-"
 
             lines.append(
-                f"| {name} | {cell('warm_vs_minimal')} | {cell('warm_exit_vs_minimal')} | "
-                f"{cell('cold_vs_minimal')} | {cell('warm_calls_beyond_minimal', '')} | "
-                f"{cell('reference_warm_vs_this')} | {cell('reference_warm_exit_vs_this')} |"
+                f"| {name} | {shown('warm_vs_minimal')} | {shown('warm_exit_vs_minimal')} | "
+                f"{shown('cold_vs_minimal')} | {shown('warm_calls_beyond_minimal', '')} | "
+                f"{shown('reference_warm_vs_this')} | {shown('reference_warm_exit_vs_this')} |"
             )
         lines.append("")
     return lines

@@ -44,7 +44,7 @@ def _provider() -> Any:
         def __init__(self, *, cwd: str, timeout: int):
             from deepinfra import Sandbox
 
-            self._sandbox = Sandbox.create(wait=True, client=_client())
+            self._sandbox: Any = Sandbox.create(wait=True, client=_client())
             super().__init__(cwd=cwd, timeout=timeout)
             self.init_session()
 
