@@ -405,12 +405,16 @@ def cmd_certify(args: argparse.Namespace) -> int:
         print(f"{line}: {report['backend'].get('name')}")
         return 0
     if report.get("selection"):
-        # A diagnostic run answers "do the clauses I picked pass?": its exit status says that alone.
-        must = report["summary"]["must"]
-        print(line, file=sys.stderr if must["fail"] or must["skipped"] else sys.stdout)
+        # A diagnostic run answers "do the clauses I picked pass?", SHOULD ones too: its exit status says
+        # that alone.
+        must, should = report["summary"]["must"], report["summary"]["should"]
+        failed = bool(must["fail"] or must["skipped"] or should["fail"])
+        print(line, file=sys.stderr if failed else sys.stdout)
         for failure in must_failure_lines(report):
             print(failure, file=sys.stderr)
-        return 1 if must["fail"] or must["skipped"] else 0
+        if should["fail"] and not must["fail"]:
+            print(f"{should['fail']} SHOULD clause(s) it ran failed (report.md lists them)", file=sys.stderr)
+        return 1 if failed else 0
     because = report["not_certified_because"]
     more = f"; and {len(because) - 5} more (see report.md)" if len(because) > 5 else ""
     print(f"{line}: " + "; ".join(because[:5]) + more, file=sys.stderr)
@@ -867,6 +871,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         signum = getattr(exc, "signum", signal.SIGINT)
         print(f"interrupted ({signal.Signals(signum).name})", file=sys.stderr)
         return 128 + signum
+    except BrokenPipeError:
+        return _reader_went_away()
     except Exception as exc:
         from conformance import redact
 
@@ -879,6 +885,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 3
+
+
+def _reader_went_away() -> int:
+    """The reader of stdout closed it (``| head``): what was asked for has been read, so this is no error.
+    stdout goes to /dev/null so Python's flush at exit does not fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    return 0
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from conformance import leftovers, redact
+from conformance import leftovers, readiness, redact
 from conformance.host.calls import CallHung, bounded
 from conformance.host.netguard import network_guard
 
@@ -161,23 +161,32 @@ class Doctor:
             raise StepFailed(
                 f"is_available() returned {shown(value)}, not a bool", "return True or False from is_available()"
             )
-        unset = self._unset_required_env()
+        declared, required = readiness.declared_requirements(getattr(self.run.plugin, "manifest", None))
+        unset = [name for name in required if not os.environ.get(name)]
         if unset:
             raise StepFailed("is_available() returned False", f"set {', '.join(unset)} (plugin.yaml requires_env)")
+        if required:
+            why = "with every variable plugin.yaml requires set"
+        elif declared == "no plugin.yaml":
+            why = "(the backend has no plugin.yaml, so it declares no variables it requires)"
+        else:
+            why = "(its plugin.yaml declares no requires_env)"
+        named = self._named_by_probe()
         raise StepFailed(
-            "is_available() returned False with every variable plugin.yaml requires set",
-            "see the backend's setup instructions: its SDK extra may be missing or a setting it reads is not set",
+            f"is_available() returned False {why}",
+            f"set {', '.join(named)}, which its probe() names"
+            if named
+            else "see the backend's setup instructions: its SDK extra may be missing or a setting it reads is not set",
         )
 
-    def _unset_required_env(self) -> list[str]:
-        manifest = getattr(self.run.plugin, "manifest", None)
-        required = (manifest.get("requires_env") or ()) if isinstance(manifest, dict) else ()
-        names = []
-        for item in required if isinstance(required, list) else ():
-            name = item.get("name") if isinstance(item, dict) else item
-            if isinstance(name, str) and not os.environ.get(name):
-                names.append(name)
-        return names
+    def _named_by_probe(self) -> list[str]:
+        """Unset variables the backend's probe() detail names (what it would need)."""
+        try:
+            answer = self.run.provider.probe()
+        except Exception:
+            return []
+        detail = answer[1] if isinstance(answer, tuple) and len(answer) == 2 else ""
+        return readiness.named_variables(str(detail or ""))
 
     def _probe(self) -> str:
         answer = self.run.provider.probe()
@@ -292,7 +301,15 @@ def main(
     workdir = Path(tempfile.mkdtemp(prefix="kit-doctor-"))
     try:
         run = KitRun.start(
-            RunOptions(backend=backend, backend_config=backend_config, host=host, fake=fake, live=live), workdir
+            RunOptions(
+                backend=backend,
+                backend_config=backend_config,
+                host=host,
+                fake=fake,
+                live=live,
+                ask_ready=False,  # its availability step asks, and says what is missing
+            ),
+            workdir,
         )
         try:
             doctor = Doctor(run, persistent=persistent, debug=debug)

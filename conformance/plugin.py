@@ -861,13 +861,16 @@ def redact_report(config: pytest.Config, report: Any) -> None:
     report.__dict__.update(clean.__dict__)
 
 
+REASON_CHARS = 20_000  # more than any excerpt keeps: what a check said, bounded
+
+
 def _reason(report: pytest.TestReport) -> str:
     if report.outcome == "skipped" and isinstance(report.longrepr, tuple):
         return str(report.longrepr[2]).removeprefix("Skipped: ")
     if report.outcome == "failed":
         crash = getattr(getattr(report.longrepr, "reprcrash", None), "message", None)
         if crash:
-            return crash[:500]
+            return str(crash)[:REASON_CHARS]  # the report keeps its start and its end (report/build.py clip)
         text = (getattr(report, "longreprtext", "") or str(report.longrepr)).strip()
-        return text.splitlines()[-1][:500] if text else "failed"
+        return text.splitlines()[-1][-REASON_CHARS:] if text else "failed"
     return ""

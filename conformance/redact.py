@@ -11,7 +11,10 @@ The kit registers each value it can know is a credential:
   credential (``credential_name``), when its value is at least
   ``MIN_GUESSED`` characters long.
 
-``redact`` masks them (and their URL- and JSON-escaped spellings) in text;
+``redact`` masks them (and their URL- and JSON-escaped spellings) in text,
+and the value of every ``NAME=value`` whose name looks like a credential's,
+whoever it belongs to (a process listing shows other programs' variables
+the kit never knew);
 ``redact_data`` walks JSON-like data.  The pytest plugin applies it to each
 check's report before the terminal, junit.xml or an xdist controller sees it,
 to report.json/md and the badge; ``redact_logging`` makes every log handler of
@@ -49,6 +52,24 @@ def credential_name(name: str) -> bool:
     """Does this environment variable name look like it holds a credential?"""
     upper = name.upper()
     return bool(CREDENTIAL_WORDS & set(upper.split("_"))) or any(s in upper for s in CREDENTIAL_SUBSTRINGS)
+
+
+# NAME=value as env, /proc/*/environ and shells print it, the name holding one of the credential words
+# (credential_name decides); the value, after an opening quote if any, runs to a space or a quote.
+_ASSIGNMENT = re.compile(
+    r"(?<![A-Za-z0-9_])([A-Za-z_][A-Za-z0-9_]*(?:KEY|TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|CREDENTIALS?|PAT)"
+    r"[A-Za-z0-9_]*)=(['\"]?)([^\s'\"]{" + str(MIN_KNOWN) + ",})",
+    re.IGNORECASE,
+)
+
+
+def _mask_assignments(text: str) -> str:
+    """``NAME=value`` with a credential's name: the value masked, the name kept (the evidence stays readable)."""
+    if "=" not in text:
+        return text
+    return _ASSIGNMENT.sub(
+        lambda m: f"{m.group(1)}={m.group(2)}{MASK}" if credential_name(m.group(1)) else m.group(0), text
+    )
 
 
 class Redactor:
@@ -104,14 +125,15 @@ class Redactor:
             return self._pattern
 
     def redact(self, text: str) -> str:
-        pattern = self._compiled()
-        if pattern is None or not text:
+        if not text:
             return text
-        return pattern.sub(MASK, text)
+        pattern = self._compiled()
+        masked = pattern.sub(MASK, text) if pattern is not None else text
+        return _mask_assignments(masked)
 
     def contains_secret(self, text: str) -> bool:
         pattern = self._compiled()
-        return bool(pattern and text and pattern.search(text))
+        return bool(text and ((pattern and pattern.search(text)) or _mask_assignments(text) != text))
 
     def redact_data(self, data: Any) -> Any:
         """A copy of JSON-like ``data`` (dicts, lists, tuples, strings) with every string redacted."""

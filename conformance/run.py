@@ -51,7 +51,7 @@ from typing import Any
 
 from conformance import backends, capabilities, config, contract, credentials, leftovers, persistent_path, redact
 from conformance.credentials import Credentials
-from conformance.errors import FakeServiceError, UsageError
+from conformance.errors import CredentialError, FakeServiceError, UsageError
 from conformance.host import abi, factory, features, hermes_home, loader
 from conformance.host.calls import Call, CallHung
 from conformance.host.registry import ProviderRegistry
@@ -75,6 +75,7 @@ class RunOptions:
     client_faults: str | None = None  # off, on, a vendor or a route table file; None: automatic (client_faults.py)
     rtt_ms: float = 0.0  # round-trip time in front of the fake's server (fakes/network.py): the bench's --rtt
     jitter_ms: float = 0.0  # and its jitter (the bench's --jitter)
+    ask_ready: bool = True  # a live run first asks the backend whether it is configured (readiness.py)
 
 
 @dataclass
@@ -173,7 +174,7 @@ class KitRun:
         hermes_home = _make_hermes_home(workdir / "hermes-home", backend_config.terminal)
         changes.set("HERMES_HOME", str(hermes_home))
         changes.update(backend_config.env)
-        host = abi.install(options.host)
+        host = abi.install(options.host, requires=loader.declared_requires_hermes(spec))
         if host_features is None:
             host_features = features.detect()
         fake = None
@@ -183,7 +184,13 @@ class KitRun:
             changes.update(fake.env)
         registry = ProviderRegistry()
         terminal_config = dict(backend_config.terminal)
-        plugin = loader.load(spec, registry, config={"terminal": terminal_config}, deadline=options.call_deadline)
+        plugin = loader.load(
+            spec,
+            registry,
+            config={"terminal": terminal_config},
+            deadline=options.call_deadline,
+            home=workdir / "load-home",  # the plugin's import and register(ctx) never see the user's home
+        )
         creds = credentials.gather(
             provider=plugin.provider,
             manifest=getattr(plugin, "manifest", None),
@@ -194,6 +201,8 @@ class KitRun:
             set_var=changes.set,
             backend=options.backend,
         )
+        if options.live and options.ask_ready:
+            _require_ready(plugin, options.backend)
         sandbox = LocalSandbox.make(workdir, changes) if not _flag(plugin.provider, "is_remote") else None
         if sandbox is not None:
             undo.append(sandbox.remove)
@@ -363,12 +372,12 @@ class KitRun:
             },
             "host": {**self.host.to_dict(), "features": self.host_features},
             "fake": getattr(self.fake, "name", None),
-            "fake_world": self._fake_world(),
+            "fake_world": self.fake_world_info(),
             "live": self.options.live,
             "credentials": self.credentials.report() if self.credentials is not None else [],
         }
 
-    def _fake_world(self) -> dict[str, Any] | None:
+    def fake_world_info(self) -> dict[str, Any] | None:
         """Whether the fake's boxes were isolated from this machine (own namespaces), and where their paths are."""
         world = getattr(self.fake, "world", None)
         if world is None:
@@ -455,6 +464,27 @@ def fake_errors(fix: str) -> Iterator[None]:
         ) from None
     except FakeError as exc:
         raise FakeServiceError(str(exc), fix) from exc
+
+
+def _require_ready(plugin: Any, backend: str) -> None:
+    """A live run judges a backend that says it can work; one that says it is not configured stops here
+    (CredentialError, exit 2) naming what it asked for, instead of failing every check for that reason."""
+    from conformance import readiness
+
+    unready = readiness.ask(plugin.provider, getattr(plugin, "manifest", None))
+    if unready is None:
+        return
+    if unready.missing:
+        fix = (
+            f"set {', '.join(unready.missing)} (in your environment, or --backend-config's env: section), then "
+            "run again"
+        )
+    else:
+        fix = (
+            f"configure the backend as its documentation says; `hermes-backend-kit doctor --backend {backend} "
+            "--live` shows each step it takes"
+        )
+    raise CredentialError(f"{backend} says it is not configured for a live run: {unready.said}", fix)
 
 
 def _make_hermes_home(home: Path, terminal: dict[str, Any]) -> Path:

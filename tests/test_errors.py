@@ -419,6 +419,8 @@ def test_a_class_that_is_not_a_provider_is_named_as_such_never_called_as_registe
     done = _run("doctor", "--backend", "not_provider:Helper", "--fake", "tempdir", cwd=tmp_path)
     line = _one_error_line(done)
     assert "names the class Helper, which is not a TerminalEnvironmentProvider subclass" in line
+    assert "agent.terminal_env_provider.TerminalEnvironmentProvider" in line, "Hermes's name, as a plugin imports it"
+    assert "conformance.host" not in line, "never the kit's internal path"
 
 
 @pytest.mark.suite
@@ -443,3 +445,34 @@ def test_a_selection_that_keeps_no_check_is_a_usage_error_naming_the_syntax(tmp_
     )
     line = _one_error_line(done, "--select no_such_check or no_other_check kept no check", "-k expression")
     assert "internal error" not in line and not (tmp_path / "o").exists()
+
+
+def test_a_reader_that_stops_early_is_no_error():
+    """`contract list | head -1`: the pipe closes under the kit's output; that is what the user asked for.
+    The pipe holds one page, so the kit is still writing when the reader goes (15 KB of clauses)."""
+    import fcntl
+
+    shown = subprocess.Popen(
+        [sys.executable, "-m", "conformance.cli", "contract", "list"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert shown.stdout is not None and shown.stderr is not None
+    fcntl.fcntl(shown.stdout.fileno(), 1031, 4096)  # F_SETPIPE_SZ: the smallest pipe Linux allows
+    shown.stdout.readline()
+    shown.stdout.close()  # the reader goes away with the rest unread
+    err = shown.stderr.read().decode()
+    assert shown.wait(60) == 0 and "internal error" not in err and "BrokenPipe" not in err, err
+
+
+@pytest.mark.suite
+def test_a_selection_whose_should_clause_fails_answers_no(tmp_path):
+    """README's exit codes: a --select run exits 1 when a clause it ran failed, a SHOULD one too."""
+    done = _run(
+        "certify",
+        *("--backend", "fakes.mutants.quiet_sync_back:provider", "--fake", "tempdir"),
+        *("--select", "sync.failure-reported", "--workers", "0", "--out", "o"),
+        cwd=tmp_path,
+    )
+    assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "SHOULD clause(s) it ran failed" in done.stderr

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
 import sys
 import textwrap
@@ -378,3 +379,69 @@ def test_feature_detection_tells_the_0_19_shape_from_the_current_one():
     assert not any(old[name] for name in ("exec-worker-thread", "snapshot-redumps-functions", "fetch-file")), old
     assert all(old[name] for name in ("wait-loop", "session-snapshot", "cwd-marker", "cwd-observed")), old
     assert all(features.detect(BaseEnvironment).values())
+
+
+@pytest.mark.parametrize(
+    "version, requires, expected",
+    [
+        ("0.19.0", ">=0.21.3", False),
+        ("0.22.2.post1", ">=0.21.3", True),
+        ("0.21.3", ">=0.21.3,<0.22", True),
+        (None, ">=0.21.3", None),
+        ("0.21.3", "not a range", None),
+    ],
+)
+def test_a_release_meets_a_plugins_range_or_cannot_be_told(version, requires, expected):
+    assert abi.meets(version, requires) is expected
+
+
+OLD_TREE_PROBE = textwrap.dedent(
+    """
+    import sys
+    from conformance.errors import HostError
+    from conformance.host import abi
+    tree = abi.installed_tree()
+    print("tree", tree.version, tree.where == sys.argv[1])
+    try:
+        abi.install("hermes", requires=">=0.21.3")
+    except HostError as exc:
+        print("hermes refused:", exc.one_line())
+    info = abi.install("auto", requires=">=0.21.3")
+    print("auto:", info.mode, "|", info.note)
+    print("imported:", "hermes_cli" in sys.modules and getattr(sys.modules["hermes_cli"], "OLD", False))
+    """
+)
+
+
+def test_an_installed_hermes_older_than_the_plugin_asks_is_never_its_host(tmp_path):
+    """--host auto takes the builtin host and says why; --host hermes is a usage error; nothing of the old
+    tree runs to find that out (its version is read from its source)."""
+    tree = tmp_path / "old"
+    (tree / "hermes_cli").mkdir(parents=True)
+    (tree / "hermes_cli" / "__init__.py").write_text('OLD = True\n__version__ = "0.19.0"\nraise SystemExit("ran")\n')
+    done = subprocess.run(
+        [sys.executable, "-c", OLD_TREE_PROBE, str(tree)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(tree)},
+    )
+    lines = done.stdout.splitlines()
+    assert done.returncode == 0 and lines[0] == "tree 0.19.0 True", done.stdout + done.stderr
+    assert (
+        "installed Hermes 0.19.0" in lines[1]
+        and "requires_hermes '>=0.21.3'" in lines[1]
+        and "--host builtin" in lines[1]
+    )
+    assert lines[2].startswith("auto: builtin |") and "does not meet the plugin's requires_hermes" in lines[2]
+    assert lines[3] == "imported: False"
+
+
+def test_the_plugins_range_is_read_beside_its_package_without_importing_it(tmp_path):
+    plugin = tmp_path / "ranged_box"
+    plugin.mkdir()
+    (plugin / "plugin.yaml").write_text('name: ranged\nkind: backend\nrequires_hermes: ">=0.21.3"\n')
+    (plugin / "__init__.py").write_text("raise SystemExit('imported')\n")
+    assert loader.declared_requires_hermes(str(plugin)) == ">=0.21.3"
+    assert loader.declared_requires_hermes("fakes.tempdir_box") is None  # no plugin.yaml range: nothing asked
+    assert loader.declared_requires_hermes("no_such_package:x") is None

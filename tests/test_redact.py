@@ -157,3 +157,19 @@ def test_a_failing_report_is_redacted_and_keeps_its_crash_message(pytester):
     assert value not in report.longreprtext
     assert value not in "".join(content for _, content in report.sections)
     assert report.longrepr.reprcrash.message.startswith(f"AssertionError: the backend said {MASK} is wrong")
+
+
+@pytest.mark.parametrize(
+    "shown, masked",
+    [
+        ("DEEPINFRA_API_KEY=di_canary_1234567", "DEEPINFRA_API_KEY=***"),
+        ('declare -x MY_PASSWORD="hunter22x"', 'declare -x MY_PASSWORD="***"'),
+        ("x GITHUB_TOKEN='ghp_abcdefghij' y", "x GITHUB_TOKEN='***' y"),
+        ("PATH=/usr/bin:/bin KEYBOARD=us SSLKEYLOGFILE=/tmp/k", "PATH=/usr/bin:/bin KEYBOARD=us SSLKEYLOGFILE=/tmp/k"),
+        ("FLAG_TOKEN=1 NO_TOKEN=", "FLAG_TOKEN=1 NO_TOKEN="),
+    ],
+)
+def test_any_credential_named_assignment_is_masked_whoever_it_belongs_to(shown, masked):
+    """A process listing shows other programs' variables the kit never registered: their values are masked
+    by their names, and the names stay readable as evidence."""
+    assert redact.Redactor().redact(shown) == masked

@@ -84,3 +84,17 @@ def test_compare_allows_only_host_caused_differences():
     assert [d.kind for d in compare.compare(base, host_na)] == ["host-not-applicable"]
     assert [d.kind for d in compare.compare(base, failing)] == ["mismatch"]
     assert compare.describe(compare.compare(base, base))[-1].endswith("verdicts are equivalent")
+
+
+def test_an_excerpt_keeps_its_error_line_and_shows_control_characters_as_escapes():
+    """report.md is text (a raw NUL makes tools take it for binary) and a long traceback keeps the line
+    that names its error, its last."""
+    from conformance.report.build import EXCERPT_CHARS, clip
+
+    traceback_text = (
+        "Traceback (most recent call last):\n" + "  frame\n" * 200 + "ModuleNotFoundError: No module named 'x'"
+    )
+    kept = clip(traceback_text)
+    assert len(kept) == EXCERPT_CHARS and kept.startswith("Traceback") and kept.endswith("No module named 'x'")
+    assert clip("out\x00put\x1b[1m\tand\nmore") == "out\\x00put\\x1b[1m\tand\nmore"
+    assert clip("short") == "short"

@@ -94,6 +94,17 @@ def credential_values(kit: Any) -> list[str]:
     return values
 
 
+def own_process_space(kit: Any) -> bool:
+    """Do the backend's commands run where every process belongs to its sandbox: a machine or a PID
+    namespace of their own (a remote service, or a fake whose boxes are isolated)?  Otherwise (a
+    host-attached backend, boxes that are plain processes on this machine) a command shares the machine
+    with everything else running on it, and only its own process tree is the sandbox's."""
+    world = kit.fake_world_info()
+    if world is not None:
+        return bool(world.get("isolated")) and not world.get("local")
+    return bool(getattr(kit.provider, "is_remote", False)) and kit.has("per-task-sandbox")
+
+
 def plant(env: Any, label: str = "id") -> tuple[str, str]:
     """Write a nonce file under the sandbox's $HOME; return (relpath, nonce)."""
     value = nonce(label)

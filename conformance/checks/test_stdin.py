@@ -117,9 +117,17 @@ def test_command_sees_eof_after_stdin(env):
         started = time.monotonic()
         result = run(env, command, stdin_data=data, timeout=5)
         elapsed = time.monotonic() - started
-        assert rc(result) == 0 and out(result) == expected, (
-            f"{command!r} with stdin {data!r} did not finish cleanly (rc {rc(result)} after {elapsed:.1f}s, "
-            f"output {out(result)[-200:]!r}); the command never saw end of file"
+        if rc(result) == 0 and out(result) == expected:
+            continue
+        seen = out(result)[-200:]
+        if rc(result) == 124 or elapsed >= 5:
+            why = "the command never saw end of file: it was still reading when its 5 s ran out"
+        elif rc(result) == 0:
+            why = f"the command saw end of file, but its output is not {expected!r}: stdin did not arrive as sent"
+        else:
+            why = "the command failed"
+        raise AssertionError(
+            f"{command!r} with stdin {data!r}: rc {rc(result)} after {elapsed:.1f}s, output {seen!r}; {why}"
         )
 
 

@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import importlib.util
+import re
 import sys
 import types
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from conformance.errors import HostError
 
@@ -51,14 +54,71 @@ class HostInfo:
     requested: str
     hermes_version: str | None = None
     shimmed: list[str] = field(default_factory=list)
+    note: str | None = None  # why the host is not the one asked for (--host auto)
 
     def to_dict(self) -> dict[str, object]:
-        return {
+        found: dict[str, object] = {
             "mode": self.mode,
             "requested": self.requested,
             "hermes_version": self.hermes_version,
             "shimmed": list(self.shimmed),
         }
+        if self.note:
+            found["note"] = self.note
+        return found
+
+
+@dataclass(frozen=True)
+class Tree:
+    """An installed Hermes tree as found on the path, nothing of it imported."""
+
+    version: str | None  # from the tree's own source, else its distribution's metadata
+    distribution: str | None  # hermes-agent, or a packaging of it under another name
+    where: str
+
+
+_VERSION_LITERAL = re.compile(r"""^(?:__version__|_FALLBACK_VERSION)\s*(?::\s*str\s*)?=\s*["']([^"']+)["']""", re.M)
+
+
+def installed_tree() -> Tree | None:
+    """The Hermes tree this Python would import (its ``hermes_cli`` package), or None."""
+    if "hermes_cli" in sys.modules:
+        origin = getattr(sys.modules["hermes_cli"], "__file__", None)
+    else:
+        try:
+            spec = importlib.util.find_spec("hermes_cli")
+        except (ImportError, ValueError):
+            return None
+        origin = spec.origin if spec is not None else None
+    if not origin:
+        return None
+    try:
+        source = Path(origin).read_text("utf-8", "replace")
+    except OSError:
+        source = ""
+    found = _VERSION_LITERAL.search(source)
+    distribution = next(iter(importlib.metadata.packages_distributions().get("hermes_cli") or []), None)
+    version = found.group(1) if found else None
+    if version is None and distribution is not None:
+        try:
+            version = importlib.metadata.version(distribution)
+        except importlib.metadata.PackageNotFoundError:
+            version = None
+    return Tree(version, distribution, str(Path(origin).resolve().parent.parent))
+
+
+def meets(version: str | None, requires: str | None) -> bool | None:
+    """Does ``version`` satisfy the specifier ``requires`` (">=0.21.3")?  None when either is missing or
+    cannot be read."""
+    if not version or not requires:
+        return None
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return SpecifierSet(requires).contains(Version(version), prereleases=True)
+    except (InvalidSpecifier, InvalidVersion):
+        return None
 
 
 _active: HostInfo | None = None
@@ -68,11 +128,30 @@ def active() -> HostInfo | None:
     return _active
 
 
-def install(mode: str = "auto") -> HostInfo:
-    """Set up the host once per process; later calls must ask for the same mode."""
+def install(mode: str = "auto", *, requires: str | None = None) -> HostInfo:
+    """Set up the host once per process; later calls must ask for the same mode.
+
+    ``requires``: the plugin's ``requires_hermes``.  An installed Hermes that does not meet it is never
+    the host: ``auto`` takes the builtin host and says why, ``hermes`` is a usage error.
+    """
     global _active
     if mode not in HOST_MODES:
         raise HostError(f"unknown host {mode!r}", f"use one of {', '.join(HOST_MODES)}")
+    too_old = _too_old(requires) if mode != "builtin" and _active is None else None
+    if too_old is not None and mode == "hermes":
+        raise HostError(
+            f"--host hermes: the installed Hermes {too_old.version} ({too_old.distribution or 'its tree'} at "
+            f"{too_old.where}) does not meet the plugin's requires_hermes {requires!r}",
+            "install a Hermes release the plugin supports, or run it on the kit's stand-ins with --host builtin",
+        )
+    if too_old is not None:
+        info = _install_builtin(requested="auto")
+        info.note = (
+            f"--host auto: the installed Hermes {too_old.version} does not meet the plugin's requires_hermes "
+            f"{requires!r}; the builtin host runs it instead"
+        )
+        _active = info
+        return info
     if _active is not None:
         if mode not in ("auto", _active.mode):
             raise HostError(
@@ -90,6 +169,12 @@ def install(mode: str = "auto") -> HostInfo:
             info = _install_builtin(requested="auto")
     _active = info
     return info
+
+
+def _too_old(requires: str | None) -> Tree | None:
+    """The installed tree, when there is one and its version does not meet ``requires``."""
+    tree = installed_tree() if requires else None
+    return tree if tree is not None and meets(tree.version, requires) is False else None
 
 
 def _hermes_importable() -> str | None:

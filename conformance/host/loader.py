@@ -20,14 +20,17 @@ is one line that names what is wrong and what to do.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import importlib
 import importlib.metadata
 import importlib.util
 import inspect
+import os
 import sys
 import time
 import types
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -149,6 +152,31 @@ def read_manifest(directory: Path) -> dict[str, Any] | None:
     return data
 
 
+def declared_requires_hermes(spec: str) -> str | None:
+    """The ``requires_hermes`` of the plugin.yaml beside ``spec``'s package, found without importing the
+    plugin (the host is chosen from it before anything of the plugin runs); None when there is none."""
+    directory: Path | None = None
+    path = Path(spec).expanduser()
+    try:
+        if "/" in spec or path.is_dir():
+            directory = path
+        else:
+            entry_point = spec.startswith(("ep:", "entry-point:"))
+            module = spec.split(":", 1)[1] if entry_point else spec.partition(":")[0]
+            if entry_point:
+                points = importlib.metadata.entry_points(group="hermes_agent.plugins")
+                found = [ep for ep in points if ep.name == module]
+                module = found[0].value.partition(":")[0] if found else ""
+            located = importlib.util.find_spec(module) if module else None
+            if located is not None and located.origin:
+                directory = Path(located.origin).parent
+        manifest = read_manifest(directory) if directory is not None and directory.is_dir() else None
+    except Exception:
+        return None  # the load itself says what is wrong with the spec or its plugin.yaml
+    value = manifest.get("requires_hermes") if isinstance(manifest, dict) else None
+    return value.strip() if isinstance(value, str) and value.strip() else None
+
+
 def _import_directory(directory: Path) -> types.ModuleType:
     init = directory / "__init__.py"
     if not init.is_file():
@@ -186,14 +214,55 @@ def _module_dir(module: types.ModuleType) -> Path | None:
     return Path(path).parent if path else None
 
 
+# What a private home replaces while a plugin is imported and registered.
+HOME_VARIABLES = ("HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_STATE_HOME", "XDG_RUNTIME_DIR")
+
+
+@contextlib.contextmanager
+def private_home(root: Path | None) -> Iterator[None]:
+    """``HOME`` and the XDG directories under ``root`` while inside (None: left as they are), so a
+    plugin's import or register(ctx) that writes "under ~" writes into the run's own tree, never the
+    user's; put back afterwards."""
+    if root is None:
+        yield
+        return
+    saved = {name: os.environ.get(name) for name in HOME_VARIABLES}
+    home = Path(root)
+    places = {
+        "HOME": home,
+        "XDG_CONFIG_HOME": home / ".config",
+        "XDG_DATA_HOME": home / ".local" / "share",
+        "XDG_CACHE_HOME": home / ".cache",
+        "XDG_STATE_HOME": home / ".local" / "state",
+        "XDG_RUNTIME_DIR": home / ".run",
+    }
+    for name, place in places.items():
+        place.mkdir(parents=True, exist_ok=True, mode=0o700)
+        os.environ[name] = str(place)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
 def load(
-    spec: str, registry: ProviderRegistry, *, config: dict[str, Any] | None = None, deadline: float = LOAD_DEADLINE_S
+    spec: str,
+    registry: ProviderRegistry,
+    *,
+    config: dict[str, Any] | None = None,
+    deadline: float = LOAD_DEADLINE_S,
+    home: Path | None = None,
 ) -> LoadedPlugin:
-    """Import the backend named by ``spec`` and register its provider, within ``deadline`` seconds."""
+    """Import the backend named by ``spec`` and register its provider, within ``deadline`` seconds, with
+    ``home`` (when given) as HOME and the XDG directories meanwhile (``private_home``)."""
     before = _core_snapshot()
     started = time.perf_counter()
     context = contextvars.copy_context()
-    with network_guard() as attempts:
+    with private_home(home), network_guard() as attempts:
         try:
             loaded = bounded(
                 lambda: context.run(_load, spec, registry, config or {}),
@@ -360,7 +429,8 @@ def _from_object(
         # A class is never register(ctx): calling it would only construct it.
         raise LoadError(
             f"{spec} names the class {target.__name__}, which is not a TerminalEnvironmentProvider subclass",
-            f"name the provider class (a subclass of {base.__module__}.{base.__name__}), an instance of it, or "
+            f"name the provider class (a subclass of agent.terminal_env_provider.{base.__name__}, as a plugin "
+            "imports it), an instance of it, or "
             "the plugin's register(ctx) function",
         )
     if callable(target):

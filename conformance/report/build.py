@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import platform
+import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -25,6 +26,19 @@ from conformance.waivers import Waiver, apply
 
 REPORT_FORMAT = 2
 EXCERPT_CHARS = 600
+ELIDED = " … "
+# Control characters but newline and tab: a raw NUL makes tools take report.md for binary.
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
+def clip(text: str, limit: int = EXCERPT_CHARS) -> str:
+    """``text`` with control characters shown as ``\\xNN`` and, past ``limit`` characters, its start and
+    its end kept (a traceback's last line names the error; a verdict's prefix opens the text)."""
+    text = _CONTROL.sub(lambda found: f"\\x{ord(found.group()):02x}", text)
+    if len(text) <= limit:
+        return text
+    head = limit * 2 // 5
+    return text[:head] + ELIDED + text[-(limit - head - len(ELIDED)) :]
 
 
 def fingerprint() -> dict[str, Any]:
@@ -66,7 +80,7 @@ def build(
                 "outcome": o.outcome,
                 "duration_s": round(o.duration_s, 3),
                 **({"black_box": True} if o.black_box else {}),
-                **({"excerpt": o.reason[:EXCERPT_CHARS]} if o.outcome != "passed" and o.reason else {}),
+                **({"excerpt": clip(o.reason)} if o.outcome != "passed" and o.reason else {}),
             }
             for o in sorted(by_clause.get(v.id, []), key=lambda o: o.nodeid)
         ]

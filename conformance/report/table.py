@@ -63,6 +63,8 @@ def render(report: dict[str, Any]) -> list[str]:
     lines += undeclared_lines(report)
     backend = report["backend"]
     host = report["host"]
+    if host.get("note"):
+        lines.append(f"host: {host['note']}")
     word, detail = certificate(report)
     hermes = f" (hermes-agent {host['hermes_version']})" if host.get("hermes_version") else ""
     should = report["summary"]["should"]
