@@ -204,6 +204,8 @@ CHROMIUM = [(("chromium", "chromium-browser"), "chromium")]
 BOX_SUDO = [((name,), name) for name in backends.KNOWN_BACKENDS["box_lite"].host_programs]
 # Box Lite's tests: hermes-box enter in tmux, encrypted save and load, and what its boxes take from here.
 BOX_TOOLS = [(("tmux",), "tmux"), (("gpg",), "gnupg"), *BOX_SUDO]
+# tests/test_local_sandboxes.py certifies a backend that runs each command in a bubblewrap sandbox.
+LOCAL_SANDBOX = [(("bwrap",), "bubblewrap")]
 
 
 def _ensure_box_sudo(session: nox.Session) -> None:
@@ -228,6 +230,7 @@ def _test_session(session: nox.Session) -> None:
     session.install("-e", ".[dev]")
     _ensure_debian(session, CHROMIUM, "tests/test_report_html.py will skip")
     _ensure_debian(session, BOX_TOOLS, "the Box Lite tests needing them skip naming the missing tool")
+    _ensure_debian(session, LOCAL_SANDBOX, "tests/test_local_sandboxes.py's bubblewrap certify skips")
 
 
 @nox.session

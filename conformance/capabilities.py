@@ -54,6 +54,7 @@ class Capabilities:
     # Declarable capabilities neither declared nor disclaimed: their signs of support (empty: none found).
     undeclared: dict[str, tuple[str, ...]] = field(default_factory=dict)
     kind: str = "sandbox"  # one of BACKEND_KINDS
+    kind_source: str = "default"  # who said so: backend-config, plugin.yaml, provider attribute, inferred, default
 
     def has(self, name: str) -> bool:
         return name in self.present
@@ -72,6 +73,7 @@ class Capabilities:
             "undeclared_capabilities": {n: list(found) for n, found in sorted(self.undeclared.items())},
             "declared_by": self.declared_by,
             "kind": self.kind,
+            "kind_source": self.kind_source,
         }
 
 
@@ -174,15 +176,32 @@ def _takes_workspace_binding(provider: Any) -> bool:
 
 def backend_kind(provider: Any) -> str:
     """The kind the provider declares (conformance_backend_kind), "sandbox" when it declares none."""
-    kind = _attr(provider, KIND_ATTR)
-    if kind is None:
-        return "sandbox"
-    if kind not in BACKEND_KINDS:
-        raise CapabilityError(
-            f"the provider's {KIND_ATTR} is {kind!r}, not a backend kind the contract knows",
-            f"set it to one of {', '.join(repr(k) for k in BACKEND_KINDS)}, or leave it out for a sandbox backend",
-        )
-    return str(kind)
+    return decide_kind(provider, None, None)[0]
+
+
+def decide_kind(provider: Any, manifest: Any, config_kind: str | None) -> tuple[str, str]:
+    """(kind, who says so): --backend-config's ``kind``, plugin.yaml's ``conformance.kind``, the provider's
+    conformance_backend_kind, else what the backend shows: a local backend that is not a container runs
+    its commands on this machine (Hermes's own local backend); anything else is a sandbox."""
+    section = (manifest or {}).get("conformance") if isinstance(manifest, dict) else None
+    section = section if isinstance(section, dict) else {}
+    said = [
+        ("backend-config", config_kind),
+        ("plugin.yaml", section.get("kind")),
+        ("provider attribute", _attr(provider, KIND_ATTR)),
+    ]
+    for where, kind in said:
+        if kind is None:
+            continue
+        if kind not in BACKEND_KINDS:
+            raise CapabilityError(
+                f"the {where} kind is {kind!r}, not a backend kind the contract knows",
+                f"set it to one of {', '.join(repr(k) for k in BACKEND_KINDS)}, or leave it out",
+            )
+        return str(kind), where
+    if not _flag(provider, "is_remote") and not _flag(provider, "is_container"):
+        return "host-attached", "inferred: a local backend that is not a container runs commands on this machine"
+    return "sandbox", "default"
 
 
 def resolve(
@@ -193,6 +212,7 @@ def resolve(
     config_caps: list[str] | None,
     world: Any,
     config_disclaims: list[str] | None = None,
+    config_kind: str | None = None,
 ) -> Capabilities:
     declared, disclaimed, source = _declared(
         contract, provider, getattr(loaded, "manifest", None), config_caps, config_disclaims
@@ -204,7 +224,7 @@ def resolve(
         present.add("remote")
     if _flag(provider, "session_isolated_when_nonpersistent"):
         present.add("session-isolation")
-    kind = backend_kind(provider)
+    kind, kind_source = decide_kind(provider, getattr(loaded, "manifest", None), config_kind)
     if kind == "sandbox":
         present.add("per-task-sandbox")
     if _overrides_config_schema(provider):
@@ -220,4 +240,4 @@ def resolve(
     if callable(_attr(provider, DELETE_HOOK)) or "world-states" in present:
         present.add("sandbox-delete")
     unknown = present - set(contract.capabilities)
-    return Capabilities(frozenset(present - unknown), source, declared, disclaimed, undeclared, kind)
+    return Capabilities(frozenset(present - unknown), source, declared, disclaimed, undeclared, kind, kind_source)

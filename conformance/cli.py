@@ -418,12 +418,38 @@ def cmd_certify(args: argparse.Namespace) -> int:
     because = report["not_certified_because"]
     more = f"; and {len(because) - 5} more (see report.md)" if len(because) > 5 else ""
     print(f"{line}: " + "; ".join(because[:5]) + more, file=sys.stderr)
+    hint = _default_cwd_hint(report)
+    if hint:
+        print(hint, file=sys.stderr)
     hangs = _hangs(report)
     for hang in hangs[:3]:
         print(f"a backend call overran its deadline (its check failed; the run went on): {hang}", file=sys.stderr)
     if len(hangs) > 3:
         print(f"and {len(hangs) - 3} more backend call(s) overran their deadlines (see report.md)", file=sys.stderr)
     return 1
+
+
+# What a shell says when it cannot enter Hermes's default working directory.
+_NO_ROOT = ("cd: /root:", "cd -- /root", "/root: Permission denied", "/root: No such file or directory")
+
+
+def _default_cwd_hint(report: dict[str, Any]) -> str | None:
+    """One line when failing clauses could not enter /root, the cwd Hermes gives a backend that names no
+    default_cwd: the fix is a setting, not the checks."""
+    clauses = {
+        clause["id"]
+        for clause in report.get("clauses", [])
+        if clause.get("verdict") == "fail"
+        for check in clause.get("checks", [])
+        if any(sign in str(check.get("excerpt") or "") for sign in _NO_ROOT)
+    }
+    if len(clauses) < 3:
+        return None
+    return (
+        f"hint: {len(clauses)} failing clauses could not enter /root, the working directory Hermes passes a "
+        "backend that names no default_cwd: set terminal.cwd in --backend-config to a directory the sandbox's "
+        "user can use, or have the backend map /root to its home (as the reference backends do)"
+    )
 
 
 def _hangs(report: dict[str, Any]) -> list[str]:

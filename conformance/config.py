@@ -13,6 +13,11 @@
       - file-sync        # its code may look as if it did (no probe is run for them)
     persistent_path: /workspace   # the directory a persistent sandbox keeps across cleanup
                                   # (conformance.persistent_path; default: the environment's cwd)
+    kind: host-attached  # sandbox (a sandbox per task) or host-attached (commands share one machine);
+                         # disclaiming per-task-sandbox says host-attached too
+
+The kind given here wins over plugin.yaml's ``conformance.kind``, the provider's
+``conformance_backend_kind`` and what the kit infers (capabilities.py).
 
 Values of ``env`` may be written ``${NAME}`` to take them from the caller's
 environment, so secrets never need to be written into the file, or from the
@@ -35,7 +40,10 @@ from conformance import persistent_path
 from conformance.errors import BackendConfigError, file_problem, yaml_problem
 from conformance.fault_routes import TCP_PROXY_VARS
 
-_ALLOWED = {"terminal", "env", "capabilities", "disclaims", "persistent_path"}
+_ALLOWED = {"terminal", "env", "capabilities", "disclaims", "persistent_path", "kind"}
+KINDS = ("sandbox", "host-attached")  # the backend kinds (capabilities.BACKEND_KINDS)
+# Disclaiming this capability (which follows the kind, never declared) is another way to say host-attached.
+PER_TASK_SANDBOX = "per-task-sandbox"
 _REF = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$")
 # Variables the run itself sets, and how to make it.
 _RUN_VARIABLES = {
@@ -53,6 +61,7 @@ class BackendConfig:
     disclaims: list[str] | None = None
     path: str | None = None
     persistent_path: str | None = None
+    kind: str | None = None
 
 
 def load(path: str | None, known_capabilities: set[str], *, run_sets: Collection[str] = ()) -> BackendConfig:
@@ -105,8 +114,17 @@ def load(path: str | None, known_capabilities: set[str], *, run_sets: Collection
                 )
             value = os.environ.get(ref.group(1), "")
         env[str(name)] = str(value)
+    kind = _kind(p, data)
     caps = _capability_list(p, data, "capabilities", known_capabilities)
-    disclaims = _capability_list(p, data, "disclaims", known_capabilities)
+    disclaims = _capability_list(p, data, "disclaims", known_capabilities | {PER_TASK_SANDBOX})
+    if disclaims is not None and PER_TASK_SANDBOX in disclaims:
+        if kind == "sandbox":
+            raise BackendConfigError(
+                f"--backend-config {p}: kind sandbox, yet {PER_TASK_SANDBOX} disclaimed",
+                "a sandbox backend has a sandbox per task: drop one of the two",
+            )
+        kind = "host-attached"
+        disclaims = [c for c in disclaims if c != PER_TASK_SANDBOX]
     both = sorted(set(caps or ()) & set(disclaims or ()))
     if both:
         raise BackendConfigError(
@@ -120,7 +138,23 @@ def load(path: str | None, known_capabilities: set[str], *, run_sets: Collection
         except persistent_path.PersistentPathError as exc:
             raise BackendConfigError(exc.what, exc.fix) from None
     return BackendConfig(
-        terminal=terminal, env=env, capabilities=caps, disclaims=disclaims, path=str(p), persistent_path=persistent
+        terminal=terminal,
+        env=env,
+        capabilities=caps,
+        disclaims=disclaims,
+        path=str(p),
+        persistent_path=persistent,
+        kind=kind,
+    )
+
+
+def _kind(p: Path, data: dict[str, Any]) -> str | None:
+    kind = data.get("kind")
+    if kind is None or kind in KINDS:
+        return kind
+    raise BackendConfigError(
+        f"--backend-config {p}: kind is {kind!r}, not a backend kind",
+        f"write kind: {' or kind: '.join(KINDS)} (host-attached: every task's commands run on one machine)",
     )
 
 

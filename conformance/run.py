@@ -25,9 +25,11 @@ one per check.
 
 A run cleans up after itself.  Everything it writes lies under ``workdir``
 (HERMES_HOME, the fake's world, and for a local backend (``is_remote`` not
-true) the sandbox side: ``sandbox/home`` as HOME, ``sandbox/tmp`` as TMPDIR
-and ``sandbox/work`` as the default cwd when neither terminal.cwd nor the
-provider names one, so checks never write into the user's home or /tmp).
+true) the sandbox side: ``sandbox/work`` as the default cwd when neither
+terminal.cwd nor the provider names one, and ``.kit-home`` and ``.kit-tmp``
+inside it as HOME and TMPDIR, so checks never write into the user's home or
+/tmp, and a backend that sandboxes its commands but binds their working
+directory sees them).
 ``close`` cleans up leftover environments, stops the fake, ends any process
 still running under ``workdir`` (a local backend that failed to kill what it
 started), removes ``sandbox/`` and restores every variable it set.
@@ -228,6 +230,7 @@ class KitRun:
             loaded=plugin,
             config_caps=backend_config.capabilities,
             config_disclaims=backend_config.disclaims,
+            config_kind=backend_config.kind,
             world=world,
         )
         run = cls(
@@ -561,7 +564,13 @@ class EnvironChanges:
 
 @dataclass
 class LocalSandbox:
-    """A local backend's sandbox side, under the run's directory: HOME, TMPDIR and a working directory."""
+    """A local backend's sandbox side, under the run's directory: a working directory (the environments'
+    cwd unless terminal.cwd or the provider names one), and HOME and TMPDIR inside it.
+
+    Inside it, because a backend that sandboxes each command on this machine (bubblewrap and the like:
+    a private /tmp, the host read-only) still sees and writes its working directory; HOME and TMPDIR
+    elsewhere under the run would not exist for its commands.
+    """
 
     root: Path
     home: Path
@@ -571,7 +580,8 @@ class LocalSandbox:
     @classmethod
     def make(cls, workdir: Path, changes: EnvironChanges) -> LocalSandbox:
         root = workdir / "sandbox"
-        box = cls(root, root / "home", root / "tmp", root / "work")
+        work = root / "work"
+        box = cls(root, work / ".kit-home", work / ".kit-tmp", work)
         for path in (box.home, box.tmp, box.work):
             path.mkdir(parents=True, exist_ok=True)
         changes.set("HOME", str(box.home))

@@ -476,3 +476,16 @@ def test_a_selection_whose_should_clause_fails_answers_no(tmp_path):
     )
     assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
     assert "SHOULD clause(s) it ran failed" in done.stderr
+
+
+def test_failures_that_could_not_enter_root_end_with_a_hint_to_set_the_cwd():
+    def clause(cid, excerpt):
+        return {"id": cid, "verdict": "fail", "checks": [{"id": f"{cid}::t", "outcome": "failed", "excerpt": excerpt}]}
+
+    denied = "rc 126: 'bash: line 3: cd: /root: Permission denied'"
+    report = {"clauses": [clause(f"exec.c{i}", denied) for i in range(4)] + [clause("other", "rc 1")]}
+    hint = cli._default_cwd_hint(report)
+    assert (
+        hint is not None and hint.startswith("hint: 4 failing clauses could not enter /root") and "terminal.cwd" in hint
+    )
+    assert cli._default_cwd_hint({"clauses": report["clauses"][:2]}) is None, "two such failures are no pattern"

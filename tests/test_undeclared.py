@@ -130,6 +130,9 @@ class _Provider:
 
 
 def _resolve(provider, manifest=None, caps=None, disclaims=None):
+    from conformance.host import abi
+
+    abi.install("builtin")  # the provider ABC the config methods are compared with is the host's
     loaded = types.SimpleNamespace(module=None, manifest=manifest)
     return capabilities.resolve(
         CONTRACT, provider=provider, loaded=loaded, config_caps=caps, config_disclaims=disclaims, world=None

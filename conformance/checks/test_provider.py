@@ -21,7 +21,7 @@ from conformance.checks._support import out, plant, rc, run
 from conformance.host.calls import bounded
 from conformance.host.factory import TASK_ID_SHAPES
 from conformance.host.netguard import network_guard
-from conformance.host.registry import RESERVED_NAMES, provider_base_class
+from conformance.host.registry import provider_base_class, reserved_names
 
 # A credential-looking name has one of these words as a whole "_"-separated part
 # (UPSTASH_BOX_API_KEY, GITHUB_TOKEN), unlike SSLKEYLOGFILE or KEYBOARD_LAYOUT.
@@ -58,7 +58,7 @@ def test_provider_is_a_terminal_environment_provider(kit):
 def test_name_is_a_usable_registry_key(kit):
     name = kit.provider.name
     assert isinstance(name, str) and name.strip(), f"provider.name is {name!r}"
-    assert name.strip().lower() not in RESERVED_NAMES, f"{name!r} is a built-in backend name"
+    assert name.strip().lower() not in reserved_names(), f"{name!r} is a built-in backend name of this host's release"
 
 
 @pytest.mark.clause("provider.name-charset")

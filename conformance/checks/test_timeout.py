@@ -102,7 +102,8 @@ class _Life:
     A file in /tmp (a stopped sandbox starts with an empty one), the start time
     of the sandbox's pid 1 (a restarted sandbox has a new one), the world's
     state of the sandbox when the run has a world, and the next command itself
-    (it must neither fail nor report environment_recreated).
+    (it must neither fail nor report environment_recreated).  The first two
+    count only where they hold between two plain commands.
     """
 
     _INIT_START = "sed 's/^.*) //' /proc/1/stat 2>/dev/null | cut -d' ' -f20"
@@ -127,6 +128,19 @@ class _Life:
         lines = out(made).split()
         self.marked = rc(made) == 0 and lines[:1] == ["ok"]
         self.init_start = lines[1] if len(lines) >= 2 and lines[1].isdigit() else None
+        self._keep_only_what_lasts()
+
+    def _keep_only_what_lasts(self) -> None:
+        """A sign counts only if it holds between two plain commands: a backend that gives every command a
+        fresh namespace (a private /tmp, its own pid 1) shows both change without any kill."""
+        if not (self.marked or self.init_start):
+            return
+        seen = run(self.env, self._PROBE.replace("{marker}", self.marker), cwd="/", timeout=10)
+        lines = out(seen).split()
+        if rc(seen) != 0 or lines[:1] != [self.value]:
+            self.marked = False  # /tmp does not outlast a command here
+        if rc(seen) != 0 or lines[-1:] != [self.init_start]:
+            self.init_start = None  # every command has its own pid 1
 
     def stopped(self) -> str | None:
         """How the sandbox shows it was stopped (or replaced) since it was noted; None when it kept running."""

@@ -68,21 +68,24 @@ def unknown_register_name(name: str) -> str:
     )
 
 
-# Every name a host reserves or dispatches before plugins (union over versions).
-RESERVED_NAMES = frozenset(
-    {
-        "local",
-        "docker",
-        "singularity",
-        "modal",
-        "managed_modal",
-        "daytona",
-        "vercel_sandbox",
-        "ssh",
-        "apple_container",
-        "bubblewrap",
-    }
+# The names the release the builtin host follows keeps for its own backends (agent/terminal_env_registry.py
+# BUILTIN_BACKEND_NAMES); a real Hermes tree's own set is read from it (reserved_names).
+BUILTIN_RELEASE_NAMES = frozenset(
+    {"local", "docker", "singularity", "modal", "managed_modal", "daytona", "vercel_sandbox", "ssh"}
 )
+
+
+def reserved_names() -> frozenset[str]:
+    """The backend names the running host keeps for itself: its registry's when it has one (later releases
+    reserve more, earlier ones fewer), else those of the release the builtin host follows."""
+    try:
+        module = importlib.import_module("agent.terminal_env_registry")
+    except Exception:
+        return BUILTIN_RELEASE_NAMES
+    names = getattr(module, "BUILTIN_BACKEND_NAMES", None)
+    if isinstance(names, (set, frozenset)) and all(isinstance(n, str) for n in names):
+        return frozenset(n.lower() for n in names)
+    return BUILTIN_RELEASE_NAMES
 
 
 def provider_base_class() -> type[TerminalEnvironmentProvider]:
@@ -105,8 +108,8 @@ class ProviderRegistry:
         if not isinstance(name, str) or not name.strip():
             raise ValueError("provider.name must be a non-empty string")
         key = name.strip().lower()
-        if key in RESERVED_NAMES:
-            raise ValueError(f"{key!r} is a built-in backend name")
+        if key in reserved_names():
+            raise ValueError(f"{key!r} is a built-in backend name of this host")
         with self._lock:
             table = self._scoped.setdefault(scope, {}) if scope else self._global
             table[key] = provider

@@ -38,7 +38,8 @@ def render(report: dict[str, Any], contract: Contract) -> str:
         f"hermes-backend-kit {report['kit']['version']}.",
         "",
         f"- backend: `{b['spec']}` (provider `{b.get('name')}`, plugin `{b.get('plugin')}` {b.get('version') or ''})"
-        + (f"; kind: {b['kind']}" if b.get("kind") else ""),
+        + (f"; kind: {b['kind']}" if b.get("kind") else "")
+        + (f" ({b['kind_source']})" if b.get("kind") and b.get("kind_source") not in (None, "default") else ""),
         f"- capabilities: {', '.join(b.get('capabilities') or []) or 'none'} (declared by {b.get('declared_by')}: "
         f"{', '.join(b.get('declared_capabilities') or []) or 'none'}; disclaimed: "
         f"{', '.join(b.get('disclaimed_capabilities') or []) or 'none'})",
