@@ -300,6 +300,9 @@ def cmd_certify(args: argparse.Namespace) -> int:
         str(run_root / "setup-error.json"),
         report=report_path,
     )
+    # The run's own lines name each failing check by its file and name; pytest's summary would name them
+    # again by their path relative to the run root ("../../.../test_x.py::...").
+    cmd.append("-rN")
     progress_mode = args.progress
     if progress_mode == "auto":  # the child's output is a pipe to the relay: it cannot see the terminal
         progress_mode = "live" if _live_terminal(sys.stdout) else "plain"

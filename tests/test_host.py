@@ -447,3 +447,19 @@ def test_the_plugins_range_is_read_beside_its_package_without_importing_it(tmp_p
     assert loader.declared_requires_hermes(str(plugin)) == ">=0.21.3"
     assert loader.declared_requires_hermes("fakes.tempdir_box") is None  # no plugin.yaml range: nothing asked
     assert loader.declared_requires_hermes("no_such_package:x") is None
+
+
+def test_a_package_that_is_no_plugin_is_told_so_not_to_install_an_sdk(tmp_path, monkeypatch, builtin_host):
+    """A package that patches Hermes's files (no register(), no provider) and one whose own module is
+    missing each get the fix that fits them."""
+    (tmp_path / "patcher").mkdir()
+    (tmp_path / "patcher" / "__init__.py").write_text("PATCHED = ['tools/environments/patcher_env.py']\n")
+    (tmp_path / "broken_own").mkdir()
+    (tmp_path / "broken_own" / "__init__.py").write_text("import broken_own.missing_part\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(loader.LoadError) as caught:
+        loader.load("patcher", ProviderRegistry())
+    assert "patches Hermes's files" in caught.value.fix and "SDK" not in caught.value.fix
+    with pytest.raises(loader.LoadError) as caught:
+        loader.load("broken_own", ProviderRegistry())
+    assert "the plugin's own module 'broken_own.missing_part' is missing" in caught.value.fix

@@ -286,9 +286,13 @@ def load(
                 )
                 raise LoadError(what, fix) from exc
             if _import_failed(exc) and isinstance(exc, ModuleNotFoundError) and exc.name:
+                own = exc.name.split(".")[0] == spec.replace("ep:", "").split(":")[0].split(".")[0]
                 fix = (
-                    f"install what provides the module {exc.name!r} (the backend's SDK, often a pip extra), "
-                    "or fix the import"
+                    f"the plugin's own module {exc.name!r} is missing: reinstall the package, or fix the import"
+                    if own
+                    else f"install what provides the module {exc.name!r} if the backend needs it (its vendor "
+                    "SDK, often the plugin's pip extra); a package that patches Hermes's own files instead of "
+                    "registering a provider is no plugin the kit (or Hermes's plugin loader) can load"
                 )
                 where = "importing it"
             elif _import_failed(exc):
@@ -349,7 +353,11 @@ def _load(spec: str, registry: ProviderRegistry, config: dict[str, Any]) -> Load
         raise _during_import(exc)
     if not attr:
         if not callable(getattr(module, "register", None)):
-            raise LoadError(f"module {module_name} has no register(ctx)", f"name the provider as {module_name}:ATTR")
+            raise LoadError(
+                f"module {module_name} has no register(ctx)",
+                f"name the provider as {module_name}:ATTR; a package that patches Hermes's files instead of "
+                "registering a provider cannot be loaded as a backend (docs/certify-your-plugin.md: the plugin API)",
+            )
         directory = _module_dir(module)
         manifest = read_manifest(directory) if directory and (module.__file__ or "").endswith("__init__.py") else None
         return _from_package(spec, "module", module, manifest, registry, config)
