@@ -22,15 +22,27 @@ The SSH target comes from --backend-config, written as in Hermes's config.yaml::
 
 Both are host-attached: commands run on one machine shared by every task (this
 one, or the SSH target), so neither has the ``per-task-sandbox`` kind of the
-contract, and their providers say so (``conformance_backend_kind``).  The kit's
+contract, and their providers say so (``conformance_backend_kind``).
+
+Hermes's SSH environment shares one connection (a ControlMaster socket named
+after ``user@host:port`` in ``tempfile.gettempdir()``) with every other SSH
+environment to that target, and its ``cleanup()`` ends that connection under
+all of them.  One check shows that (``lifecycle.cleanup-spares-others``: it
+builds its environments inside ``sharing_as_hermes()``); every other check's
+environment gets a connection of its own (a socket directory of its own), so
+one check's cleanup cannot decide another check's verdict.  The kit's
 own module, not Hermes's: Hermes dispatches these names before any provider, so
 the provider names are the kit's (``hermes_local``, ``hermes_ssh``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import shutil
+import tempfile
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 from conformance.errors import BackendConfigError, BackendLoadError
@@ -42,6 +54,35 @@ HOST_ATTACHED = "host-attached"
 SSH_KEYS = ("ssh_host", "ssh_user", "ssh_port", "ssh_key")
 # Where Hermes keeps the factory its terminal tool builds environments with, newest first.
 FACTORY_MODULES = ("tools.terminal_tool_backends", "tools.terminal_tool")
+
+
+_shared = threading.Event()  # set: environments share connections as Hermes's own code does
+_tempdir_lock = threading.Lock()  # tempfile.tempdir is the process's: one SSH environment built at a time
+
+
+@contextlib.contextmanager
+def sharing_as_hermes() -> Iterator[None]:
+    """Inside, SSH environments share their connection to a target as in Hermes (one per process and
+    target); outside, each has its own.  For the check of what one environment's cleanup does to the others."""
+    _shared.set()
+    try:
+        yield
+    finally:
+        _shared.clear()
+
+
+@contextlib.contextmanager
+def _connection_of_its_own() -> Iterator[None]:
+    """While an SSH environment is built: a fresh, short ``tempfile.gettempdir()`` (its ControlMaster socket
+    goes there; a UNIX socket path must stay under 108 bytes), inside the run's temp directory."""
+    with _tempdir_lock:
+        base = tempfile.gettempdir()
+        own = tempfile.mkdtemp(prefix="s", dir=base)
+        saved, tempfile.tempdir = tempfile.tempdir, own
+        try:
+            yield
+        finally:
+            tempfile.tempdir = saved
 
 
 def kind_of(spec: str) -> str | None:
@@ -170,17 +211,21 @@ def provider(kind: str, config: dict[str, Any]) -> Any:
             container_config: dict[str, Any] | None = None,
             **_: Any,
         ) -> Any:
-            return factory(
-                env_type=kind,
-                image=image,
-                cwd=cwd,
-                timeout=timeout,
-                ssh_config=dict(ssh_config) if ssh_config is not None else None,
-                container_config=None,
-                local_config={"persistent": bool(terminal.get("local_persistent", False))} if kind == "local" else None,
-                task_id=task_id,
-                host_cwd=None,
-            )
+            own = kind == "ssh" and not _shared.is_set()
+            with _connection_of_its_own() if own else contextlib.nullcontext():
+                return factory(
+                    env_type=kind,
+                    image=image,
+                    cwd=cwd,
+                    timeout=timeout,
+                    ssh_config=dict(ssh_config) if ssh_config is not None else None,
+                    container_config=None,
+                    local_config={"persistent": bool(terminal.get("local_persistent", False))}
+                    if kind == "local"
+                    else None,
+                    task_id=task_id,
+                    host_cwd=None,
+                )
 
     HermesBuiltinProvider.__qualname__ = HermesBuiltinProvider.__name__ = f"Hermes{kind.capitalize()}Provider"
     return HermesBuiltinProvider()

@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from conformance import hermes_builtins
 from conformance.checks._support import locate, not_applicable, out, rc, run
 from conformance.host.calls import Call, bounded
 from conformance.host.lifecycle import EnvCache, is_persistent_env
@@ -43,6 +44,50 @@ def test_cleanup_from_another_thread(kit):
     again = kit.create(task_id)
     assert out(run(again, "echo again")).strip() == "again"
     kit.release(again)
+
+
+@pytest.mark.clause("lifecycle.cleanup-spares-others")
+def test_cleanup_of_one_environment_leaves_the_others_working(kit, make_env):
+    # Built as Hermes builds them: the kit's wrapper of Hermes's SSH environment gives every other check's
+    # environment a connection of its own, so that this check alone shows what sharing one does.
+    with hermes_builtins.sharing_as_hermes():
+        ending, going_on = make_env(), make_env()
+    for env in (ending, going_on):
+        assert rc(run(env, "true")) == 0, "a fresh environment could not run `true`"
+    outcome: dict[str, object] = {}
+
+    def long_command() -> None:
+        try:
+            outcome["result"] = run(going_on, "sleep 2; echo still-here", timeout=30)
+        except BaseException as exc:
+            outcome["error"] = exc
+
+    running = threading.Thread(target=long_command, name="kit-other-environment")
+    running.start()
+    time.sleep(0.5)  # the command is under way
+    kit.cleanup(ending)
+    running.join(45)
+    assert not running.is_alive(), "the other environment's command did not return within 45 s of the cleanup"
+    assert "error" not in outcome, f"the other environment's command raised: {outcome['error']!r}"
+    result = outcome["result"]
+    assert isinstance(result, dict) and rc(result) == 0 and out(result).strip() == "still-here", (
+        "cleanup() of one environment broke another environment's running command: it returned "
+        f"rc {rc(result)} with {out(result)[-300:]!r}"
+        + (
+            " (ssh's own failure: the environments shared one connection, which the cleanup ended)"
+            if _ssh_said(result)
+            else ""
+        )
+    )
+    after = run(going_on, "echo next")
+    assert rc(after) == 0 and out(after).strip() == "next", (
+        f"after another environment's cleanup, this one's next command returned rc {rc(after)}: {out(after)[-300:]!r}"
+    )
+
+
+def _ssh_said(result: dict) -> bool:
+    text = out(result)
+    return rc(result) == 255 or any(mark in text for mark in ("mux_client", "ControlSocket", "master"))
 
 
 @pytest.mark.clause("lifecycle.persistent-flag")

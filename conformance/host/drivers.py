@@ -273,6 +273,9 @@ def execute_code(
 
 
 # --------------------------------------------------------------------- background processes
+JOB_MARK = "kit-job-state:"  # opens the liveness probe's answer line
+
+
 @dataclass
 class BackgroundJob:
     pid: int
@@ -308,15 +311,34 @@ class Background:
         return job, result, elapsed
 
     def alive(self, job: BackgroundJob) -> bool:
-        """kill -0 as Hermes's poller does, but a zombie waiting to be reaped counts as dead."""
+        """kill -0 as Hermes's poller does, but a zombie waiting to be reaped counts as dead.
+
+        The answer is a marked line of its own, so a probe whose output carries other text (a transport's
+        warnings) still answers; a probe with no answer at all (it never ran: ssh's exit 255) is asked again,
+        and after three tries is an error, never taken for a dead job."""
         pid = f'"$(cat {shlex.quote(job.pid_file)})"'
         probe = (
-            f'p={pid}; kill -0 "$p" 2>/dev/null || {{ echo dead; exit 0; }}; '
+            f'p={pid}; kill -0 "$p" 2>/dev/null || {{ echo {JOB_MARK}dead; exit 0; }}; '
             "s=$(sed 's/.*) //' /proc/$p/stat 2>/dev/null | cut -d' ' -f1); "
-            '[ "$s" = Z ] && echo dead || echo alive'
+            f'[ "$s" = Z ] && echo {JOB_MARK}dead || echo {JOB_MARK}alive'
         )
-        output: str = run(self.env, probe, timeout=10).get("output", "")
-        return output.strip() == "alive"
+        seen: dict[str, Any] = {}
+        for attempt in range(3):
+            if attempt:
+                time.sleep(0.2)
+            seen = run(self.env, probe, timeout=10)
+            answers = [
+                line.strip()[len(JOB_MARK) :]
+                for line in str(seen.get("output", "")).splitlines()
+                if line.strip().startswith(JOB_MARK)
+            ]
+            if answers:
+                return answers[-1] == "alive"
+        raise RuntimeError(
+            f"the liveness probe of background job {job.pid} got no answer in three tries (last: returncode "
+            f"{seen.get('returncode')}, output {str(seen.get('output', ''))[-200:]!r}): the environment did not "
+            "run it, which says nothing about the job"
+        )
 
     def log(self, job: BackgroundJob) -> str:
         output: str = run(self.env, f"cat {shlex.quote(job.log)} 2>/dev/null", timeout=10).get("output", "")

@@ -56,4 +56,5 @@ MUTANTS = (
     "environ_fallback",
     "replaces_refused_sandbox",
     "quiet_replacement",
+    "cleanup_ends_every_command",
 )
