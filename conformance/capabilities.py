@@ -140,6 +140,14 @@ def _declared(
     return frozenset(), frozenset(), "none"
 
 
+def _says_false(provider: Any, attr: str) -> bool:
+    """The provider has ``attr`` and it is False (a provider without it says nothing)."""
+    try:
+        return getattr(provider, attr) is False
+    except Exception:
+        return False
+
+
 def _flag(provider: Any, attr: str) -> bool:
     try:
         return getattr(provider, attr) is True
@@ -199,7 +207,7 @@ def decide_kind(provider: Any, manifest: Any, config_kind: str | None) -> tuple[
                 f"set it to one of {', '.join(repr(k) for k in BACKEND_KINDS)}, or leave it out",
             )
         return str(kind), where
-    if not _flag(provider, "is_remote") and not _flag(provider, "is_container"):
+    if _says_false(provider, "is_remote") and _says_false(provider, "is_container"):
         return "host-attached", "inferred: a local backend that is not a container runs commands on this machine"
     return "sandbox", "default"
 
