@@ -19,9 +19,11 @@ unchanged against a vendor's live service or against any fake:
   over TLS it can only drop, half-close, stall or delay a connection.
 - Any other protocol over TCP (SSH, a vendor's own wire protocol):
   ``tcp:HOST:PORT`` starts a loopback TCP proxy in front of that endpoint
-  and exports its address (``HERMES_KIT_TCP_PROXY``), which the run's
-  --backend-config hands to the backend; every connection through it is an
-  ``exec`` connection, which it can drop, half-close, stall or delay.
+  (conformance/tcp_proxy.py) and exports its address
+  (``HERMES_KIT_TCP_PROXY``), which the run's --backend-config hands to the
+  backend; every connection through it is an ``exec`` connection, which it
+  can drop, half-close, stall or delay where a command runs on it, whether
+  the connection is new or one the backend keeps.
 
 Which request is which role comes from a route table (conformance/fault_routes.py),
 and faults are kept in the fakes' own registry (fakes.faults.Faults) keyed
@@ -56,8 +58,9 @@ from respx.mocks import HTTPCoreMocker
 
 from conformance import fault_routes
 from conformance.damage import UNIT_KINDS, Cutter, alines, lines
-from conformance.fault_proxy import FaultProxy, TcpFaultProxy
+from conformance.fault_proxy import FaultProxy
 from conformance.fault_routes import IGNORE, TCP_PROXY_HOST_VAR, TCP_PROXY_PORT_VAR, TCP_PROXY_VAR, Route, RouteTable
+from conformance.tcp_proxy import PAUSE_S, TcpFaultProxy
 from conformance.verdicts import UNVERIFIED_PREFIX
 from fakes.fault_script import Armed, FaultScript
 from fakes.faults import Fault, Faults
@@ -72,6 +75,7 @@ PLAINTEXT_KINDS = ("status", "garbage", "truncate")  # need to read the request 
 OBSERVED_FIRST = ("exec",)  # roles every check uses before arming them (a warm-up command)
 POLL_S = 0.05
 OPAQUE_CHANNELS = {"wss": "a TLS WebSocket", "tcp": "raw TCP connections"}  # the proxy cannot read their bytes
+NEW_CONNECTION, REUSED_CONNECTION = "a new connection", "a connection the backend reused"
 
 _INNER: contextvars.ContextVar[bool] = contextvars.ContextVar("kit_client_faults_inner", default=False)
 _ASYNC: contextvars.ContextVar[bool] = contextvars.ContextVar("kit_client_faults_async", default=False)
@@ -148,6 +152,7 @@ class ClientFaults(FaultScript):
         self._router: _Router | None = None
         self.proxy: FaultProxy | None = None
         self.tcp_proxy: TcpFaultProxy | None = None
+        self._landed: dict[int, str] = {}  # id(fault) -> the TCP connection it met (NEW_CONNECTION, ...)
 
     # -- the FaultScript interface ------------------------------------------------------------
     def arm(self, kind: str, role: str, *, sandbox: str | None = None, times: int = 1, **params: object) -> Armed:
@@ -156,6 +161,36 @@ class ClientFaults(FaultScript):
         if role in self.routes:
             self._require_observable(kind, role)
         return super().arm(kind, role, sandbox=sandbox, times=times, **params)
+
+    def clear(self) -> None:
+        """Disarm everything armed here; the TCP proxy lets go of what its faults hold (a stalled or
+        half-closed connection the backend keeps would hold every later command)."""
+        super().clear()
+        if self.tcp_proxy is not None:
+            self.tcp_proxy.release()
+
+    def landed(self, armed: Armed) -> str | None:
+        """The TCP connection an armed fault met (a new one, or one the backend reused); None when it
+        fired elsewhere or not at all."""
+        return next((self._landed[id(f)] for f in armed.faults if id(f) in self._landed), None)
+
+    def why_unfired(self, armed: Armed) -> str:
+        if self.table.tcp_target is None or armed.role not in OBSERVED_FIRST:
+            return super().why_unfired(armed)
+        return (
+            f"no new connection reached the kit's TCP proxy in front of {self.table.name} and no open one "
+            "carried the backend's bytes after the fault was armed: the command went another way"
+        )
+
+    def before_command(self, armed: Armed) -> str | None:
+        landed = self.landed(armed)
+        if landed is None:
+            return None
+        return (
+            f"the kit's TCP proxy cannot see where a command starts on {landed}: it applies the fault at the "
+            f"server's first pause of {PAUSE_S:g}s, and this connection paused before the command started "
+            "(a handshake or authentication slower than that, or a round trip longer than it)"
+        )
 
     def _require_observable(self, kind: str, role: str) -> None:
         with self._seen_lock:
@@ -172,7 +207,7 @@ class ClientFaults(FaultScript):
                 f"no connection of this backend reached the kit's TCP proxy in front of {self.table.name}, "
                 f"so a {kind} fault on {role} would never fire: point the backend at the proxy through "
                 f"${TCP_PROXY_VAR} (or ${TCP_PROXY_HOST_VAR} and ${TCP_PROXY_PORT_VAR}) in --backend-config "
-                "(docs/transport-faults.md), and make it open a connection per command"
+                "(docs/transport-faults.md)"
             )
         if role in OBSERVED_FIRST and not channels:
             _unverified(
@@ -253,9 +288,13 @@ class ClientFaults(FaultScript):
             matches = [(found.route, found.sandbox)] if found is not None and found.route.role != IGNORE else []
         return self._take(matches, "wss" if tls else "ws")
 
-    def _decide_connection(self) -> Fault | None:
-        """The fault a TCP connection to the tcp:HOST:PORT endpoint meets (the TCP proxy's question)."""
-        return self._take([(route, None) for route in self.table.routes if route.method == "TCP"], "tcp")
+    def _decide_connection(self, reused: bool) -> Fault | None:
+        """The fault a TCP connection to the tcp:HOST:PORT endpoint meets as it opens, or as its client
+        sends again on it (``reused``): the TCP proxy's question."""
+        fault = self._take([(route, None) for route in self.table.routes if route.method == "TCP"], "tcp")
+        if fault is not None:
+            self._landed[id(fault)] = REUSED_CONNECTION if reused else NEW_CONNECTION
+        return fault
 
     def _take(self, matches: list[tuple[Route, str | None]], channel: str) -> Fault | None:
         """The first armed fault of the matching routes the channel can apply, noting what was seen."""

@@ -19,10 +19,12 @@
 The kind given here wins over plugin.yaml's ``conformance.kind``, the provider's
 ``conformance_backend_kind`` and what the kit infers (capabilities.py).
 
-Values of ``env`` may be written ``${NAME}`` to take them from the caller's
-environment, so secrets never need to be written into the file, or from the
-run's own variables: with ``--client-faults=tcp:HOST:PORT``,
-``${HERMES_KIT_TCP_PROXY}`` (``_HOST``, ``_PORT``) is its TCP fault proxy.
+Values of ``env`` and of ``terminal`` may be written ``${NAME}`` to take
+them from the caller's environment, so secrets never need to be written into
+the file, or from the run's own variables: with
+``--client-faults=tcp:HOST:PORT``, ``${HERMES_KIT_TCP_PROXY}`` (``_HOST``,
+``_PORT``) is its TCP fault proxy (``terminal: {ssh_port:
+${HERMES_KIT_TCP_PROXY_PORT}}`` points Hermes's SSH backend at it).
 """
 
 from __future__ import annotations
@@ -103,17 +105,11 @@ def load(path: str | None, known_capabilities: set[str], *, run_sets: Collection
             f"--backend-config {p}: env must be a mapping of variable names to strings",
             "write env as NAME: value lines (value may be ${NAME} to take it from yours)",
         )
-    env: dict[str, str] = {}
-    for name, value in env_raw.items():
-        ref = _REF.match(str(value))
-        if ref:
-            if ref.group(1) not in os.environ and ref.group(1) not in run_sets:
-                raise BackendConfigError(
-                    f"--backend-config {p}: env.{name} refers to ${{{ref.group(1)}}}, which is not set",
-                    _RUN_VARIABLES.get(ref.group(1), f"export {ref.group(1)} before the run"),
-                )
-            value = os.environ.get(ref.group(1), "")
-        env[str(name)] = str(value)
+    env = {str(name): _resolved(p, f"env.{name}", str(value), run_sets) for name, value in env_raw.items()}
+    terminal = {
+        key: _resolved(p, f"terminal.{key}", value, run_sets) if isinstance(value, str) else value
+        for key, value in terminal.items()
+    }
     kind = _kind(p, data)
     caps = _capability_list(p, data, "capabilities", known_capabilities)
     disclaims = _capability_list(p, data, "disclaims", known_capabilities | {PER_TASK_SANDBOX})
@@ -146,6 +142,19 @@ def load(path: str | None, known_capabilities: set[str], *, run_sets: Collection
         persistent_path=persistent,
         kind=kind,
     )
+
+
+def _resolved(p: Path, where: str, value: str, run_sets: Collection[str]) -> str:
+    """``value``, or the variable it names when written ``${NAME}``."""
+    ref = _REF.match(value)
+    if not ref:
+        return value
+    if ref.group(1) not in os.environ and ref.group(1) not in run_sets:
+        raise BackendConfigError(
+            f"--backend-config {p}: {where} refers to ${{{ref.group(1)}}}, which is not set",
+            _RUN_VARIABLES.get(ref.group(1), f"export {ref.group(1)} before the run"),
+        )
+    return os.environ.get(ref.group(1), "")
 
 
 def _kind(p: Path, data: dict[str, Any]) -> str | None:

@@ -1,5 +1,5 @@
-"""Loopback proxies that fault the connections passing through them: an HTTP CONNECT proxy, and a
-plain TCP forward to one endpoint (``TcpFaultProxy``, for ``--client-faults tcp:HOST:PORT``).
+"""A loopback HTTP CONNECT proxy that faults the WebSocket connections passing through it
+(conformance/tcp_proxy.py builds the raw TCP proxy of ``--client-faults tcp:HOST:PORT`` on its plumbing).
 
 For clients the kit cannot reach inside (a WebSocket library, a raw TCP
 client), faults are injected between the client and the server: the client
@@ -61,13 +61,10 @@ TLS_APPLICATION_DATA = 23
 # with room for padding; a WebSocket upgrade request is always longer.
 FINISHED_MAX = 100
 
-# How a connection's bytes are read: WebSocket frames (ws://), TLS records, or raw bytes (a plain TCP forward).
-WS, TLS, RAW = "ws", "tls", "raw"
+# How a connection's bytes are read: WebSocket frames (ws://) or TLS records.
+WS, TLS = "ws", "tls"
 
 Decide = Callable[[str | None, bool], Fault | None]
-DecideConnection = Callable[[], Fault | None]
-# What the proxy can do to a connection whose bytes it cannot read (TLS, a raw TCP forward).
-OPAQUE_KINDS = ("drop", "half-close", "silence", "latency")
 
 
 class _Gone(Exception):
@@ -138,13 +135,6 @@ class _Frames:
             frames.append(self.buffer[: offset + size])
             self.buffer = self.buffer[offset + size :]
         return frames
-
-
-class _Chunks:
-    """A raw byte stream as it arrives: the proxy knows nothing of the protocol's messages."""
-
-    def feed(self, data: bytes) -> list[bytes]:
-        return [data]
 
 
 class _Records:
@@ -356,7 +346,7 @@ class FaultProxy:
 
     def _tunnel(self, client: socket.socket, upstream: socket.socket, fault: Fault | None, mode: str) -> None:
         """Pass bytes both ways until the client leaves; server -> client through ``fault``."""
-        position = _Position(mode == TLS) if fault is not None and mode != RAW else None
+        position = _Position(mode == TLS) if fault is not None else None
         up = threading.Thread(
             target=self._to_server, args=(client, upstream, position, mode), daemon=True, name="kit-fault-proxy-up"
         )
@@ -396,8 +386,7 @@ class FaultProxy:
         self, client: socket.socket, upstream: socket.socket, fault: Fault | None, position: _Position | None, mode: str
     ) -> str | None:
         """Server -> client through the fault, until the server ends or the fault acts; returns its action
-        (``"drop"``, ``"half-close"``) or None.  On a raw connection every byte counts toward the fault
-        from the first; on a WebSocket only those past the server's answer (``position``)."""
+        (``"drop"``, ``"half-close"``) or None; only the server's bytes past its answer count (``position``)."""
         if fault is None:
             try:
                 while data := upstream.recv(CHUNK):
@@ -407,8 +396,8 @@ class FaultProxy:
             return None
         tls = mode == TLS
         payload = fault.payload.encode("utf-8", "replace")
-        cutter = Cutter(fault.kind, fault.after_bytes, payload if mode == RAW else text_frame(payload))
-        units = _Chunks() if mode == RAW else _Records() if tls else _Frames()
+        cutter = Cutter(fault.kind, fault.after_bytes, text_frame(payload))
+        units = _Records() if tls else _Frames()
         head_pending, head = mode == WS, b""  # ws://: the upgrade response passes as it is
         try:
             while data := upstream.recv(CHUNK):
@@ -443,38 +432,3 @@ class FaultProxy:
                 pass
         except OSError:
             pass
-
-
-class TcpFaultProxy(FaultProxy):
-    """Forwards every connection on a loopback port to one fixed TCP endpoint, faulting each as ``decide``
-    says: a backend whose client speaks a protocol of its own (SSH, a vendor's wire protocol) is pointed
-    here instead of at its server.  The proxy reads nothing of the protocol, so it can stall (``silence``),
-    delay (``latency``), drop or half-close a connection, counting ``after_bytes`` from the server's first
-    byte; a kind it cannot apply (status, garbage, truncate) is never asked of it."""
-
-    def __init__(self, decide: DecideConnection, target: tuple[str, int]):
-        super().__init__(lambda _path, _tls: None)
-        self._decide_connection = decide
-        self.target = target
-
-    def start(self) -> str:
-        """Listen on an ephemeral loopback port; returns ``127.0.0.1:PORT``."""
-        self.address = f"127.0.0.1:{self._listen()}"
-        return self.address
-
-    def _serve(self, client: socket.socket) -> None:
-        upstream: socket.socket | None = None
-        try:
-            fault = self._decide_connection()
-            with self._lock:
-                self.tunnels += 1
-            if fault is not None and fault.kind not in OPAQUE_KINDS:
-                logger.warning("a %s fault cannot be applied to a raw TCP connection; it passes unfaulted", fault.kind)
-                fault = None
-            upstream = self._forward(client, fault, self.target, b"", RAW)
-        except (_Gone, OSError, ValueError) as exc:
-            logger.debug("fault proxy connection ended: %s", exc)
-        finally:
-            if upstream is not None:
-                self._close(upstream)
-            self._close(client)

@@ -69,6 +69,21 @@ class FaultScript:
         mine = {id(f) for a in armed for f in a.faults}
         self._faults.remove(lambda f: id(f) in mine)
 
+    def landed(self, armed: Armed) -> str | None:
+        """Where a fault the injector applies blind met the backend (which connection), for messages;
+        None where the fault met a request the injector read, as a fake's always does."""
+        return None
+
+    def why_unfired(self, armed: Armed) -> str:
+        """Why an armed fault that never fired met nothing."""
+        return f"no request of this backend reached the run's {armed.role!r} routes"
+
+    def before_command(self, armed: Armed) -> str | None:
+        """Why a fault that fired may have met the backend before its command started, when the
+        injector cannot see where a command starts; None when it can (a fake applies a command's
+        fault once the command started)."""
+        return None
+
     def attempts(self, role: str, *, since: float = 0.0) -> list[float]:
         """Monotonic times (from ``since`` on) of the requests on ``role``'s routes that met a fault, oldest first."""
         routes = set(self.routes.get(role, ()))

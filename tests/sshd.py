@@ -29,6 +29,7 @@ SSHD = "/usr/sbin/sshd"
 TOOLS = ("unshare", "ssh", "scp", "ssh-keygen")
 START_DEADLINE_S = 15.0
 RUN_DIR = "/run/kit-sshd"  # where the server's files are, inside its namespace
+HOST_KEY_ALIAS = "kit-sshd"  # the name the client knows the server's host key by, whatever the port
 
 # Inside the server's mount namespace: a private /run (sshd's privilege-separation directory lives
 # there), the server's files copied into it, then the private home and /tmp over the real ones (in
@@ -155,9 +156,12 @@ def start(root: Path) -> SSHServer:
         )
     )
     host_public = (etc / "host_key.pub").read_text().split()
-    (client_home / ".ssh" / "known_hosts").write_text(f"[127.0.0.1]:{port} {host_public[0]} {host_public[1]}\n")
+    # The host key is known by an alias, not by [127.0.0.1]:PORT: a kit TCP fault proxy in front of the
+    # server (another port each run) is then the same host, and ssh adds no known_hosts entry for it.
+    (client_home / ".ssh" / "known_hosts").write_text(f"{HOST_KEY_ALIAS} {host_public[0]} {host_public[1]}\n")
     (client_home / ".ssh" / "config").write_text(
         f"Host 127.0.0.1\n  IdentitiesOnly yes\n  UserKnownHostsFile {client_home}/.ssh/known_hosts\n"
+        f"  HostKeyAlias {HOST_KEY_ALIAS}\n"
     )
     log = root / "sshd.log"
     server = SSHServer(root, port, user.pw_name, key, client_home, log=log)

@@ -212,3 +212,37 @@ def test_certify_hermes_ssh_against_a_real_sshd(tmp_path, ssh_server):
     assert shared["verdict"] == "fail" and "shared one connection" in shared["reason"], shared
     # Every other check has a connection of its own: the failures are the page's, the same in every run.
     assert _failing_musts(report) == explained_ssh_failures(), sorted(_failing_musts(report))
+
+
+@needs_hermes
+@pytest.mark.suite
+@pytest.mark.full
+def test_hermes_ssh_meets_transport_faults_on_the_connection_it_keeps(tmp_path, ssh_server):
+    # Hermes keeps one ControlMaster connection per environment and sends every command over it: the
+    # kit's TCP proxy must fault the command on that connection, never its handshake.
+    config = tmp_path / "backend-config.yaml"
+    target = ssh_server.backend_config()
+    target["terminal"]["ssh_port"] = "${HERMES_KIT_TCP_PROXY_PORT}"  # type: ignore[index]
+    config.write_text(yaml.safe_dump(target))
+    known_hosts = ssh_server.client_home / ".ssh" / "known_hosts"
+    before = known_hosts.read_text()
+    proc, report = _certify(
+        tmp_path,
+        "--backend",
+        "hermes:ssh",
+        "--backend-config",
+        str(config),
+        f"--client-faults=tcp:127.0.0.1:{ssh_server.port}",
+        "--select",
+        "transport",
+        "--workers",
+        "0",
+        wrap=ssh_server.client_argv,
+    )
+    clauses = _by_id(report)
+    for clause in ("faults.dropped-mid-command", "faults.silent-server", "faults.half-closed"):
+        assert clauses[clause]["verdict"] == "pass", (clause, clauses[clause]["reason"], proc.stdout[-3000:])
+    # Hermes's cleanup syncs files back over the silent connection, for up to 120 s (docs/hermes-builtins.md)
+    finalizer = clauses["faults.silent-finalizer"]
+    assert finalizer["verdict"] == "fail" and "did not return within" in finalizer["reason"], finalizer
+    assert known_hosts.read_text() == before, "ssh learned the proxy's port as another host"

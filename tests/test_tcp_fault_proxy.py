@@ -1,13 +1,15 @@
 """The TCP fault proxy (``--client-faults tcp:HOST:PORT``) between real sockets and a real loopback server.
 
-The server sends a fixed blob the moment a connection opens, then keeps
-everything the client sends until the client leaves, so each test can see
-byte for byte what passed each way and when each end closed.  Faults are
-armed by role through the client-side injector, as the transport checks
-arm them, and decided per connection.  The last tests run the line-exec
-service (fakes/line_exec) through the proxy: a real bash command whose
-connection is dropped is killed on the service's side, and certify runs the
-transport checks against line_exec with its commands through the proxy.
+The server sends a fixed blob the moment a connection opens (the talk a
+protocol has before any command), then keeps everything the client sends
+(echoing it back where a test asks) until the client leaves, so each test
+can see byte for byte what passed each way and when each end closed.
+Faults are armed by role through the client-side injector, as the transport
+checks arm them, and taken by a new connection as it opens or by a kept one
+when its client sends again.  The last tests run the line-exec service
+(fakes/line_exec) through the proxy: a real bash command whose connection is
+dropped is killed on the service's side, and certify runs the transport
+checks against line_exec, a connection per command or one kept for all.
 """
 
 from __future__ import annotations
@@ -26,13 +28,15 @@ from typing import Any
 import pytest
 
 from conformance import contract, fault_routes
-from conformance.client_faults import ClientFaults
+from conformance.client_faults import NEW_CONNECTION, REUSED_CONNECTION, ClientFaults
 from conformance.errors import RouteTableError
 from conformance.fault_routes import TCP_PROXY_HOST_VAR, TCP_PROXY_PORT_VAR, TCP_PROXY_VAR
+from conformance.tcp_proxy import PAUSE_S
 from conformance.verdicts import UNVERIFIED_PREFIX
 
 BLOB = bytes(range(256)) * 32  # 8 KiB, every byte value
 QUIET_S = 0.5  # how long "nothing arrives" is watched for
+ACTED_S = PAUSE_S * 3  # long enough a quiet server for a fault waiting on its pause to have acted
 
 
 class _Conn:
@@ -43,12 +47,14 @@ class _Conn:
 
 
 class BlobServer:
-    """Sends BLOB on every new connection, then records what the client sends until it leaves."""
+    """Sends ``opening`` on every new connection (its pieces ``pause_s`` apart), then records what the
+    client sends until it leaves, echoing it back when ``echo``."""
 
-    def __init__(self) -> None:
+    def __init__(self, opening: tuple[bytes, ...] = (BLOB,), *, pause_s: float = 0.0, echo: bool = False) -> None:
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
         self.conns: list[_Conn] = []
+        self.opening, self.pause_s, self.echo = opening, pause_s, echo
         self._stop = threading.Event()
         threading.Thread(target=self._accept, daemon=True).start()
 
@@ -62,12 +68,16 @@ class BlobServer:
             self.conns.append(conn)
             threading.Thread(target=self._serve, args=(sock, conn), daemon=True).start()
 
-    @staticmethod
-    def _serve(sock: socket.socket, conn: _Conn) -> None:
+    def _serve(self, sock: socket.socket, conn: _Conn) -> None:
         try:
-            sock.sendall(BLOB)
+            for i, piece in enumerate(self.opening):
+                if i:
+                    time.sleep(self.pause_s)
+                sock.sendall(piece)
             while data := sock.recv(65536):
                 conn.received += data
+                if self.echo:
+                    sock.sendall(data)
         except OSError:
             pass
         finally:
@@ -89,6 +99,21 @@ def server() -> Iterator[BlobServer]:
 @pytest.fixture
 def injector(server: BlobServer, monkeypatch: pytest.MonkeyPatch) -> Iterator[ClientFaults]:
     faults = ClientFaults(fault_routes.tcp(f"tcp:127.0.0.1:{server.port}"))
+    faults.start(monkeypatch.setenv)
+    yield faults
+    faults.stop()
+
+
+@pytest.fixture
+def echo_server() -> Iterator[BlobServer]:
+    blob = BlobServer(echo=True)
+    yield blob
+    blob.close()
+
+
+@pytest.fixture
+def echo_injector(echo_server: BlobServer, monkeypatch: pytest.MonkeyPatch) -> Iterator[ClientFaults]:
+    faults = ClientFaults(fault_routes.tcp(f"tcp:127.0.0.1:{echo_server.port}"))
     faults.start(monkeypatch.setenv)
     yield faults
     faults.stop()
@@ -136,30 +161,86 @@ def test_the_run_exports_the_proxy_address_and_every_byte_passes_both_ways(serve
     assert bytes(server.conns[0].received) == upload
 
 
-def test_drop_passes_after_bytes_then_cuts_both_ends(server, injector):
+def test_drop_lets_the_opening_talk_pass_and_cuts_both_ends_at_the_servers_pause(server, injector):
     _warm(server)
     armed = injector.arm("drop", "exec", after_bytes=1000)
     with socket.create_connection(_proxy(), timeout=5) as sock:
         data, ended = _read(sock, quiet_s=5)
-        assert armed.fired == 1
-        assert (data, ended) == (BLOB[:1000], "eof")
+        assert armed.fired == 1 and injector.landed(armed) == NEW_CONNECTION
+        # the opening is one burst: a fault counted from the connection's first byte would land in it
+        assert (data, ended) == (BLOB, "eof")
         # the server's side is cut too, although the client has not closed its own
         assert server.conns[-1].closed.wait(5), "the server's connection stayed open after the drop"
 
 
-def test_half_close_stops_sending_to_the_client_and_keeps_both_connections_open(server, injector):
-    _warm(server)
-    injector.arm("half-close", "exec", after_bytes=1000)
+def test_a_pause_counts_only_once_the_faults_bytes_passed():
+    paced = BlobServer((b"a" * 1000, b"b" * 1000), pause_s=PAUSE_S * 3)
+    faults = ClientFaults(fault_routes.tcp(f"tcp:127.0.0.1:{paced.port}"))
+    env: dict[str, str] = {}
+    faults.start(env.__setitem__)
+    try:
+        host, port = env[TCP_PROXY_HOST_VAR], int(env[TCP_PROXY_PORT_VAR])
+        with socket.create_connection((host, port), timeout=5) as sock:
+            _read(sock, quiet_s=5, until=2000)
+        faults.arm("drop", "exec", after_bytes=1500)
+        with socket.create_connection((host, port), timeout=5) as sock:
+            data, ended = _read(sock, quiet_s=5)
+        assert (data, ended) == (b"a" * 1000 + b"b" * 1000, "eof")  # the first pause came after 1000 bytes only
+    finally:
+        faults.stop()
+        paced.close()
+
+
+def test_half_close_stops_sending_to_the_client_and_keeps_both_connections_open(echo_server, echo_injector):
+    _warm(echo_server)
+    echo_injector.arm("half-close", "exec")
     with socket.create_connection(_proxy(), timeout=5) as sock:
-        data, ended = _read(sock)
-        assert (data, ended) == (BLOB[:1000], "open")
-        sock.sendall(b"kill\n")  # what the client sends still reaches the server
+        data, _ = _read(sock, quiet_s=5, until=len(BLOB))
+        assert data == BLOB
+        time.sleep(ACTED_S)  # the server's pause: the half-close acts
+        sock.sendall(b"kill\n")  # what the client sends still reaches the server, whose echo goes nowhere
         deadline = time.monotonic() + 5
-        while bytes(server.conns[-1].received) != b"kill\n" and time.monotonic() < deadline:
+        while bytes(echo_server.conns[-1].received) != b"kill\n" and time.monotonic() < deadline:
             time.sleep(0.02)
-        assert bytes(server.conns[-1].received) == b"kill\n"
-        assert not server.conns[-1].closed.is_set()
-    assert server.conns[-1].closed.wait(5), "the client left, and the server's connection stayed open"
+        assert bytes(echo_server.conns[-1].received) == b"kill\n"
+        assert _read(sock) == (b"", "open")
+        assert not echo_server.conns[-1].closed.is_set()
+    assert echo_server.conns[-1].closed.wait(5), "the client left, and the server's connection stayed open"
+
+
+def test_a_kept_connection_meets_the_fault_when_its_client_next_sends(echo_server, echo_injector):
+    with socket.create_connection(_proxy(), timeout=5) as sock:
+        assert _read(sock, quiet_s=5, until=len(BLOB))[0] == BLOB  # the exec channel is seen
+        armed = echo_injector.arm("drop", "exec")
+        time.sleep(ACTED_S)
+        assert armed.fired == 0, "an idle connection met a fault before its client sent anything"
+        sock.sendall(b"run this\n")
+        data, ended = _read(sock, quiet_s=5)
+        assert armed.fired == 1 and echo_injector.landed(armed) == REUSED_CONNECTION
+        assert (data, ended) == (b"run this\n", "eof")  # the server's answer passed; the pause after it cut
+    assert len(echo_server.conns) == 1
+
+
+def test_a_stall_on_a_kept_connection_holds_both_ways_until_the_fault_is_cleared(echo_server, echo_injector):
+    with socket.create_connection(_proxy(), timeout=5) as sock:
+        assert _read(sock, quiet_s=5, until=len(BLOB))[0] == BLOB
+        echo_injector.arm("silence", "exec")
+        sock.sendall(b"run this\n")
+        assert _read(sock) == (b"", "open")
+        assert bytes(echo_server.conns[0].received) == b"", "a stalled command reached the server"
+        echo_injector.clear()  # what the fault held is let go: the connection ends
+        assert _read(sock, quiet_s=5) == (b"", "eof")
+
+
+def test_clearing_cuts_a_half_closed_connection(echo_server, echo_injector):
+    _warm(echo_server)
+    echo_injector.arm("half-close", "exec")
+    with socket.create_connection(_proxy(), timeout=5) as sock:
+        assert _read(sock, quiet_s=5, until=len(BLOB))[0] == BLOB
+        time.sleep(ACTED_S)
+        echo_injector.clear()
+        assert _read(sock, quiet_s=5) == (b"", "eof")
+    assert echo_server.conns[0].closed.wait(5)
 
 
 def test_stall_accepts_the_connection_and_never_reaches_the_server(server, injector):
@@ -190,9 +271,9 @@ def test_faults_are_decided_per_connection(server, injector):
         socket.create_connection(_proxy(), timeout=5) as first,
         socket.create_connection(_proxy(), timeout=5) as second,
     ):
-        got = sorted([_read(first, quiet_s=3), _read(second, quiet_s=3, until=len(BLOB))], key=lambda r: len(r[0]))
+        got = sorted([_read(first, quiet_s=ACTED_S), _read(second, quiet_s=ACTED_S)], key=lambda r: r[1])
     assert armed.fired == 1
-    assert got == [(BLOB[:10], "eof"), (BLOB, "open")]
+    assert got == [(BLOB, "eof"), (BLOB, "open")]
 
 
 def test_kinds_the_proxy_cannot_apply_leave_their_check_unverified(server, injector):
@@ -252,7 +333,8 @@ def test_a_dropped_command_is_killed_by_the_service_behind_the_proxy(line_exec, 
     marker = tmp_path / "survived"
     line_exec.arm("drop", "exec", after_bytes=2048)
     reply, ended = _exec(f"head -c 4096 /dev/zero | tr '\\0' s; echo; sleep 1; touch {marker}; exit 7")
-    assert ended == "eof" and len(reply) == 2048 and b'"exit"' not in reply
+    # the greeting and the command's output passed; the cut came in its pause
+    assert ended == "eof" and reply.count(b"s") >= 4096 and b'"exit"' not in reply
     time.sleep(1.5)
     assert not marker.exists(), "the service kept running a command whose connection was dropped"
 
@@ -268,7 +350,9 @@ NEEDS_PLAINTEXT = {
 }
 
 
-def _certify(tmp_path: Path, backend: str, select: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+def _certify(
+    tmp_path: Path, backend: str, select: str, *, hello_pause_s: float = 0.0
+) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
     """certify a line_exec backend with its commands through the kit's TCP proxy, pointed there by
     --backend-config (the proxy's address is the run's $HERMES_KIT_TCP_PROXY)."""
     from fakes.line_exec.server import LineExecServer
@@ -277,7 +361,7 @@ def _certify(tmp_path: Path, backend: str, select: str) -> tuple[subprocess.Comp
     config.write_text(f"env:\n  LINE_EXEC_ADDR: ${{{TCP_PROXY_VAR}}}\n")
     out = tmp_path / "out"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "HERMES_", "LINE_EXEC_"))}
-    service = LineExecServer().start()
+    service = LineExecServer(hello_pause_s=hello_pause_s).start()
     try:
         proc = subprocess.run(
             [
@@ -312,10 +396,17 @@ def _certify(tmp_path: Path, backend: str, select: str) -> tuple[subprocess.Comp
     return proc, report
 
 
+def _transport_verdicts(report: dict[str, Any]) -> dict[str, str]:
+    return {c["id"]: c["verdict"] for c in report["clauses"] if c["id"] in TRANSPORT}
+
+
 @pytest.mark.suite
-def test_certify_over_raw_tcp_gives_the_transport_clauses_verdicts(tmp_path):
-    proc, report = _certify(tmp_path, "fakes.line_exec:provider", "transport")
-    verdicts = {c["id"]: c["verdict"] for c in report["clauses"] if c["id"] in TRANSPORT}
+@pytest.mark.parametrize("backend", ["provider", "pooled"])
+def test_certify_over_raw_tcp_gives_the_transport_clauses_verdicts(tmp_path, backend):
+    # provider: a connection per command, whose greeting (3 KiB, before any command) a fault counted
+    # from the first byte would hit; pooled: one connection kept for every command
+    proc, report = _certify(tmp_path, f"fakes.line_exec:{backend}", "transport")
+    verdicts = _transport_verdicts(report)
     assert len(verdicts) >= 8 and set(NEEDS_PLAINTEXT) < set(verdicts)
     assert {cid: v for cid, v in verdicts.items() if cid not in NEEDS_PLAINTEXT} == dict.fromkeys(
         sorted(set(verdicts) - NEEDS_PLAINTEXT), "pass"
@@ -324,13 +415,26 @@ def test_certify_over_raw_tcp_gives_the_transport_clauses_verdicts(tmp_path):
 
 
 @pytest.mark.suite
-def test_certify_over_raw_tcp_fails_a_backend_that_reads_a_dropped_connection_as_success(tmp_path):
-    proc, report = _certify(
-        tmp_path, "fakes.line_exec:lost_is_success", "faults.dropped-mid-command,faults.half-closed"
-    )
+@pytest.mark.parametrize("backend", ["lost_is_success", "pooled_lost_is_success"])
+def test_certify_over_raw_tcp_fails_a_backend_that_reads_a_dropped_connection_as_success(tmp_path, backend):
+    proc, report = _certify(tmp_path, f"fakes.line_exec:{backend}", "faults.dropped-mid-command,faults.half-closed")
     verdicts = {c["id"]: c["verdict"] for c in report["clauses"] if c["verdict"] != "not-run"}
     assert verdicts == {"faults.dropped-mid-command": "fail", "faults.half-closed": "pass"}, proc.stdout[-3000:]
-    assert "a lost stream read as success" in proc.stdout
+    reason = next(c["reason"] for c in report["clauses"] if c["id"] == "faults.dropped-mid-command")
+    landed = REUSED_CONNECTION if backend.startswith("pooled") else NEW_CONNECTION
+    assert "a lost stream read as success" in reason and f"({landed})" in reason, reason
+
+
+@pytest.mark.suite
+def test_a_fault_that_meets_a_slow_handshake_leaves_its_clause_unverified(tmp_path):
+    # The service waits before it reads the first command: the proxy sees a pause before any command
+    # ran, so a drop lands there.  The command never started: no verdict, and never a failure.
+    proc, report = _certify(
+        tmp_path, "fakes.line_exec:provider", "faults.dropped-mid-command", hello_pause_s=PAUSE_S * 3
+    )
+    clause = next(c for c in report["clauses"] if c["id"] == "faults.dropped-mid-command")
+    assert clause["verdict"] == "unverified", proc.stdout[-3000:]
+    assert "never started" in clause["reason"] and "pause" in clause["reason"], clause["reason"]
 
 
 def test_a_config_naming_the_proxy_without_tcp_faults_says_which_option_sets_it(tmp_path, monkeypatch):

@@ -6,6 +6,7 @@ import gc
 import sys
 import threading
 import time
+from typing import Any
 
 import pytest
 
@@ -70,7 +71,8 @@ def test_cleanup_of_one_environment_leaves_the_others_working(kit, make_env):
     assert not running.is_alive(), "the other environment's command did not return within 45 s of the cleanup"
     assert "error" not in outcome, f"the other environment's command raised: {outcome['error']!r}"
     result = outcome["result"]
-    assert isinstance(result, dict) and rc(result) == 0 and out(result).strip() == "still-here", (
+    assert isinstance(result, dict), f"the other environment's execute() returned {result!r}, not a result"
+    assert rc(result) == 0 and out(result).strip() == "still-here", (
         "cleanup() of one environment broke another environment's running command: it returned "
         f"rc {rc(result)} with {out(result)[-300:]!r}"
         + (
@@ -85,7 +87,7 @@ def test_cleanup_of_one_environment_leaves_the_others_working(kit, make_env):
     )
 
 
-def _ssh_said(result: dict) -> bool:
+def _ssh_said(result: dict[str, Any]) -> bool:
     text = out(result)
     return rc(result) == 255 or any(mark in text for mark in ("mux_client", "ControlSocket", "master"))
 

@@ -63,13 +63,16 @@ def _warm(env: Any) -> None:
     assert rc(run(env, "true")) == 0, "a plain command failed before any fault was armed"
 
 
-def _fired(armed: Armed, fault: str) -> None:
-    """No verdict when the armed fault never met the backend: the check would judge a fault-free call."""
+def _fired(faults: Any, armed: Armed, fault: str) -> str:
+    """No verdict when the armed fault never met the backend: the check would judge a fault-free call.
+    Returns ``fault`` saying which connection it met, where the injector applied it blind."""
     if armed.fired == 0:
         unverified(
-            f"the fault meant to make {fault} never fired: no request of this backend reached the run's "
-            f"{armed.role!r} routes, so the clause's situation never happened"
+            f"the fault meant to make {fault} never fired: {faults.why_unfired(armed)}, so the clause's "
+            "situation never happened"
         )
+    landed = faults.landed(armed)
+    return f"{fault} ({landed})" if landed else fault
 
 
 def _no_raise(outcome: TerminalOutcome, fault: str) -> None:
@@ -126,16 +129,30 @@ def _ended_by_backend(workers: _Workers, fault: str) -> None:
 
 
 def _once(
-    kit: Any, env: Any, record: Record, outcome: TerminalOutcome, fault: str, *, expect: int = 1, at_most: bool = False
+    kit: Any,
+    env: Any,
+    record: Record,
+    outcome: TerminalOutcome,
+    fault: str,
+    faults: Any,
+    armed: Armed,
+    *,
+    expect: int = 1,
+    at_most: bool = False,
 ) -> None:
     """The command ran ``expect`` times (once when the fault let it start, never when it did not).
 
     ``at_most``: fewer runs are fine too (the service may stop a command whose client gave up on its
-    reply before the command got far); only a run beyond ``expect`` fails.
+    reply before the command got far); only a run beyond ``expect`` fails.  Fewer runs than expected
+    after a fault the injector applied blind (it cannot see where a command starts) mean the fault
+    met the connection before the command: no verdict.
     """
     count = count_runs(kit, env, record, expect=expect)
     if count.runs == expect or (at_most and count.runs < expect):
         return
+    blind = faults.before_command(armed)
+    if count.runs < expect and blind and not count.gone:
+        unverified(f"{fault}, and the command never started: {blind}")
     if count.runs < expect:
         raise AssertionError(
             f"{fault}; the command's record shows {count.runs} run(s), expected {expect}"
@@ -159,9 +176,8 @@ def test_dropped_connection_fails_cleanly_and_is_not_retried(kit, env, faults):
     armed = faults.arm("drop", "exec", after_bytes=2048)
     outcome = drive(env, command, timeout=10)
     faults.clear()
-    fault = "the connection was dropped mid-command"
-    _fired(armed, fault)
-    _once(kit, env, record, outcome, fault)
+    fault = _fired(faults, armed, "the connection was dropped mid-command")
+    _once(kit, env, record, outcome, fault, faults, armed)
     _no_raise(outcome, fault)
     assert outcome.exit_code != 0, (
         f"{fault} and {describe(outcome)}; the command exits {EXIT}, so a lost stream read as success"
@@ -237,9 +253,8 @@ def test_5xx_on_the_command_call_is_not_retried(kit, env, faults):
     armed = faults.arm("status", "exec", status=500, message="Internal server error")
     outcome = drive(env, command, timeout=10)
     faults.clear()
-    fault = "the command call was answered 500 (the service ran nothing)"
-    _fired(armed, fault)
-    _once(kit, env, record, outcome, fault, expect=0)
+    fault = _fired(faults, armed, "the command call was answered 500 (the service ran nothing)")
+    _once(kit, env, record, outcome, fault, faults, armed, expect=0)
     _no_raise(outcome, fault)
     assert outcome.exit_code != 0, f"{fault} and {describe(outcome)}"
 
@@ -258,11 +273,11 @@ def _held_connection(kit: Any, env: Any, faults: Any, kind: str, body: str, faul
     with _host_backstop() as workers:
         outcome = drive(env, command, timeout=2)
     try:
-        _fired(armed, fault)
+        fault = _fired(faults, armed, fault)
         _ended_by_backend(workers, fault)
     finally:
         faults.clear()
-    _once(kit, env, record, outcome, fault, expect=expect)
+    _once(kit, env, record, outcome, fault, faults, armed, expect=expect)
     _no_raise(outcome, fault)
     assert outcome.exit_code != 0, f"{fault} and {describe(outcome)}"
 
@@ -303,10 +318,9 @@ def test_damaged_frame_never_becomes_a_wrong_exit_code(kit, env, faults, kind):
     armed = faults.arm(kind, "exec")
     outcome = drive(env, command, timeout=10)
     faults.clear()
-    fault = f"the command's reply carried a {kind} frame"
-    _fired(armed, fault)
+    fault = _fired(faults, armed, f"the command's reply carried a {kind} frame")
     # A backend that gives up on the reply may close it before the command got far: once at most.
-    _once(kit, env, record, outcome, fault, at_most=True)
+    _once(kit, env, record, outcome, fault, faults, armed, at_most=True)
     _no_raise(outcome, fault)
     assert outcome.exit_code != 0, (
         f"{fault} and {describe(outcome)}; the command exits {EXIT}, so a damaged reply read as success"

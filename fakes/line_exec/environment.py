@@ -2,9 +2,11 @@
 
 The box (its directories, state, file sync) is tempdir_box's; only the
 command channel differs: each command is one TCP connection to the service
-at ``LINE_EXEC_ADDR`` (fakes/line_exec/server.py).  A connection that ends
-before the service's exit line is reported as a failed command (exit 1 with
-a message saying so), never sent again: the command may have run.
+at ``LINE_EXEC_ADDR`` (fakes/line_exec/server.py), or, for
+``PooledLineExecEnvironment``, a connection kept for the next command (as an
+SSH ControlMaster keeps one).  A connection that ends before the service's
+exit line is reported as a failed command (exit 1 with a message saying
+so), never sent again: the command may have run.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import json
 import os
 import socket
 import threading
-from typing import Any
+from typing import IO, Any
 
 from tools.environments.base_output import _ThreadedProcessHandle
 
@@ -36,49 +38,92 @@ def service_address() -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-class _Command:
-    """One command's connection: run() blocks until the exit line or the connection's end."""
+class _Connection:
+    """A connection to the service and the reader of its reply lines."""
 
-    def __init__(self, address: tuple[str, int], request: dict[str, Any], lost: Any):
+    def __init__(self, address: tuple[str, int]):
+        self.sock = socket.create_connection(address, timeout=CONNECT_TIMEOUT_S)
+        self.sock.settimeout(None)  # the host bounds the wait (its timeout kills through cancel())
+        self.replies: IO[bytes] = self.sock.makefile("rb")
+
+    def close(self) -> None:
+        self.replies.close()
+        self.sock.close()
+
+
+class _Pool:
+    """At most one idle connection, kept for the next command; a command finding none opens its own."""
+
+    def __init__(self, address: tuple[str, int]):
         self.address = address
-        self.request = request
+        self._idle: _Connection | None = None
+        self._lock = threading.Lock()
+
+    def get(self) -> _Connection:
+        with self._lock:
+            idle, self._idle = self._idle, None
+        return idle if idle is not None else _Connection(self.address)
+
+    def put(self, connection: _Connection) -> None:
+        with self._lock:
+            spare, self._idle = (connection, self._idle) if self._idle is not None else (None, connection)
+        if spare is not None:
+            spare.close()
+
+    def close(self) -> None:
+        with self._lock:
+            idle, self._idle = self._idle, None
+        if idle is not None:
+            idle.close()
+
+
+class _Command:
+    """One command: run() blocks until the exit line or the connection's end."""
+
+    def __init__(self, address: tuple[str, int], request: dict[str, Any], lost: Any, pool: _Pool | None = None):
+        self.address = address
+        self.request = {**request, "keep": pool is not None}
         self.lost = lost
-        self._sock: socket.socket | None = None
+        self.pool = pool
+        self._connection: _Connection | None = None
         self._cancelled = threading.Event()
         self._lock = threading.Lock()
 
     def run(self) -> tuple[str, int]:
-        sock = socket.create_connection(self.address, timeout=CONNECT_TIMEOUT_S)
+        connection = self.pool.get() if self.pool is not None else _Connection(self.address)
         with self._lock:
-            self._sock = sock
+            self._connection = connection
             cancelled = self._cancelled.is_set()
         if cancelled:
-            sock.close()
+            connection.close()
             return "", 130
         output: list[str] = []
+        kept = False
         try:
-            sock.settimeout(None)  # the host bounds the wait (its timeout kills through cancel())
-            sock.sendall(json.dumps(self.request).encode("utf-8", "surrogateescape") + b"\n")
-            with sock.makefile("rb") as replies:
-                for line in replies:
-                    message = json.loads(line)
-                    if "out" in message:
-                        output.append(str(message["out"]))
-                    elif "exit" in message:
-                        return "".join(output), int(message["exit"])
+            connection.sock.sendall(json.dumps(self.request).encode("utf-8", "surrogateescape") + b"\n")
+            for line in connection.replies:
+                message = json.loads(line)
+                if "out" in message:
+                    output.append(str(message["out"]))
+                elif "exit" in message:
+                    if self.pool is not None:
+                        self.pool.put(connection)
+                        kept = True
+                    return "".join(output), int(message["exit"])
         except (OSError, ValueError) as exc:
             return self.lost("".join(output), f"{type(exc).__name__}: {exc}")
         finally:
-            sock.close()
+            if not kept:
+                connection.close()
         return self.lost("".join(output), "the service closed the connection")
 
     def cancel(self) -> None:
         with self._lock:
             self._cancelled.set()
-            sock = self._sock
-        if sock is not None:
+            connection = self._connection
+        if connection is not None:
             try:
-                sock.shutdown(socket.SHUT_RDWR)  # the service kills a command whose client left
+                connection.sock.shutdown(socket.SHUT_RDWR)  # the service kills a command whose client left
             except OSError:
                 pass
 
@@ -100,8 +145,12 @@ class LineExecEnvironment(TempdirBoxEnvironment):
             "env": self._box_env(),
             "stdin": stdin_data,
         }
-        command = _Command(self._address, request, self._lost)
+        command = _Command(self._address, request, self._lost, self._pool())
         return _ThreadedProcessHandle(command.run, command.cancel)
+
+    def _pool(self) -> _Pool | None:
+        """The connection pool commands share; none: a connection per command."""
+        return None
 
     def _lost(self, output: str, why: str) -> tuple[str, int]:
         """The connection ended before the exit line: a failed command, said so, never sent again."""
@@ -111,3 +160,18 @@ class LineExecEnvironment(TempdirBoxEnvironment):
             "the command may have run and was not sent again"
         )
         return (f"{output}\n{note}" if output else note), LOST_EXIT
+
+
+class PooledLineExecEnvironment(LineExecEnvironment):
+    """Commands share one kept connection to the service (a second opens only while the first is busy)."""
+
+    def __init__(self, **kwargs: Any):
+        self._kept = _Pool(service_address())
+        super().__init__(**kwargs)
+
+    def _pool(self) -> _Pool | None:
+        return self._kept
+
+    def cleanup(self, force_remove: bool = False) -> None:
+        self._kept.close()
+        super().cleanup(force_remove)

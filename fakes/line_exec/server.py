@@ -1,11 +1,16 @@
-"""A tiny exec service over raw TCP: one connection runs one command, answered in JSON lines.
+"""A tiny exec service over raw TCP: commands answered in JSON lines.
 
-The client sends one line, ``{"argv": [...], "cwd": "...", "env": {...},
-"stdin": "..." | null}``; the server starts ``argv`` in a session of its own
-and answers ``{"out": "..."}`` lines as output arrives, then ``{"exit": N}``
-(a signal's death is 128 + its number).  A client that leaves before the exit
-line takes its command with it: the command's process group is killed, as a
-remote shell's session ends with its connection.
+A connection opens with the server's greeting, ``{"hello": "line-exec",
+"pad": "..."}`` (a few KiB: the talk a protocol has before any command, as an
+SSH key exchange).  The client then sends one line, ``{"argv": [...], "cwd":
+"...", "env": {...}, "stdin": "..." | null, "keep": false}``; the server
+starts ``argv`` in a session of its own and answers ``{"out": "..."}`` lines
+as output arrives, then ``{"exit": N}`` (a signal's death is 128 + its
+number).  With ``"keep": true`` the connection then takes the next command,
+as a multiplexed SSH connection does; otherwise the server closes it.  A
+client that leaves before the exit line takes its command with it: the
+command's process group is killed, as a remote shell's session ends with its
+connection.
 
 It is the kit's stand-in for a service reached over a protocol of its own (a
 vendor's wire protocol, SSH), in front of which ``--client-faults
@@ -29,6 +34,8 @@ from typing import Any
 CHUNK = 64 * 1024
 REQUEST_LIMIT = 16 * 1024 * 1024
 DRAIN_S = 0.1  # after the command exits, how long output of jobs it left running may still arrive
+GREETING_PAD = 3 * 1024  # the greeting's filler: more than the 2 KiB a dropped-connection check lets pass
+WATCH_S = 0.1  # how often a running command's connection is looked at for its client leaving
 
 
 class _Handler(socketserver.StreamRequestHandler):
@@ -36,14 +43,27 @@ class _Handler(socketserver.StreamRequestHandler):
 
     def handle(self) -> None:
         self.server.count()
+        try:
+            self._send({"hello": "line-exec", "pad": "." * GREETING_PAD})
+            if self.server.hello_pause_s:
+                threading.Event().wait(self.server.hello_pause_s)  # a slow handshake: nothing moves
+            while self._one():
+                pass
+        except OSError:
+            pass
+
+    def _one(self) -> bool:
+        """Run the connection's next command; True when the connection takes another."""
         line = self.rfile.readline(REQUEST_LIMIT)
+        if not line:
+            return False
         try:
             request = json.loads(line)
             argv = [str(a) for a in request["argv"]]
         except (ValueError, KeyError, TypeError):
             self._send({"out": "line-exec: the request is not a JSON line with argv\n"})
             self._send({"exit": 2})
-            return
+            return False
         stdin = request.get("stdin")
         try:
             proc = subprocess.Popen(
@@ -58,7 +78,7 @@ class _Handler(socketserver.StreamRequestHandler):
         except OSError as exc:
             self._send({"out": f"line-exec: cannot start {argv[0]!r}: {exc}\n"})
             self._send({"exit": 127})
-            return
+            return bool(request.get("keep"))
         done = threading.Event()
         if stdin is not None:
             threading.Thread(target=_feed, args=(proc, str(stdin)), daemon=True).start()
@@ -68,12 +88,17 @@ class _Handler(socketserver.StreamRequestHandler):
             code = proc.wait()
             done.set()  # from here the client may leave: the command is over
             self._send({"exit": 128 - code if code < 0 else code})
-            self.connection.shutdown(socket.SHUT_RDWR)  # the reply is whole; this also ends the watch
         except OSError:
             _kill(proc)  # the client is gone: so is its command
+            return False
         finally:
+            done.set()
             if proc.stdout is not None:
                 proc.stdout.close()
+        if request.get("keep"):
+            return True
+        self.connection.shutdown(socket.SHUT_RDWR)  # the reply is whole
+        return False
 
     def _stream(self, proc: subprocess.Popen[bytes]) -> None:
         assert proc.stdout is not None
@@ -96,14 +121,21 @@ class _Handler(socketserver.StreamRequestHandler):
             self._send({"out": rest})
 
     def _watch(self, proc: subprocess.Popen[bytes], done: threading.Event) -> None:
-        """The client closing its side before the exit line ends the command."""
-        try:
-            while self.connection.recv(CHUNK):  # the socket itself: the buffered rfile's lock is finish()'s
-                pass
-        except OSError:
-            pass
-        if not done.is_set():
-            _kill(proc)
+        """The client leaving before the exit line ends the command.  Bytes are only peeked at: the
+        next request of a kept connection is the handler's."""
+        sock = self.connection
+        while not done.is_set():
+            if not select.select([sock], [], [], WATCH_S)[0]:
+                continue
+            try:
+                gone = not sock.recv(1, socket.MSG_PEEK)
+            except OSError:
+                gone = True
+            if not gone:
+                return  # the client spoke while its command runs: only its leaving would end it
+            if not done.is_set():
+                _kill(proc)
+            return
 
     def _send(self, message: dict[str, Any]) -> None:
         self.wfile.write(json.dumps(message).encode("utf-8", "surrogateescape") + b"\n")
@@ -136,8 +168,9 @@ class LineExecServer(socketserver.ThreadingTCPServer):
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, port: int = 0):
+    def __init__(self, port: int = 0, *, hello_pause_s: float = 0.0):
         super().__init__(("127.0.0.1", port), _Handler)
+        self.hello_pause_s = hello_pause_s  # how long the greeting waits before the first command is read
         host, bound = self.socket.getsockname()[:2]
         self.address = f"{host}:{bound}"  # what LINE_EXEC_ADDR names
         self.connections = 0
