@@ -450,3 +450,17 @@ def test_a_config_naming_the_proxy_without_tcp_faults_says_which_option_sets_it(
     # checked before the run, which exports it itself
     checked = config.load(str(path), set(), run_sets=fault_routes.run_variables("tcp:127.0.0.1:22"))
     assert checked.env == {"LINE_EXEC_ADDR": ""}
+
+
+def test_terminal_values_take_the_proxys_port(tmp_path, monkeypatch):
+    from conformance import config
+    from conformance.errors import BackendConfigError
+
+    path = tmp_path / "backend.yaml"
+    path.write_text("terminal:\n  ssh_host: 127.0.0.1\n  ssh_port: ${HERMES_KIT_TCP_PROXY_PORT}\n  persistent: true\n")
+    monkeypatch.delenv("HERMES_KIT_TCP_PROXY_PORT", raising=False)
+    with pytest.raises(BackendConfigError) as caught:
+        config.load(str(path), set())
+    assert "terminal.ssh_port" in str(caught.value) and "--client-faults=tcp:HOST:PORT" in str(caught.value)
+    monkeypatch.setenv("HERMES_KIT_TCP_PROXY_PORT", "40123")
+    assert config.load(str(path), set()).terminal == {"ssh_host": "127.0.0.1", "ssh_port": "40123", "persistent": True}
