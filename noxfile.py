@@ -350,8 +350,11 @@ def host_equivalence(session: nox.Session) -> None:
                 continue
             out = REPORTS / f"host-{host}-{backend}"
             reports[host] = str(out / "report.json")
+            # The reference plugins ask for a newer Hermes than 0.19.0; here the point is the two hosts'
+            # verdicts side by side, so the installed one judges them all the same (its note says so).
+            older = ("--ignore-requires-hermes",) if host == "hermes" else ()
             session.run(
-                *_certify("--backend", backend, "--host", host, "--out", str(out), *args, backend=backend),
+                *_certify("--backend", backend, "--host", host, *older, "--out", str(out), *args, backend=backend),
                 success_codes=[0, 1],
             )  # failures are compared below, not fatal here
         session.run("hermes-backend-kit", "report", "compare", reports["hermes"], reports["builtin"])

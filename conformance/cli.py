@@ -292,6 +292,7 @@ def cmd_certify(args: argparse.Namespace) -> int:
         backend,
         "--host",
         args.host,
+        *(["--ignore-requires-hermes"] if args.ignore_requires_hermes else []),
         "--junitxml",
         str(out / "junit.xml"),
         "--basetemp",
@@ -723,6 +724,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="the Hermes modules the plugin runs against: hermes (the installed hermes-agent, "
         "stand-ins for what it lacks), builtin (the kit's stand-ins), auto (hermes where "
         "importable; default)",
+    )
+    c.add_argument(
+        "--ignore-requires-hermes",
+        action="store_true",
+        help="judge the plugin on the installed Hermes even when its requires_hermes excludes that "
+        "release (for comparing hosts; the report's host note says so)",
     )
     c.add_argument("--out", required=True, help="directory for the report files")
     c.add_argument(

@@ -90,6 +90,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="hermes: the installed hermes-agent; builtin: the kit's stand-ins; auto: hermes if importable",
     )
     group.addoption(
+        "--ignore-requires-hermes",
+        action="store_true",
+        help="judge the plugin on the installed Hermes even when its requires_hermes excludes that release",
+    )
+    group.addoption(
         "--fake",
         default=None,
         metavar="VENDOR",
@@ -539,6 +544,7 @@ def run_options(config: pytest.Config) -> Any:
         fake_control=control,
         call_deadline=opts.call_deadline or CALL_DEADLINE_S,
         client_faults=opts.client_faults,
+        ignore_requires_hermes=opts.ignore_requires_hermes,
     )
 
 

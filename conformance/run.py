@@ -78,6 +78,7 @@ class RunOptions:
     rtt_ms: float = 0.0  # round-trip time in front of the fake's server (fakes/network.py): the bench's --rtt
     jitter_ms: float = 0.0  # and its jitter (the bench's --jitter)
     ask_ready: bool = True  # a live run first asks the backend whether it is configured (readiness.py)
+    ignore_requires_hermes: bool = False  # judge on an installed Hermes the plugin's requires_hermes excludes
 
 
 @dataclass
@@ -176,7 +177,11 @@ class KitRun:
         hermes_home = _make_hermes_home(workdir / "hermes-home", backend_config.terminal)
         changes.set("HERMES_HOME", str(hermes_home))
         changes.update(backend_config.env)
-        host = abi.install(options.host, requires=loader.declared_requires_hermes(spec))
+        host = abi.install(
+            options.host,
+            requires=loader.declared_requires_hermes(spec),
+            ignore_requires=options.ignore_requires_hermes,
+        )
         if host_features is None:
             host_features = features.detect()
         fake = None

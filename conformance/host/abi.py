@@ -128,16 +128,26 @@ def active() -> HostInfo | None:
     return _active
 
 
-def install(mode: str = "auto", *, requires: str | None = None) -> HostInfo:
+def install(mode: str = "auto", *, requires: str | None = None, ignore_requires: bool = False) -> HostInfo:
     """Set up the host once per process; later calls must ask for the same mode.
 
     ``requires``: the plugin's ``requires_hermes``.  An installed Hermes that does not meet it is never
-    the host: ``auto`` takes the builtin host and says why, ``hermes`` is a usage error.
+    the host: ``auto`` takes the builtin host and says why, ``hermes`` is a usage error.  With
+    ``ignore_requires`` (certify's --ignore-requires-hermes, for comparing hosts) it is the host all the
+    same, and the host's note says so.
     """
     global _active
     if mode not in HOST_MODES:
         raise HostError(f"unknown host {mode!r}", f"use one of {', '.join(HOST_MODES)}")
     too_old = _too_old(requires) if mode != "builtin" and _active is None else None
+    if too_old is not None and ignore_requires:
+        info = install(mode)
+        if info.mode == "hermes":
+            info.note = (
+                f"the installed Hermes {too_old.version} does not meet the plugin's requires_hermes {requires!r}; "
+                "judged on it all the same (--ignore-requires-hermes)"
+            )
+        return info
     if too_old is not None and mode == "hermes":
         raise HostError(
             f"--host hermes: the installed Hermes {too_old.version} ({too_old.distribution or 'its tree'} at "
