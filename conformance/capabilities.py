@@ -169,8 +169,8 @@ def _overrides_config_schema(provider: Any) -> bool:
         except Exception:
             continue
         base = getattr(base_class, name, None)
-        if base is not None and getattr(mine, "__func__", mine) is not base:
-            return True
+        if getattr(mine, "__func__", mine) is not base and callable(mine):
+            return True  # its own method, over the host's or where the host has none
     return False
 
 

@@ -58,6 +58,9 @@ class Clause:
     # level rests on the kit's own judgement rather than Hermes code, why.
     since: str = "1.0"
     policy: str | None = None
+    # Where the obligation comes from when no Hermes release has the code yet (an open pull request,
+    # a docs page ahead of the code): such a clause is SHOULD at most and needs its host feature.
+    proposal: str | None = None
 
     @property
     def group(self) -> str:
@@ -81,6 +84,8 @@ class Clause:
             out["fix"] = self.fix
         if self.policy:
             out["policy"] = self.policy
+        if self.proposal:
+            out["proposal"] = self.proposal
         return out
 
 
@@ -195,6 +200,11 @@ def _semantic_problems(data: dict[str, Any]) -> list[str]:
                     f"(known: {', '.join(sorted(caps))})"
                 )
         feature = clause.get("host_feature")
+        if clause.get("proposal") and (clause["level"] == "MUST" or feature is None):
+            problems.append(
+                f"clauses[{i}]: {cid!r} is a proposal (no Hermes release has its code), so it is SHOULD or MAY "
+                "and names the host_feature a host must have for it to run"
+            )
         if feature is not None and feature not in features:
             problems.append(
                 f"clauses[{i}].host_feature: {feature!r} is not declared under host_features "
@@ -234,6 +244,7 @@ def parse(text: str | bytes, *, origin: str = "contract.yaml") -> Contract:
                 fix=item.get("fix"),
                 since=item["since"],
                 policy=item.get("policy"),
+                proposal=" ".join(item["proposal"].split()) if item.get("proposal") else None,
             )
         )
     contract = Contract(

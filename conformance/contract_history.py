@@ -2,9 +2,10 @@
 
 Every released contract is kept verbatim under ``conformance/contracts/<version>.yaml``;
 the bundled contract.yaml is the newest.  A clause's normative fields are what a
-backend is held to: its level, statement, capability, provider and host feature.  A
-change to any of them between two versions is a *change*; a change only to its
-title, source, fix or policy is a *revision* (same obligation, better words).
+backend is held to: its level, statement, capability, provider, host feature and
+whether it is a proposal.  A change to any of them between two versions is a
+*change*; a change only to its title, source, fix or policy is a *revision* (same
+obligation, better words).
 
 ``docs/contract/CHANGELOG.md`` is generated from this module (with the rest of
 docs/contract), and ``report compare`` uses it to explain why two reports made under
@@ -23,7 +24,7 @@ import yaml
 
 from conformance import contract
 
-NORMATIVE = ("level", "statement", "capability", "provided_by", "host_feature")
+NORMATIVE = ("level", "statement", "capability", "provided_by", "host_feature", "proposal")
 WORDING = ("title", "source", "fix", "policy")
 
 
@@ -131,7 +132,7 @@ MEANING = {
     "added": (
         "new obligations; a backend certified under the previous version is checked against them for the first time"
     ),
-    "changed": "the obligation itself moved (level, statement, capability, provider or host feature)",
+    "changed": "the obligation itself moved (level, statement, capability, provider, host feature or proposal)",
     "removed": "no longer part of the contract",
     "revised": "same obligation; the title, source, fix or kit-policy note was corrected",
 }

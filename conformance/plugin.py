@@ -717,7 +717,10 @@ def skip_reason(run: Any, ids: tuple[str, ...], black_box: tuple[str, ...] | Non
         return reason
     for cid in ids:
         clause = run.contract.get(cid)
-        if clause.host_feature and not run.host_has(clause.host_feature) and run.env_is_base():
+        # A host clause's feature is behaviour a BaseEnvironment subclass inherits; a backend clause's is
+        # something the host hands every backend (a proposal's API): without it the host never asks.
+        inherits = clause.provided_by == "backend" or run.env_is_base()
+        if clause.host_feature and not run.host_has(clause.host_feature) and inherits:
             return f"not-applicable (host: the {run.host.mode} host lacks {clause.host_feature})"
     return None
 

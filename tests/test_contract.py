@@ -18,9 +18,9 @@ def _data() -> dict:
     return yaml.safe_load(resources.files("conformance").joinpath("contract.yaml").read_text("utf-8"))
 
 
-def test_bundled_contract_is_version_2_and_every_clause_says_since_when():
-    assert BUNDLED.version == "2.0"
-    assert {c.since for c in BUNDLED} <= {"1.0", "2.0"}
+def test_bundled_contract_is_version_3_and_every_clause_says_since_when():
+    assert BUNDLED.version == "3.0"
+    assert {c.since for c in BUNDLED} <= {"1.0", "2.0", "3.0"}
     assert len(BUNDLED) >= 80
     groups = {c.group for c in BUNDLED}
     assert {"exec", "stdin", "timeout", "lifecycle", "persist", "identity", "faults"} <= groups
@@ -44,6 +44,25 @@ def test_host_provided_clauses_name_their_host_feature():
     for clause in BUNDLED:
         if clause.provided_by == "host":
             assert clause.host_feature in BUNDLED.host_features, clause.id
+
+
+def test_no_clause_resting_on_unreleased_hermes_code_is_a_must():
+    """A proposal (its source is an open pull request or a docs page ahead of the code) is SHOULD at most and
+    runs only where the host has its feature; the clauses whose source names an open PR are proposals."""
+    for clause in BUNDLED:
+        if clause.proposal:
+            assert clause.level != "MUST" and clause.host_feature in BUNDLED.host_features, clause.id
+        if "PR " in clause.source and clause.level == "MUST":
+            pytest.fail(f"{clause.id} is a MUST clause whose source is a pull request: {clause.source}")
+
+
+def test_a_must_proposal_is_refused_naming_the_rule():
+    data = _data()
+    target = next(c for c in data["clauses"] if c.get("proposal"))
+    target["level"] = "MUST"
+    with pytest.raises(ContractError) as caught:
+        contract.validate(data)
+    assert "is a proposal" in str(caught.value.why) and target["id"] in str(caught.value.why)
 
 
 def test_every_must_clause_says_how_to_fix_it():

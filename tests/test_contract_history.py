@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import itertools
 import json
 
 import yaml
@@ -53,18 +54,28 @@ def test_changes_tell_added_changed_revised_and_removed_apart():
 
 
 def test_2_0_holds_the_host_retry_loop_fix():
-    kinds = _kinds("1.0", CURRENT.version)
+    kinds = _kinds("1.0", "2.0")
     assert kinds["errors.no-timeout-word"] == "added"
     assert kinds["faults.dropped-mid-command"] == "changed"
     assert "exec.returncode-key" not in kinds
 
 
+def test_3_0_makes_the_clauses_of_unreleased_hermes_code_proposals():
+    kinds = _kinds("2.0", "3.0")
+    assert kinds["provider.workspace-binding-checked"] == "changed"
+    assert kinds["provider.config-schema"] == "changed"
+    assert "exec.returncode-key" not in kinds
+
+
 def test_the_changelog_lists_every_change_under_its_version():
     text = contract_history.changelog()
-    section = text.split(f"## {CURRENT.version}\n", 1)[1].split("\n## ", 1)[0]
-    for cid, kind in _kinds("1.0", CURRENT.version).items():
-        heading = contract_history.HEADINGS[kind]
-        assert f"`{cid}`" in section.split(f"### {heading}", 1)[1].split("\n### ", 1)[0], (cid, kind)
+    versions = list(contract_history.released())
+    assert versions[-1] == CURRENT.version
+    for old, new in itertools.pairwise(versions):
+        section = text.split(f"## {new}\n", 1)[1].split("\n## ", 1)[0]
+        for cid, kind in _kinds(old, new).items():
+            heading = contract_history.HEADINGS[kind]
+            assert f"`{cid}`" in section.split(f"### {heading}", 1)[1].split("\n### ", 1)[0], (new, cid, kind)
 
 
 def test_compare_across_versions_lists_contract_changes_not_mismatches():

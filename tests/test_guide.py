@@ -95,7 +95,7 @@ def test_every_clause_the_guide_names_exists():
 
 def test_the_guide_ends_with_the_contract_changes_section():
     headings = [line for line in GUIDE.read_text().splitlines() if line.startswith("## ")]
-    assert headings[-1] == "## What changed in contract 2.0"
+    assert headings[-1] == "## What changed in contract 3.0"
 
 
 def _env(work: Path) -> dict[str, str]:

@@ -1,4 +1,4 @@
-"""Which behaviours the active host's BaseEnvironment composes.
+"""Which behaviours the active host's BaseEnvironment composes, and what its provider ABI hands a provider.
 
 Detected by running each behaviour on a tiny local-bash BaseEnvironment
 subclass of the active host (a fraction of a second in all), never from a
@@ -254,6 +254,22 @@ def _forget_probe_home(loaded: dict[str, tuple[Any, dict[str, Any]]], keep: str)
                 module.__dict__[key] = value
 
 
+def _provider_config() -> bool:
+    base = importlib.import_module("agent.terminal_env_provider").TerminalEnvironmentProvider
+    methods = ("get_config_schema", "resolve_config", "probe_with_config")
+    return all(callable(getattr(base, name, None)) for name in methods)
+
+
+def _workspace_binding_class() -> bool:
+    return isinstance(getattr(importlib.import_module("agent.terminal_env_provider"), "WorkspaceBinding", None), type)
+
+
+# What the host hands a provider, read from its provider ABI (nothing runs).
+ABI_PROBES: dict[str, Callable[[], bool]] = {
+    "provider-config": _provider_config,
+    "workspace-binding-class": _workspace_binding_class,
+}
+
 PROBES: dict[str, ProbeFn] = {
     "wait-loop": _wait_loop,
     "session-snapshot": _snapshot,
@@ -287,4 +303,9 @@ def detect(base_cls: type | None = None) -> dict[str, bool]:
                 found[name] = False
     finally:
         env.cleanup()
+    for name, abi_probe in ABI_PROBES.items():
+        try:
+            found[name] = bool(abi_probe())
+        except Exception:
+            found[name] = False
     return found
