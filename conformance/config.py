@@ -15,6 +15,8 @@
                                   # (conformance.persistent_path; default: the environment's cwd)
     kind: host-attached  # sandbox (a sandbox per task) or host-attached (commands share one machine);
                          # disclaiming per-task-sandbox says host-attached too
+    settings:            # the plugin's own settings (config.yaml plugins.entries.<name>.settings),
+      region: eu-1       # what the plugin reads with ctx.get_config("region", default)
 
 The kind given here wins over plugin.yaml's ``conformance.kind``, the provider's
 ``conformance_backend_kind`` and what the kit infers (capabilities.py).
@@ -42,7 +44,7 @@ from conformance import persistent_path
 from conformance.errors import BackendConfigError, file_problem, yaml_problem
 from conformance.fault_routes import TCP_PROXY_VARS
 
-_ALLOWED = {"terminal", "env", "capabilities", "disclaims", "persistent_path", "kind"}
+_ALLOWED = {"terminal", "env", "capabilities", "disclaims", "persistent_path", "kind", "settings"}
 KINDS = ("sandbox", "host-attached")  # the backend kinds (capabilities.BACKEND_KINDS)
 # Disclaiming this capability (which follows the kind, never declared) is another way to say host-attached.
 PER_TASK_SANDBOX = "per-task-sandbox"
@@ -64,6 +66,7 @@ class BackendConfig:
     path: str | None = None
     persistent_path: str | None = None
     kind: str | None = None
+    settings: dict[str, Any] = field(default_factory=dict)
 
 
 def load(path: str | None, known_capabilities: set[str], *, run_sets: Collection[str] = ()) -> BackendConfig:
@@ -110,6 +113,13 @@ def load(path: str | None, known_capabilities: set[str], *, run_sets: Collection
         key: _resolved(p, f"terminal.{key}", value, run_sets) if isinstance(value, str) else value
         for key, value in terminal.items()
     }
+    settings = data.get("settings") or {}
+    if not isinstance(settings, dict):
+        raise BackendConfigError(
+            f"--backend-config {p}: settings is a {type(settings).__name__}",
+            "make settings a mapping of the plugin's own settings (label: eu boxes, ...), as under "
+            "plugins.entries.<name>.settings in Hermes's config.yaml",
+        )
     kind = _kind(p, data)
     caps = _capability_list(p, data, "capabilities", known_capabilities)
     disclaims = _capability_list(p, data, "disclaims", known_capabilities | {PER_TASK_SANDBOX})
@@ -141,6 +151,7 @@ def load(path: str | None, known_capabilities: set[str], *, run_sets: Collection
         path=str(p),
         persistent_path=persistent,
         kind=kind,
+        settings=settings,
     )
 
 

@@ -77,6 +77,11 @@ _CAUSES: tuple[tuple[re.Pattern[str], str], ...] = (
         ),
         "check the endpoint: the service did not answer at the configured URL",
     ),
+    (
+        re.compile(r"cannot import name", re.I),
+        "a module has no such name: a Hermes name the running host lacks (run on the Hermes release the backend "
+        "needs) or a misspelt import",
+    ),
     (re.compile(r"no module named|importerror|modulenotfounderror", re.I), "install the backend's SDK (its pip extra)"),
 )
 

@@ -194,7 +194,8 @@ class KitRun:
         plugin = loader.load(
             spec,
             registry,
-            config={"terminal": terminal_config},
+            # Hermes's terminal config, and the plugin's own settings that register(ctx) reads (ctx.get_config)
+            config={"terminal": terminal_config, "plugin_settings": backend_config.settings},
             deadline=options.call_deadline,
             home=workdir / "load-home",  # the plugin's import and register(ctx) never see the user's home
         )

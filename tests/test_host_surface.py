@@ -1,8 +1,11 @@
 """Backends that use more of Hermes than the terminal ABI, on the builtin host.
 
 config_box reads its box root only through hermes_cli.config (terminal.config_box
-in the run's Hermes home); hermes_gap_box imports a Hermes module no host has
-when it creates a sandbox.  Both are plugin directories under fakes/plugins/.
+in the run's Hermes home), with names released Hermes has and older stand-ins
+lacked (fast_safe_load, hermes_home_key, ctx.get_config(key, default));
+hermes_gap_box imports a Hermes module no host has when it creates a sandbox;
+misnamed_box imports a name no Hermes release has.  All are plugin directories
+under fakes/plugins/.
 """
 
 from __future__ import annotations
@@ -26,7 +29,9 @@ GAP_MODULE = "hermes_cli.nonexistent_thing"
 def test_a_backend_that_reads_its_settings_through_hermes_config_certifies(tmp_path):
     boxes = tmp_path / "configured-boxes"
     config = tmp_path / "backend.yaml"
-    config.write_text(yaml.safe_dump({"terminal": {"config_box": {"root": str(boxes)}}}))
+    config.write_text(
+        yaml.safe_dump({"terminal": {"config_box": {"root": str(boxes)}}, "settings": {"subdir": "from-settings"}})
+    )
     out = tmp_path / "out"
     proc = subprocess.run(
         [
@@ -54,7 +59,10 @@ def test_a_backend_that_reads_its_settings_through_hermes_config_certifies(tmp_p
     report = json.loads((out / "report.json").read_text())
     assert report["certified"] is True and report["backend"]["name"] == "config_box"
     assert report["summary"]["must"]["fail"] == 0 and "gaps" not in report["host"]
-    assert boxes.is_dir()  # only the configured root, read through hermes_cli.config, names this directory
+    # Only the configured root, read through hermes_cli.config, names this directory; the plugin setting read
+    # with ctx.get_config(key, default) the subdirectory; hermes_constants.hermes_home_key one per Hermes home.
+    made = [d.name for d in (boxes / "from-settings").iterdir()]
+    assert made and all(name.startswith("home-") for name in made), made
     assert verify.verify_file(out / "report.json") == []
 
 
@@ -84,3 +92,16 @@ def test_a_hermes_module_the_host_lacks_is_one_note_and_unverified_clauses(tmp_p
     assert verify.problems(report) == []
     assert markdown.render(report, contract.load()).count(gap["note"]) == 1
     assert html.render(report, contract.load()).count("<dt>host gap</dt>") == 1
+
+
+@pytest.mark.suite
+def test_a_name_no_hermes_release_has_is_the_plugins_own_failure(tmp_path):
+    run = run_suite(
+        "--backend", str(PLUGINS / "misnamed_box"), "--host", "builtin", "-k", "test_exit_status", cwd=tmp_path
+    )
+    report = run.report
+    assert report is not None, run.output[-3000:]
+    assert "gaps" not in report["host"]
+    failed = [c for c in report["clauses"] if c["verdict"] == "fail"]
+    assert failed, run.output[-3000:]
+    assert all("cannot import name 'load_config_everywhere'" in c["reason"] for c in failed), failed[0]["reason"]

@@ -49,7 +49,7 @@ def test_entry_point_name_must_match_the_manifest(tmp_path, name, verdict):
         (("--live", "--fake", "tempdir"), "--live and --fake exclude each other"),
         (
             ("--backend-config", "{config}"),
-            "unknown key(s) terminl — use only capabilities, disclaims, env, kind, persistent_path, terminal",
+            "unknown key(s) terminl — use only capabilities, disclaims, env, kind, persistent_path, settings, terminal",
         ),
     ],
 )

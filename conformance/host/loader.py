@@ -38,7 +38,7 @@ from typing import Any
 import yaml
 
 from conformance.errors import BackendLoadError, PluginManifestError, file_problem, yaml_problem
-from conformance.host import abi, gaps
+from conformance.host import abi, gaps, hermes_names
 from conformance.host.calls import CallHung, bounded
 from conformance.host.netguard import network_guard
 from conformance.host.registry import PluginContext, ProviderRegistry, provider_base_class
@@ -295,6 +295,16 @@ def load(
                     "registering a provider is no plugin the kit (or Hermes's plugin loader) can load"
                 )
                 where = "importing it"
+            elif (unknown := gaps.unknown_hermes_name(exc)) is not None:
+                module, name = unknown
+                where = "importing it" if _import_failed(exc) else "register(ctx)"
+                raise LoadError(
+                    f"loading backend {spec!r} failed in {where}: it imports {name!r} from the Hermes module "
+                    f"{module!r}, which no Hermes release the kit knows has "
+                    f"({', '.join(hermes_names.releases())}): the plugin's own error, not the host's",
+                    f"fix the import (a misspelt name, or one the plugin should define itself); "
+                    f"`python -c 'import {module}; print(dir({module}))'` under Hermes lists what it has",
+                ) from exc
             elif _import_failed(exc):
                 fix = "fix the import error (importing the plugin's module by hand shows the traceback)"
                 where = "importing it"
@@ -386,7 +396,7 @@ def _from_package(
             f"{spec}: the plugin package has no register(ctx) function", "define register(ctx) in its __init__.py"
         )
     name = str((manifest or {}).get("name") or module.__name__)
-    ctx = PluginContext(registry=registry, plugin_name=name, config=config)
+    ctx = PluginContext(registry=registry, plugin_name=name, config=dict(config.get("plugin_settings") or {}))
     register(ctx)
     if not ctx.accepted:
         why = (

@@ -13,8 +13,9 @@ import copy
 import difflib
 import importlib
 import logging
+import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +23,7 @@ if TYPE_CHECKING:  # the active host's class; typed as the stand-in it models
     from agent.terminal_env_provider import TerminalEnvironmentProvider
 
 logger = logging.getLogger("hermes_cli.plugins")
+_SETTING_SEGMENT = re.compile(r"[A-Za-z0-9_-]+")  # one part of a plugin-relative settings key
 
 # Every register_* method of Hermes's PluginContext (hermes_cli/plugins.py): a plugin may call any
 # of them; any other register_* name is a typo the plugin would never notice if the context
@@ -173,7 +175,7 @@ class PluginContext:
 
     registry: ProviderRegistry
     plugin_name: str = "plugin"
-    config: dict[str, Any] = field(default_factory=dict)
+    config: dict[str, Any] = field(default_factory=dict)  # the plugin's settings (--backend-config settings:)
     scope: str | None = None
     accepted: list[Any] = field(default_factory=list)
     rejected: list[tuple[Any, str]] = field(default_factory=list)
@@ -190,8 +192,20 @@ class PluginContext:
         self.accepted.append(provider)
         return Registration(self.registry, key, self.scope)
 
-    def get_config(self) -> dict[str, Any]:
-        return copy.deepcopy(self.config)
+    def get_config(self, key: str, default: Any = None) -> Any:
+        """The plugin's setting at the dotted, plugin-relative ``key`` ("endpoint", "retry.policy"), or
+        ``default``; as Hermes's PluginContext.get_config, a key that is not plugin-relative is a ValueError."""
+        segments = key.split(".") if isinstance(key, str) else []
+        if not segments or "/" in key or "\\" in key or not all(_SETTING_SEGMENT.fullmatch(s) for s in segments):
+            raise ValueError(
+                f"ctx.get_config({key!r}): expected a plugin-relative settings key such as 'endpoint' or 'retry.policy'"
+            )
+        current: Any = self.config
+        for segment in segments:
+            if not isinstance(current, Mapping) or segment not in current:
+                return default
+            current = current[segment]
+        return copy.deepcopy(current)
 
     def __getattr__(self, name: str) -> Callable[..., None]:
         # Hermes's other register_* hooks (tools, commands, hooks) are accepted and ignored; a name

@@ -22,6 +22,8 @@ behaviour follows Hermes 0.21 (docs/host-surface.md lists the sources):
   explicit ``None`` is returned as ``None``.
 - ``get_env_value(name)``: the process environment (through the secret scope),
   else the Hermes home's ``.env``.
+- ``fast_safe_load(stream)``: YAML's safe loader; Hermes imports it into this module
+  from its ``utils`` and plugins read their own YAML with it from here.
 
 ``DEFAULT_CONFIG`` holds the ``terminal`` section only: the keys a terminal
 backend may read, with Hermes's defaults.  Nothing here writes to the Hermes
@@ -49,6 +51,7 @@ __all__ = [
     "DEFAULT_CONFIG",
     "InvalidUserConfigError",
     "cfg_get",
+    "fast_safe_load",
     "get_config_path",
     "get_env_path",
     "get_env_value",
@@ -99,6 +102,11 @@ def get_config_path() -> Path:
 
 def get_env_path() -> Path:
     return get_hermes_home() / ".env"
+
+
+def fast_safe_load(stream: Any) -> Any:
+    """Parse YAML from a string or a file object with the safe loader (libyaml's where PyYAML has it)."""
+    return yaml.load(stream, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
 
 
 def cfg_get(cfg: Any, *keys: str, default: Any = None) -> Any:

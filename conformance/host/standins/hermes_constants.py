@@ -3,7 +3,7 @@
 As in Hermes 0.21: the home is ``HERMES_HOME``, else ``~/.hermes``; the root is the
 directory above every profile (``<root>/profiles/<name>`` is a named profile's home,
 any other home is its own root); ``config.yaml``, ``.env`` and ``skills/`` live in
-the home.
+the home; ``hermes_home_key`` names a home the same way however its path is spelled.
 """
 
 from __future__ import annotations
@@ -37,6 +37,13 @@ def get_default_hermes_root() -> Path:
         return native  # ~/.hermes itself or one of its profiles
     except ValueError:
         return home.parent.parent if home.parent.name == "profiles" else home
+
+
+def hermes_home_key(path: str | Path | None = None) -> str:
+    """One key per Hermes home (or profile) directory, however it is spelled: the directory resolved
+    (leniently when it does not exist yet), case-normalised where the platform ignores case."""
+    home = Path(path) if path is not None else get_hermes_home()
+    return os.path.normcase(str(home.expanduser().resolve(strict=False)))
 
 
 def get_config_path() -> Path:
