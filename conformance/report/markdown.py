@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from conformance.contract import Contract
-from conformance.report.headline import certificate, undeclared_lines
+from conformance.report.headline import certificate, hermes_release, undeclared_lines
 from conformance.report.table import render as table_lines
 
 
@@ -30,7 +30,7 @@ def fake_world_line(world: dict[str, Any]) -> str:
 def render(report: dict[str, Any], contract: Contract) -> str:
     b, h = report["backend"], report["host"]
     word, detail = certificate(report)
-    hermes = f" (hermes-agent {h['hermes_version']})" if h.get("hermes_version") else ""
+    hermes = f" ({hermes_release(h)}{' from ' + h['where'] if h.get('where') else ''})" if hermes_release(h) else ""
     lines = [
         f"# Certification report: {b.get('name') or b['spec']}",
         "",
@@ -82,6 +82,18 @@ def render(report: dict[str, Any], contract: Contract) -> str:
             f"{len(row['failing'])} | {'yes' if row['met'] else 'no'} |"
         )
     lines += ["", "## Verdicts per group", "", "```", *table_lines(report), "```"]
+    proposals = [c for c in report["clauses"] if c["id"] in contract and contract.get(c["id"]).proposal]
+    if proposals:
+        lines += [
+            "",
+            "## Proposals",
+            "",
+            "Clauses resting on Hermes code no release the kit runs on has yet: SHOULD at most, checked only "
+            "where the host has the feature (`contract show ID` says where each comes from).",
+            "",
+        ]
+        lines += [f"- `{c['id']}` {c['level']} {c['verdict']}" for c in proposals]
+        lines.append("")
     failures = [c for c in report["clauses"] if c["verdict"] == "fail"]
     if failures:
         lines += ["", "## Failures", ""]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from conformance.report.headline import certificate, undeclared_lines
+from conformance.report.headline import certificate, hermes_release, undeclared_lines
 
 COLUMNS = ("pass", "fail", "not-applicable", "unverified", "skipped")
 LABELS = {"not-applicable": "n/a", "not-run": "not run"}
@@ -66,7 +66,7 @@ def render(report: dict[str, Any]) -> list[str]:
     if host.get("note"):
         lines.append(f"host: {host['note']}")
     word, detail = certificate(report)
-    hermes = f" (hermes-agent {host['hermes_version']})" if host.get("hermes_version") else ""
+    hermes = f" ({hermes_release(host)})" if hermes_release(host) else ""
     should = report["summary"]["should"]
     lines.append(
         f"{word}: backend {backend.get('name') or backend.get('spec')} on host {host.get('mode')}{hermes}; "
