@@ -372,7 +372,8 @@ def host_equivalence(session: nox.Session, hermes: str) -> None:
     nox -s host_equivalence -- [--builtin-reports DIR] [certify options]
 
     Runs once per tree of HERMES_TREES (`nox -s "host_equivalence(hermes='0.22.2.post1')"` for one).
-    Every verdict that differs must be explained by a feature the host lacks, or the session fails.
+    First `hermes-backend-kit host diff` compares the stand-ins with the tree (an unreviewed difference
+    fails the session); then every verdict that differs must be explained by a feature the host lacks.
     ``--builtin-reports DIR`` takes the stand-in host's reports from an earlier `nox -s conformance`
     of the same checkout (DIR/conformance-<backend>/report.json, used when it names that backend and
     the builtin host) instead of certifying under the stand-ins again: CI runs the sessions back to
@@ -380,6 +381,8 @@ def host_equivalence(session: nox.Session, hermes: str) -> None:
     """
     _bytecode(session)
     tree_options = _install_hermes_tree(session, hermes)
+    # The stand-ins' names and signatures against this tree: a difference nobody reviewed fails here.
+    session.run("hermes-backend-kit", "host", "diff")
     _ensure_box_sudo(session)
     args = list(session.posargs)
     reuse = None

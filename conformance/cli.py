@@ -94,6 +94,29 @@ def cmd_contract_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_host_diff(args: argparse.Namespace) -> int:
+    from conformance.host import abi, surface_diff
+
+    if args.hermes:
+        tree = Path(args.hermes).expanduser()
+    else:
+        installed = abi.installed_tree()
+        if installed is None:
+            raise UsageError("no Hermes is installed here", "give a tree with --hermes PATH, or install hermes-agent")
+        tree = Path(installed.where)
+    if not (tree / "hermes_cli" / "__init__.py").is_file():
+        raise UsageError(
+            f"--hermes {tree}: no hermes_cli/__init__.py there",
+            "give the directory holding hermes_cli/, tools/ and agent/ (site-packages for an installed one)",
+        )
+    release = surface_diff.tree_release(tree)
+    if release is None:
+        raise UsageError(f"{tree}: hermes_cli/__init__.py states no __version__", "give a Hermes release tree")
+    lines, status = surface_diff.check(tree, release)
+    print("\n".join(lines))
+    return status
+
+
 def cmd_contract_coverage(args: argparse.Namespace) -> int:
     from conformance import traceability
 
@@ -660,6 +683,18 @@ def build_parser() -> argparse.ArgumentParser:
     page.add_argument("--out", required=True, metavar="FILE", help="the HTML file to write")
     page.set_defaults(func=cmd_report_html)
 
+    h = sub.add_parser("host", help="the Hermes the kit stands in for")
+    hsub = h.add_subparsers(dest="host_command", required=True)
+    hdiff = hsub.add_parser(
+        "diff",
+        help="compare the stand-ins' names and signatures with a Hermes tree (exit 1 on an unreviewed difference)",
+    )
+    hdiff.add_argument(
+        "--hermes",
+        metavar="PATH",
+        help="a Hermes tree (the directory holding hermes_cli/, tools/, agent/); default: the installed one",
+    )
+    hdiff.set_defaults(func=cmd_host_diff)
     b = sub.add_parser("backends", help="list the backends the kit knows by name")
     b.set_defaults(func=cmd_backends)
 

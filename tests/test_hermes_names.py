@@ -87,3 +87,45 @@ def test_plugin_settings_are_read_by_key_as_hermes_reads_them():
     for bad in ("", "../other", "a..b", "plugins/x"):
         with pytest.raises(ValueError, match="plugin-relative settings key"):
             ctx.get_config(bad)
+
+
+def _tree(tmp_path, constants: str):
+    (tmp_path / "hermes_cli").mkdir()
+    (tmp_path / "hermes_cli" / "__init__.py").write_text('__version__ = "9.9.9"\n')
+    (tmp_path / "hermes_constants.py").write_text(constants)
+    return tmp_path
+
+
+def test_host_diff_fails_on_a_signature_the_stand_in_does_not_share_until_it_is_reviewed(tmp_path, monkeypatch):
+    from conformance.host import surface_diff
+
+    tree = _tree(
+        tmp_path,
+        "def get_hermes_home():\n    pass\n"
+        "def hermes_home_key(path=None, *, strict=False):\n    pass\n"
+        "def get_process_hermes_home():\n    pass\n",
+    )
+    assert surface_diff.tree_release(tree) == "9.9.9"
+    lines, status = surface_diff.check(tree, "9.9.9")
+    assert status == 1
+    assert lines[0] == "NEW  hermes_constants.hermes_home_key: stand-in (path=), tree (path=, *, strict=)"
+    monkeypatch.setattr(
+        surface_diff, "reviewed", lambda release: {"hermes_constants.hermes_home_key": "strict is Hermes's own"}
+    )
+    lines, status = surface_diff.check(tree, "9.9.9")
+    assert status == 0 and lines[0].startswith("ok   hermes_constants.hermes_home_key")
+
+
+def test_host_diff_names_a_plugin_imported_name_the_stand_in_lacks_and_a_review_gone_stale(tmp_path, monkeypatch):
+    from conformance.host import surface_diff
+
+    monkeypatch.setitem(
+        hermes_names.PLUGIN_IMPORTS, "hermes_constants", frozenset({"get_hermes_home", "profile_home_for"})
+    )
+    monkeypatch.setattr(surface_diff, "reviewed", lambda release: {"hermes_constants.gone_name": "was different"})
+    tree = _tree(tmp_path, "def get_hermes_home():\n    pass\ndef profile_home_for(name):\n    pass\n")
+    lines, status = surface_diff.check(tree, "9.9.9")
+    assert status == 1
+    missing = "hermes_constants.profile_home_for: plugins import it, the tree has it (name), the stand-in lacks it"
+    assert f"NEW  {missing}" in lines
+    assert any(line.startswith("GONE hermes_constants.gone_name: reviewed for 9.9.9") for line in lines)

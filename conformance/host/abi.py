@@ -86,6 +86,15 @@ class Tree:
 _VERSION_LITERAL = re.compile(r"""^(?:__version__|_FALLBACK_VERSION)\s*(?::\s*str\s*)?=\s*["']([^"']+)["']""", re.M)
 
 
+def version_in_source(init: Path) -> str | None:
+    """The version a Hermes tree's ``hermes_cli/__init__.py`` states, read as text (nothing imported)."""
+    try:
+        found = _VERSION_LITERAL.search(init.read_text("utf-8", "replace"))
+    except OSError:
+        return None
+    return found.group(1) if found else None
+
+
 def installed_tree() -> Tree | None:
     """The Hermes tree this Python would import (its ``hermes_cli`` package), or None."""
     if "hermes_cli" in sys.modules:
@@ -98,13 +107,8 @@ def installed_tree() -> Tree | None:
         origin = spec.origin if spec is not None else None
     if not origin:
         return None
-    try:
-        source = Path(origin).read_text("utf-8", "replace")
-    except OSError:
-        source = ""
-    found = _VERSION_LITERAL.search(source)
+    version = version_in_source(Path(origin))
     distribution = next(iter(importlib.metadata.packages_distributions().get("hermes_cli") or []), None)
-    version = found.group(1) if found else None
     if version is None and distribution is not None:
         try:
             version = importlib.metadata.version(distribution)

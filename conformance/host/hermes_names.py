@@ -59,6 +59,32 @@ SURFACE_MODULES = (
 )
 
 
+# Names public plugins import from Hermes (docs/host-surface.md section 1, and the names plugins
+# on PyPI import that the kit's reports have met).
+PLUGIN_IMPORTS: dict[str, frozenset[str]] = {
+    "agent.file_safety": frozenset({"_hermes_home_path", "_hermes_root_path"}),
+    "agent.secret_scope": frozenset({"get_secret"}),
+    "agent.terminal_env_provider": frozenset({"TerminalEnvironmentProvider"}),
+    "gateway.session_context": frozenset({"get_session_env"}),
+    "hermes_cli.config": frozenset(
+        {"cfg_get", "fast_safe_load", "get_env_value", "load_config", "read_raw_config", "get_hermes_home"}
+    ),
+    "hermes_cli.plugins": frozenset({"discover_plugins"}),
+    "hermes_constants": frozenset(
+        {"get_hermes_home", "get_process_hermes_home", "get_default_hermes_root", "hermes_home_key"}
+    ),
+    "tools.environments.base": frozenset(
+        {"BaseEnvironment", "EnvironmentConnectionError", "_ThreadedProcessHandle", "_popen_bash"}
+    ),
+    "tools.environments.base_output": frozenset({"_ThreadedProcessHandle", "_popen_bash"}),
+    "tools.environments.file_sync": frozenset(
+        {"FileSyncManager", "iter_sync_files", "_SYNC_BACK_MAX_RETRIES", "_credential_host_paths"}
+    ),
+    "tools.interrupt": frozenset({"is_interrupted"}),
+    "tools.lazy_deps": frozenset({"ensure"}),
+}
+
+
 def _bound(body: list[ast.stmt], out: set[str]) -> None:
     """Names a module's top level binds, into ``out`` (branches of top-level if/try/with included)."""
     for node in body:

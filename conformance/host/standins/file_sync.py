@@ -37,7 +37,8 @@ logger = logging.getLogger("tools.environments.file_sync")
 
 _FORCE_ENV = "HERMES_FORCE_FILE_SYNC"
 _MAX_TAR_BYTES = 2 * 1024**3
-_BACKOFF = (2.0, 4.0)
+_SYNC_BACK_MAX_RETRIES = 3  # attempts of a sync-back (plugins import the name)
+_BACKOFF = (2.0, 4.0)  # seconds before the second and the third
 _CACHE_DIRS = ("documents", "images", "audio", "videos", "screenshots", "web", "delegation", "spillover")
 _FLAT_DIRS = ("images", "attachments", "composer-pastes")
 
@@ -67,6 +68,11 @@ def credential_files() -> list[Path]:
         if path.is_file():
             out.append(path)
     return out
+
+
+def _credential_host_paths() -> set[str]:
+    """The credential files, resolved: pushed to a sandbox, never written back."""
+    return {_resolved(p) for p in credential_files()}
 
 
 def iter_sync_files(container_base: str = "/root/.hermes") -> list[tuple[str, str]]:
@@ -147,7 +153,8 @@ class FileSyncManager:
             try:
                 self._sync_once()
             except Exception as exc:
-                logger.warning("file sync failed, will retry on the next command: %s", exc)
+                # Hermes's log text: plugins find failed syncs by these prefixes.
+                logger.warning("file_sync: sync failed, rolled back state: %s", exc)
                 return
             self._last_sync = now
 
@@ -179,7 +186,7 @@ class FileSyncManager:
         if self._bulk_download is None or not self._pushed:
             return
         home = Path(hermes_home) if hermes_home else get_hermes_home()
-        for attempt in range(len(_BACKOFF) + 1):
+        for attempt in range(_SYNC_BACK_MAX_RETRIES):
             try:
                 home.mkdir(parents=True, exist_ok=True)
                 with open(home / ".sync.lock", "w") as lock, self._lock:
@@ -187,20 +194,22 @@ class FileSyncManager:
                     self._sync_back_once(home)
                 return
             except Exception as exc:
-                if attempt == len(_BACKOFF):
-                    logger.warning("sync back failed after %d attempts: %s", attempt + 1, exc)
+                if attempt == _SYNC_BACK_MAX_RETRIES - 1:
+                    logger.warning("sync_back: all %d attempts failed: %s", _SYNC_BACK_MAX_RETRIES, exc)
                     return
-                time.sleep(_BACKOFF[attempt])
+                delay = _BACKOFF[attempt]
+                logger.warning("sync_back: attempt %d failed (%s), retrying in %ds", attempt + 1, exc, delay)
+                time.sleep(delay)
 
     def _sync_back_once(self, home: Path) -> None:
         assert self._bulk_download is not None
         mapping = {remote: host for host, remote in self._get_files()}
-        credentials = {_resolved(p) for p in credential_files()}
+        credentials = _credential_host_paths()
         with tempfile.TemporaryDirectory(prefix="hermes-sync-back-") as staging:
             archive = Path(staging, "remote.tar")
             self._bulk_download(archive)
             if archive.stat().st_size > _MAX_TAR_BYTES:
-                logger.warning("sync back: archive over 2 GiB, not extracted")
+                logger.warning("sync_back: remote tar is over 2 GiB — skipping extraction")
                 return
             out = Path(staging, "tree")
             with tarfile.open(archive) as tar:
@@ -215,10 +224,10 @@ class FileSyncManager:
                     continue  # unknown place, or an upload-only credential file
                 refused = _unsafe_target(host, home)
                 if refused:
-                    logger.warning("sync back: not writing %s (from %s): %s", host, remote, refused)
+                    logger.warning("sync_back: not writing %s (from %s): %s", host, remote, refused)
                     continue
                 if pushed_hash is not None and os.path.exists(host) and _sha256(host) != pushed_hash:
-                    logger.warning("sync back: %s changed on both sides; keeping the sandbox copy", remote)
+                    logger.warning("sync_back: conflict on %s: changed on both sides, the sandbox copy wins", remote)
                 os.makedirs(os.path.dirname(host), exist_ok=True)
                 shutil.copy2(staged, host)
 
