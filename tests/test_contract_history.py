@@ -64,6 +64,7 @@ def test_3_0_makes_the_clauses_of_unreleased_hermes_code_proposals():
     kinds = _kinds("2.0", "3.0")
     assert kinds["provider.workspace-binding-checked"] == "changed"
     assert kinds["provider.config-schema"] == "changed"
+    assert kinds["sync.protected-dirs"] == "changed"
     assert "exec.returncode-key" not in kinds
 
 
