@@ -235,7 +235,9 @@ def _install_hermes(requested: str) -> HostInfo:
         try:
             importlib.import_module(name)
         except ModuleNotFoundError:
-            _register(name, importlib.import_module(standin))
+            module = importlib.import_module(standin)
+            module.__kit_standin__ = True  # type: ignore[attr-defined]
+            _register(name, module)
             info.shimmed.append(name)
     standin_base = importlib.import_module(STANDINS["tools.environments.base"])
     for attr in _BASE_NAMES:

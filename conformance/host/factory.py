@@ -12,8 +12,12 @@ check with a message naming the call and the deadline instead of hanging.
 
 from __future__ import annotations
 
+import ast
 import contextvars
 import copy
+import functools
+import importlib.util
+from pathlib import Path
 from typing import Any
 
 from conformance.host.calls import bounded
@@ -56,11 +60,40 @@ HERMES_DEFAULT_CWD = "/root"
 CREATE_DEADLINE_S = 60.0  # as long as doctor waits for a create; a slower create is a broken one
 
 
+def host_container_defaults() -> dict[str, Any]:
+    """The container_config keys and defaults of the host's own factory: an installed Hermes's
+    ``_CONTAINER_KEYS`` (tools/terminal_tool_backends.py, read from its source, nothing imported) where
+    it has one, else the 0.21 keys above (the builtin host, and Hermes before the provider ABI)."""
+    from conformance.host import abi
+
+    active = abi.active()
+    return _installed_container_keys() if active is not None and active.mode == "hermes" else CONTAINER_DEFAULTS
+
+
+@functools.cache
+def _installed_container_keys() -> dict[str, Any]:
+    try:
+        spec = importlib.util.find_spec("tools.terminal_tool_backends")
+        source = Path(spec.origin).read_bytes() if spec is not None and spec.origin else b""
+    except (ImportError, ValueError, OSError):
+        source = b""
+    for node in ast.parse(source).body if source else ():
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "_CONTAINER_KEYS" for t in node.targets):
+            try:
+                return {str(key): default for key, default in ast.literal_eval(node.value)}
+            except (ValueError, TypeError):
+                break
+    return CONTAINER_DEFAULTS
+
+
 def container_config_for(provider: Any, terminal_config: dict[str, Any]) -> dict[str, Any]:
+    """What the host's factory passes a provider as container_config: every key with the configured
+    value or its default for a container backend, nothing for another."""
     if not getattr(provider, "is_container", True):
         return {}
-    config = copy.deepcopy(CONTAINER_DEFAULTS)  # a provider that edits a list must not change the defaults
-    for key in CONTAINER_DEFAULTS:
+    defaults = host_container_defaults()
+    config = copy.deepcopy(defaults)  # a provider that edits a list must not change the defaults
+    for key in defaults:
         if key in terminal_config:
             config[key] = terminal_config[key]
     return config

@@ -36,9 +36,10 @@ def registrar(backend: str, provider: str) -> Callable[[Any], None]:
 def register_provider(ctx: Any, backend: str, load: Callable[[], Any]) -> None:
     """Register the provider ``load()`` builds; a Hermes that cannot take it gets a warning, not a crash.
 
-    A Hermes older than the terminal provider ABI (PyPI's 0.19.0) does not read
-    ``requires_hermes`` and loads the plugin anyway: the one warning it logs names the
-    release the plugin needs, read from the plugin's own plugin.yaml.
+    Hermes reads ``requires_hermes`` for directory plugins only, and one older than the
+    terminal provider ABI (PyPI's 0.19.0) not at all: a pip-installed plugin on a release
+    below its floor, or on one without the ABI, logs one warning naming the release it
+    needs (read from its own plugin.yaml) and registers nothing.
     """
     logger = logging.getLogger(f"reference.{backend}")
     needs = f"Hermes {floor[2:]} or later" if (floor := required_hermes(backend)) else "a newer Hermes"
@@ -53,6 +54,16 @@ def register_provider(ctx: Any, backend: str, load: Callable[[], Any]) -> None:
             exc,
         )
         return
+    running = _running_release()
+    if floor and running and not _abi_stood_in() and _below(running, floor):
+        # Hermes reads requires_hermes only for directory plugins; a pip-installed one checks for itself.
+        logger.warning(
+            "%s needs %s: this is Hermes %s; not registered. Upgrade Hermes (hermes update)",
+            backend,
+            needs,
+            running,
+        )
+        return
     add = getattr(ctx, "register_terminal_environment_provider", None)
     if add is None:
         logger.warning(
@@ -63,6 +74,34 @@ def register_provider(ctx: Any, backend: str, load: Callable[[], Any]) -> None:
         )
         return
     add(provider)
+
+
+def _running_release() -> str | None:
+    """The release of the Hermes this process runs (``hermes_cli.__version__``), None when it says none."""
+    import sys
+
+    version = getattr(sys.modules.get("hermes_cli"), "__version__", None)
+    return version if isinstance(version, str) and version.strip() else None
+
+
+def _abi_stood_in() -> bool:
+    """Is the provider ABI the conformance kit's stand-in (a kit's run of this plugin, which provides the
+    ABI the floor stands for whatever release it runs beside)?"""
+    import sys
+
+    return bool(getattr(sys.modules.get("agent.terminal_env_provider"), "__kit_standin__", False))
+
+
+def _below(release: str, floor: str) -> bool:
+    """Is ``release`` older than the ``>=X`` ``floor``?  A release that cannot be read is not."""
+    try:
+        from packaging.version import InvalidVersion, Version
+    except ImportError:
+        return False
+    try:
+        return Version(release) < Version(floor[2:])
+    except InvalidVersion:
+        return False
 
 
 def required_hermes(backend: str) -> str | None:

@@ -98,3 +98,42 @@ def test_a_hermes_without_the_register_method_is_told_the_floor():
         logger.removeHandler(handler)
     assert [r.levelname for r in records] == ["WARNING"]
     assert f"needs Hermes {FLOOR[2:]} or later" in records[0].getMessage()
+
+
+@pytest.mark.parametrize("release, registered", [("0.21.2", 0), ("0.21.3", 1), ("0.23.5", 1)])
+def test_a_pip_installed_plugin_checks_the_running_release_itself(release, registered, tmp_path):
+    """Hermes reads requires_hermes only for directory plugins: on a release with the provider ABI but
+    below the floor, the plugin registers nothing and says why."""
+    script = (
+        "import logging, sys\n"
+        "logging.basicConfig(format='%(levelname)s %(message)s')\n"
+        "from conformance.host import abi\n"
+        "abi.install('builtin')\n"
+        # A Hermes of this release with the provider ABI: the kit's modules, without the kit's marks.
+        "for module in list(sys.modules.values()):\n"
+        "    if getattr(module, '__kit_standin__', False):\n"
+        "        module.__kit_standin__ = False\n"
+        f"sys.modules['hermes_cli'].__version__ = {release!r}\n"
+        "class Ctx:\n"
+        "    registered = []\n"
+        "    def register_terminal_environment_provider(self, provider):\n"
+        "        self.registered.append(provider)\n"
+        "import reference.upstash_box as plugin\n"
+        "ctx = Ctx()\n"
+        "plugin.register(ctx)\n"
+        "print('registered', len(ctx.registered))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    run = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == f"registered {registered}", run.stderr
+    warnings = [line for line in run.stderr.splitlines() if line.startswith("WARNING")]
+    if registered:
+        assert not warnings, run.stderr
+    else:
+        assert warnings == [
+            f"WARNING upstash_box needs Hermes {FLOOR[2:]} or later: this is Hermes {release}; not registered. "
+            "Upgrade Hermes (hermes update)"
+        ]
