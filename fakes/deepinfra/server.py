@@ -13,7 +13,7 @@ from fakes.world import World
 
 from .app import create_app
 from .service import Service
-from .settings import KEY_VAR, LAYOUT, URL_VAR, Settings
+from .settings import KEY_VAR, LAYOUT, SANDBOX_URL_VAR, URL_VAR, Settings
 
 
 class DeepInfraServer(FakeServer):
@@ -59,8 +59,8 @@ class DeepInfraServer(FakeServer):
         return note
 
     def exports(self) -> dict[str, str]:
-        """The variables that point the deepinfra SDK (and its plugins) at this fake."""
-        return {URL_VAR: self.base_url, KEY_VAR: self.api_key}
+        """The variables that point the deepinfra SDK (and its plugins) and the reference backend at this fake."""
+        return {URL_VAR: self.base_url, SANDBOX_URL_VAR: self.base_url, KEY_VAR: self.api_key}
 
     def _close_service(self) -> None:
         self.service.closing.set()

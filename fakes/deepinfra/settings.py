@@ -17,7 +17,8 @@ from fakes.world import PathLayout
 
 MIB = 1024 * 1024
 KEY_VAR = "DEEPINFRA_API_KEY"
-URL_VAR = "DEEPINFRA_BASE_URL"
+URL_VAR = "DEEPINFRA_BASE_URL"  # the SDK's own endpoint variable (vendor plugins read it)
+SANDBOX_URL_VAR = "DEEPINFRA_SANDBOX_BASE_URL"  # the reference backend's, apart from Hermes's inference
 
 # Guess: the sandbox runs as root with HOME=/root; /workspace is the persistent
 # directory the SDK documents.  Only /workspace survives a stop/start.

@@ -98,8 +98,12 @@ _clients_lock = threading.Lock()
 
 
 def shared_client(api_key: str, base_url: str | None) -> Any:
-    """The process's DeepInfraClient for this key and endpoint."""
+    """The process's DeepInfraClient for this key and endpoint (None: the service's own; always given to
+    the SDK, which would otherwise read DEEPINFRA_BASE_URL, the endpoint of Hermes's inference provider)."""
     from deepinfra import DeepInfraClient
+    from deepinfra.clients.deepinfra import DEFAULT_BASE_URL
+
+    base_url = base_url or DEFAULT_BASE_URL
 
     with _clients_lock:
         client = _clients.get((api_key, base_url))

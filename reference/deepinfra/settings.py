@@ -2,7 +2,9 @@
 
     DEEPINFRA_API_KEY        required; the account key (also used for DeepInfra inference)
     DEEPINFRA_SANDBOX_PLAN   optional; a catalog plan (small, medium, large, ...); unset = the service default
-    DEEPINFRA_BASE_URL       optional; another endpoint (the SDK's own variable)
+    DEEPINFRA_SANDBOX_BASE_URL  optional; another sandbox endpoint.  Not the SDK's DEEPINFRA_BASE_URL,
+                             which Hermes's own DeepInfra inference provider reads too: a
+                             setting of this backend changes nothing else of Hermes
     terminal.container_persistent  true: stop on idle, resume on the next command; false: terminate
 
 All three variables are read through Hermes's secret scope.  A value that
@@ -24,7 +26,7 @@ from reference.common.settings import container_persistent, terminal_settings
 
 KEY_VAR = "DEEPINFRA_API_KEY"
 PLAN_VAR = "DEEPINFRA_SANDBOX_PLAN"
-URL_VAR = "DEEPINFRA_BASE_URL"
+URL_VAR = "DEEPINFRA_SANDBOX_BASE_URL"
 # Required variables and how to get them.
 CREDENTIALS = {
     KEY_VAR: f"create a key at https://deepinfra.com/dash/api_keys and add {KEY_VAR}=<key> to the "

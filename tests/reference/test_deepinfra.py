@@ -32,7 +32,7 @@ def server():
 
 def point_at(monkeypatch, srv: DeepInfraServer) -> None:
     monkeypatch.setenv("DEEPINFRA_API_KEY", srv.api_key)
-    monkeypatch.setenv("DEEPINFRA_BASE_URL", srv.base_url)
+    monkeypatch.setenv("DEEPINFRA_SANDBOX_BASE_URL", srv.base_url)
 
 
 @pytest.fixture
@@ -74,6 +74,25 @@ def box_of(srv: DeepInfraServer, env):
 def alive(env, pid: str) -> bool:
     state = env.execute(f"sed 's/^.*) //' /proc/{pid}/stat 2>/dev/null | cut -c1")["output"].strip()
     return state not in ("", "Z")
+
+
+# ------------------------------------------------------------------ settings
+def test_the_endpoint_is_the_backends_own_variable_never_hermess_inference_one(home, provider, server, monkeypatch):
+    """DEEPINFRA_BASE_URL is also where Hermes's DeepInfra inference provider (and the SDK, by default)
+    sends requests: the backend reads DEEPINFRA_SANDBOX_BASE_URL, and gives the SDK its endpoint always."""
+    from deepinfra.clients.deepinfra import DEFAULT_BASE_URL
+
+    from reference.deepinfra.sandboxes import shared_client
+
+    monkeypatch.setenv("DEEPINFRA_BASE_URL", "http://127.0.0.1:9")  # an inference proxy: nothing answers
+    env = make(provider, "own-endpoint", persistent=False)
+    try:
+        result = env.execute("echo sandbox")
+        assert result["returncode"] == 0 and result["output"].strip() == "sandbox"
+    finally:
+        env.cleanup()
+    client = shared_client("kit-unused-key", None)
+    assert DEFAULT_BASE_URL in str(vars(client)) and "127.0.0.1:9" not in str(vars(client))
 
 
 # ------------------------------------------------------------------ persistence

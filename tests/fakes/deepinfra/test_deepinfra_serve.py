@@ -22,7 +22,12 @@ def test_serve_prints_the_sdk_variables_and_the_unmodified_sdk_works_with_them()
     served = serve("deepinfra", "--port", str(port), "--api-key", "di_cli_key")
     proc, exports, lines = served.proc, served.exports, served.lines
     try:
-        assert exports == {"DEEPINFRA_BASE_URL": f"http://127.0.0.1:{port}", "DEEPINFRA_API_KEY": "di_cli_key"}
+        url = f"http://127.0.0.1:{port}"
+        assert exports == {
+            "DEEPINFRA_BASE_URL": url,
+            "DEEPINFRA_SANDBOX_BASE_URL": url,
+            "DEEPINFRA_API_KEY": "di_cli_key",
+        }
         assert any(line.startswith("# paths: ") for line in lines)
         # The SDK's zero-config default client reads exactly these two variables.
         script = (
