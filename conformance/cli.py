@@ -62,8 +62,9 @@ def cmd_contract_list(args: argparse.Namespace) -> int:
         return 0
     width = max((len(c.id) for c in clauses), default=10)
     for c in clauses:
-        needs = ",".join(c.capabilities) + (f" host:{c.host_feature}" if c.host_feature else "")
-        print(f"{c.id:<{width}}  {c.level:<6}  {c.title}" + (f"  [{needs.strip(',')}]" if needs else ""))
+        needs = " ".join([",".join(c.capabilities)] + ([f"host:{c.host_feature}"] if c.host_feature else [])).strip()
+        marks = " proposal" if c.proposal else ""
+        print(f"{c.id:<{width}}  {c.level:<6}  {c.title}" + (f"  [{needs}{marks}]" if needs else ""))
     print(f"\n{len(clauses)} clause(s), contract version {kit_contract.version}")
     return 0
 

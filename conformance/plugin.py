@@ -717,9 +717,9 @@ def skip_reason(run: Any, ids: tuple[str, ...], black_box: tuple[str, ...] | Non
         return reason
     for cid in ids:
         clause = run.contract.get(cid)
-        # A host feature is behaviour a BaseEnvironment subclass inherits (a duck type provides it itself
-        # and is checked); a proposal's is what the host must have for the clause to be asked at all.
-        applies = clause.proposal is not None or run.env_is_base()
+        # A host clause's feature is behaviour a BaseEnvironment subclass inherits (a duck type provides it
+        # itself and is checked); a backend clause's is what the host must have to ask it of any backend.
+        applies = clause.provided_by == "backend" or run.env_is_base()
         if clause.host_feature and not run.host_has(clause.host_feature) and applies:
             return f"not-applicable (host: the {run.host.mode} host lacks {clause.host_feature})"
     return None

@@ -74,6 +74,17 @@ def test_entry_point_matches_manifest(kit):
     )
 
 
+HERMES_LOAD_DEADLINE_S = 10.0  # plugins.load_timeout_seconds's default
+
+
+@pytest.mark.clause("register.load-deadline")
+def test_loading_finishes_within_hermess_load_deadline(kit):
+    assert kit.plugin.load_seconds < HERMES_LOAD_DEADLINE_S, (
+        f"importing the plugin and register(ctx) took {kit.plugin.load_seconds:.1f}s: Hermes gives a plugin "
+        f"{HERMES_LOAD_DEADLINE_S:.0f}s (plugins.load_timeout_seconds), then skips it"
+    )
+
+
 @pytest.mark.clause("register.import-light")
 def test_loading_is_fast_and_offline(kit):
     assert not kit.plugin.network_attempts, f"loading tried the network: {kit.plugin.network_attempts}"

@@ -12,6 +12,7 @@ functions and aliases too, and fetch with a keyword-only ``max_bytes``.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import logging
 import os
 import shutil
@@ -264,10 +265,26 @@ def _workspace_binding_class() -> bool:
     return isinstance(getattr(importlib.import_module("agent.terminal_env_provider"), "WorkspaceBinding", None), type)
 
 
-# What the host hands a provider, read from its provider ABI (nothing runs).
+def _plugin_load_deadline() -> bool:
+    """An installed Hermes bounds plugin loads where its loader says so (read from source); the builtin
+    host follows the releases that do."""
+    from conformance.host import abi
+
+    active = abi.active()
+    if active is None or active.mode != "hermes":
+        return True
+    spec = importlib.util.find_spec("hermes_cli.plugins_loader")
+    if spec is None or not spec.origin:
+        return False
+    with open(spec.origin, encoding="utf-8", errors="replace") as source:
+        return "load_timeout_seconds" in source.read()
+
+
+# What the host hands a provider, read from its provider ABI and plugin loader (nothing runs).
 ABI_PROBES: dict[str, Callable[[], bool]] = {
     "provider-config": _provider_config,
     "workspace-binding-class": _workspace_binding_class,
+    "plugin-load-deadline": _plugin_load_deadline,
 }
 
 PROBES: dict[str, ProbeFn] = {

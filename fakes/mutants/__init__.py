@@ -57,4 +57,5 @@ MUTANTS = (
     "replaces_refused_sandbox",
     "quiet_replacement",
     "cleanup_ends_every_command",
+    "slow_register",
 )
