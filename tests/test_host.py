@@ -18,6 +18,7 @@ from conformance.host.standins.terminal_tool import (
     _rewrite_compound_background,
     _transform_sudo_command,
 )
+from tests.hermes_tree import minimal_tree, run_in_tree
 
 pytestmark = pytest.mark.usefixtures("builtin_host")
 
@@ -442,25 +443,12 @@ def test_an_installed_hermes_older_than_the_plugin_asks_is_never_its_host(tmp_pa
 def test_comparing_hosts_may_judge_on_a_hermes_the_plugin_excludes_and_the_note_says_so(tmp_path):
     """certify --ignore-requires-hermes (host_equivalence on 0.19.0): the installed tree is the host all the
     same, and its note names the release and the range it misses."""
-    tree = tmp_path / "old"
-    (tree / "hermes_cli").mkdir(parents=True)
-    (tree / "tools" / "environments").mkdir(parents=True)
-    (tree / "hermes_cli" / "__init__.py").write_text('__version__ = "0.19.0"\n')
-    (tree / "tools" / "__init__.py").write_text("")
-    (tree / "tools" / "environments" / "__init__.py").write_text("")
-    (tree / "tools" / "environments" / "base.py").write_text("class BaseEnvironment:\n    pass\n")
     probe = (
         "from conformance.host import abi\n"
         "info = abi.install('hermes', requires='>=0.21.3', ignore_requires=True)\n"
         "print(info.mode, info.hermes_version, '|', info.note)\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", probe],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "PYTHONPATH": str(tree)},
-    )
+    done = run_in_tree(minimal_tree(tmp_path / "old", "0.19.0"), probe)
     assert done.returncode == 0, done.stdout + done.stderr
     mode, note = done.stdout.strip().split(" | ")
     assert mode == "hermes 0.19.0"

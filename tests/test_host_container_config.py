@@ -5,6 +5,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from conformance.host.factory import container_config_for
+from tests.hermes_tree import minimal_tree, run_in_tree
 
 # The 18 keys of the host's _CONTAINER_KEYS with their defaults.
 HOST_KEYS = {
@@ -64,25 +65,8 @@ print(sorted(config), config["vercel_image"], config["container_cpu"])
 def test_on_an_installed_hermes_the_keys_come_from_its_own_factory(tmp_path):
     """A newer release's factory sends more keys (0.22 adds vercel_image and docker_image_pinned): the kit
     sends what that release's _CONTAINER_KEYS says, read from its source."""
-    import os
-    import subprocess
-    import sys
-
-    (tmp_path / "hermes_cli").mkdir()
-    (tmp_path / "hermes_cli" / "__init__.py").write_text('__version__ = "0.22.2"\n')
-    (tmp_path / "tools" / "environments").mkdir(parents=True)
-    (tmp_path / "tools" / "__init__.py").write_text("")
-    (tmp_path / "tools" / "environments" / "__init__.py").write_text("")
-    (tmp_path / "tools" / "environments" / "base.py").write_text("class BaseEnvironment:\n    pass\n")
-    (tmp_path / "tools" / "terminal_tool_backends.py").write_text(
-        "raise SystemExit('imported')\n_CONTAINER_KEYS = (('container_cpu', 2), ('vercel_image', ''))\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", TREE_PROBE],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "PYTHONPATH": str(tmp_path)},
-    )
+    backends = "raise SystemExit('imported')\n_CONTAINER_KEYS = (('container_cpu', 2), ('vercel_image', ''))\n"
+    tree = minimal_tree(tmp_path, "0.22.2", {"tools/terminal_tool_backends.py": backends})
+    done = run_in_tree(tree, TREE_PROBE)
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.strip() == "['container_cpu', 'vercel_image'] img 2"
