@@ -10,6 +10,7 @@ import pytest
 from conformance.checks._support import nonce, out, rc, run, stop_by
 from conformance.host.calls import Call
 from conformance.host.drivers import TerminalSession, terminal
+from conformance.host.factory import HERMES_DEFAULT_CWD
 
 pytestmark = pytest.mark.usefixtures("kit")
 
@@ -154,6 +155,21 @@ def test_new_environment_starts_in_given_cwd(make_env, start):
     expected = _physical(env, shlex.quote(start))
     assert out(first).strip() == expected, (
         f"the first command of an environment created with cwd={start!r} ran in {out(first).strip()!r}"
+    )
+
+
+@pytest.mark.clause("cwd.hermes-default")
+def test_hermess_default_root_cwd_runs_commands(make_env):
+    env = make_env(cwd=HERMES_DEFAULT_CWD)
+    created = run(env, "echo started")
+    assert rc(created) == 0 and out(created).strip() == "started", (
+        f"an environment created with Hermes's default cwd={HERMES_DEFAULT_CWD!r} cannot run a command: "
+        f"rc {rc(created)}, {out(created)[-300:]!r}"
+    )
+    sent = run(env, "echo sent", cwd=HERMES_DEFAULT_CWD)
+    assert rc(sent) == 0 and out(sent).strip() == "sent", (
+        f"execute(cmd, cwd={HERMES_DEFAULT_CWD!r}), as Hermes's terminal tool sends each command when terminal.cwd "
+        f"is unset, failed: rc {rc(sent)}, {out(sent)[-300:]!r}"
     )
 
 

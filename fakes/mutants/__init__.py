@@ -58,4 +58,5 @@ MUTANTS = (
     "quiet_replacement",
     "cleanup_ends_every_command",
     "slow_register",
+    "root_cwd_literal",
 )

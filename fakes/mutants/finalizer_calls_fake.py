@@ -60,5 +60,5 @@ def _execute_leaving_a_probe(self: DeepInfraEnvironment, command: str, cwd: str 
     return _execute(self, command, cwd, **kwargs)
 
 
-DeepInfraEnvironment.execute = _execute_leaving_a_probe  # type: ignore[method-assign]
+DeepInfraEnvironment.execute = _execute_leaving_a_probe  # type: ignore[method-assign,assignment]
 provider = DeepInfraProvider()

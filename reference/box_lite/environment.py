@@ -31,6 +31,7 @@ from tools.environments.base import BaseEnvironment
 from tools.environments.base_output import _ThreadedProcessHandle
 
 from reference.common import tar_transfer
+from reference.common.cwd import HermesDefaultCwd
 from reference.common.errors import ConnectionErrors
 from reference.common.finalize import CleanupOffThread
 from reference.common.naming import sandbox_name
@@ -103,7 +104,7 @@ def _feed(proc: Any, payload: bytes) -> threading.Thread:
     return thread
 
 
-class BoxLiteEnvironment(PassthroughEnvironment, CleanupOffThread, BaseEnvironment):
+class BoxLiteEnvironment(HermesDefaultCwd, PassthroughEnvironment, CleanupOffThread, BaseEnvironment):
     def __init__(
         self,
         *,

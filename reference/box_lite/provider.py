@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from reference.common.credentials import secret
+from reference.common.cwd import initial
 from reference.common.errors import SettingsError
 from reference.common.provider import ReferenceProvider, Row, Setup
 from reference.common.settings import as_bool, container_persistent, terminal_settings
@@ -181,7 +182,7 @@ class BoxLiteProvider(ReferenceProvider):
             manager=_manager(settings),
             settings=settings,
             task_id=task_id,
-            cwd=cwd or self.default_cwd,
+            cwd=initial(cwd, self.default_cwd),
             timeout=timeout,
             blocked=self.strip_env_keys,
         )

@@ -19,6 +19,7 @@ from typing import Any
 
 from tools.environments.base import BaseEnvironment
 
+from reference.common.cwd import HermesDefaultCwd
 from reference.common.finalize import CleanupOffThread
 from reference.common.passthrough import PassthroughEnvironment
 from reference.common.stdin import encode_stdin, report_stdin_error
@@ -33,7 +34,7 @@ logger = logging.getLogger("reference.cloudflare_sandbox")
 CLEANUP_DEADLINE_S = 12.0  # inside Hermes's 15 s atexit wait
 
 
-class CloudflareSandboxEnvironment(PassthroughEnvironment, CleanupOffThread, BaseEnvironment):
+class CloudflareSandboxEnvironment(HermesDefaultCwd, PassthroughEnvironment, CleanupOffThread, BaseEnvironment):
     passthrough_blocked = STRIP_KEYS
     _stdin_mode = "pipe"
     _snapshot_timeout = 120  # the bootstrap carries the container's cold start or restore

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from reference.cloudflare_sandbox import settings as config
+from reference.common.cwd import initial
 from reference.common.plugin import PROBE_TASK_ID
 from reference.common.provider import ReferenceProvider, Row
 
@@ -72,7 +73,7 @@ class CloudflareSandboxProvider(ReferenceProvider):
             settings=s,
             workspace_id=workspace_id,
             task_id=task_id,
-            cwd=cwd or s.cwd,
+            cwd=initial(cwd, s.cwd),
             timeout=timeout,
             persistent=persistent,
             probe=probe,

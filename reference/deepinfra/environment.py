@@ -30,6 +30,7 @@ from typing import Any
 
 from tools.environments.base import BaseEnvironment
 
+from reference.common.cwd import HermesDefaultCwd, initial
 from reference.common.finalize import CleanupOffThread
 from reference.common.overlap import alongside
 from reference.common.passthrough import PassthroughEnvironment
@@ -50,11 +51,9 @@ from reference.deepinfra.settings import KEY_VAR as _KEY_VAR
 from reference.deepinfra.streaming import CommandRun
 
 logger = logging.getLogger("reference.deepinfra")
-# Hermes's generic container default; /root does not survive a stop, so it means "the workspace".
-_NO_PREFERENCE = ("", "/root", "~")
 
 
-class DeepInfraEnvironment(PassthroughEnvironment, CleanupOffThread, BaseEnvironment):
+class DeepInfraEnvironment(HermesDefaultCwd, PassthroughEnvironment, CleanupOffThread, BaseEnvironment):
     passthrough_blocked = frozenset({_KEY_VAR})
     # stdin comes as bytes to _run_bash; the launcher delivers it exactly (see launcher.py).
     _stdin_mode = "pipe"
@@ -75,7 +74,7 @@ class DeepInfraEnvironment(PassthroughEnvironment, CleanupOffThread, BaseEnviron
         self._files = SandboxFiles(lambda: self._sandbox, self._recover_files)
         self._sandbox = self._acquire()
         try:
-            super().__init__(cwd=WORKSPACE if cwd in _NO_PREFERENCE else cwd, timeout=timeout)
+            super().__init__(cwd=initial(cwd, WORKSPACE), timeout=timeout)
             self._prepare()
         except BaseException:
             self._release(terminate=not settings.persistent)
@@ -186,11 +185,6 @@ class DeepInfraEnvironment(PassthroughEnvironment, CleanupOffThread, BaseEnviron
         self._prepare()
 
     # -- commands ----------------------------------------------------------------------------
-    def execute(self, command: str, cwd: str = "", **kwargs: Any) -> dict[str, Any]:
-        # Hosts without the provider's default_cwd pass their generic "/root" on every call;
-        # it does not survive a stop, so it means this environment's cwd (a cd is kept).
-        return super().execute(command, "" if cwd == "/root" else cwd, **kwargs)
-
     def _run_bash(
         self, cmd_string: str, *, login: bool = False, timeout: int = 120, stdin_data: str | None = None
     ) -> Any:

@@ -22,6 +22,7 @@ from tools.environments.base import BaseEnvironment
 from tools.environments.base_output import _ThreadedProcessHandle
 
 from reference.common import tar_transfer
+from reference.common.cwd import HermesDefaultCwd
 from reference.common.finalize import CleanupOffThread
 from reference.common.naming import sandbox_name
 from reference.common.overlap import alongside
@@ -43,7 +44,7 @@ def _finished(text: str, exit_code: int) -> _ThreadedProcessHandle:
     return _ThreadedProcessHandle(lambda: (text, exit_code))
 
 
-class UpstashBoxEnvironment(PassthroughEnvironment, CleanupOffThread, BaseEnvironment):
+class UpstashBoxEnvironment(HermesDefaultCwd, PassthroughEnvironment, CleanupOffThread, BaseEnvironment):
     passthrough_blocked = frozenset({KEY_VAR})
 
     def __init__(self, *, account: Account, settings: Settings, task_id: str, cwd: str, timeout: int):

@@ -6,6 +6,7 @@ import os
 from typing import Any
 
 from reference.common.credentials import required
+from reference.common.cwd import initial
 from reference.common.provider import ReferenceProvider, Sdk, Setup
 from reference.upstash_box import settings as config
 
@@ -51,5 +52,9 @@ class UpstashBoxProvider(ReferenceProvider):
 
         account = Account(api_key=configured.credentials[config.KEY_VAR], base_url=config.secret(config.URL_VAR))
         return UpstashBoxEnvironment(
-            account=account, settings=configured.settings, task_id=task_id, cwd=cwd or self.default_cwd, timeout=timeout
+            account=account,
+            settings=configured.settings,
+            task_id=task_id,
+            cwd=initial(cwd, self.default_cwd),
+            timeout=timeout,
         )
