@@ -9,6 +9,7 @@ nox -s typecheck                            # mypy, configured in pyproject.toml
 nox -s worker                               # the reference Cloudflare Worker's own tests (npm)
 nox -s host_equivalence                     # same verdicts on two PyPI Hermes trees and the stand-ins
 nox -s hermes_builtins                      # certify hermes-agent 0.19.0's own local and SSH environments
+nox -s hermes_e2e                           # the reference backends driven through a real Hermes's tool dispatcher
 nox -s bench -- [--quick] [--backends a,b]  # benchmark matrix (not in the default sessions)
 nox -s soak -- [--commands N]               # 8-thread soak and long random sessions (not default)
 """
@@ -406,6 +407,24 @@ def host_equivalence(session: nox.Session, hermes: str) -> None:
                 success_codes=[0, 1],
             )  # failures are compared below, not fatal here
         session.run("hermes-backend-kit", "report", "compare", reports["hermes"], reports["builtin"])
+
+
+# The reference backends hermes_e2e drives through Hermes's own tool dispatcher (tests/e2e/hermes_tools.py).
+E2E_BACKENDS = ("upstash_box", "cloudflare_sandbox", "deepinfra")
+
+
+@nox.session
+def hermes_e2e(session: nox.Session) -> None:
+    """The reference backends inside a real Hermes: the 0.22.2.post1 tree and the kit in one venv, each backend
+    configured with `hermes config set` and the profile's .env against its fake, Hermes's tool calls sent
+    through its own dispatcher (no model).
+
+    nox -s hermes_e2e -- [BACKEND ...]
+    """
+    _bytecode(session)
+    _install_hermes_tree(session, "0.22.2.post1")
+    for backend in session.posargs or E2E_BACKENDS:
+        session.run("python", str(ROOT / "tests" / "e2e" / "hermes_tools.py"), backend)
 
 
 @nox.session
