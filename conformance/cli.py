@@ -309,7 +309,9 @@ def cmd_certify(args: argparse.Namespace) -> int:
     slow = backends.KNOWN_BACKENDS[args.backend].slow_here() if named else None
     if slow:
         print(slow, flush=True)
+    leftovers.sweep_orphaned(Path(tempfile.gettempdir()), "hermes-kit-certify-")  # runs that were SIGKILLed
     run_root = Path(tempfile.mkdtemp(prefix="hermes-kit-certify-"))
+    leftovers.claim(run_root)
     cmd = suite_command.command(
         "-W",
         "ignore::DeprecationWarning",

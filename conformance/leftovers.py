@@ -14,6 +14,7 @@ this user.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import time
 from pathlib import Path
@@ -117,3 +118,38 @@ def end_processes_under(root: str | Path, *, rounds: int = 5) -> list[int]:
         ended.extend(p for p in pids if p not in ended)
         time.sleep(0.05)
     return ended
+
+
+# A run root's owner: "<pid> <start ticks>" of the process that made it.  A root whose owner is gone
+# (SIGKILL, a lost machine: no cleanup ran) is removed by the next run that makes one.
+OWNER_FILE = ".kit-owner"
+
+
+def _started(pid: int) -> str | None:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def claim(root: Path) -> None:
+    """Mark ``root`` as this process's run root."""
+    (root / OWNER_FILE).write_text(f"{os.getpid()} {_started(os.getpid())}\n")
+
+
+def sweep_orphaned(parent: Path, prefix: str) -> list[Path]:
+    """Remove ``parent``'s run roots named ``prefix*`` whose owner process is gone, and any process still
+    running under them; roots without an owner mark are left alone (another kit, or one being made)."""
+    removed = []
+    for root in parent.glob(f"{prefix}*"):
+        try:
+            pid_text, started = (root / OWNER_FILE).read_text().split()
+            pid = int(pid_text)
+        except (OSError, ValueError):
+            continue
+        if _started(pid) == started:
+            continue  # its owner still runs
+        end_processes_under(root)
+        shutil.rmtree(root, ignore_errors=True)
+        removed.append(root)
+    return removed

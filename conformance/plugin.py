@@ -40,7 +40,7 @@ from typing import Any
 
 import pytest
 
-from conformance import backends, bytecode, contract, progress, redact, schedule, verdicts
+from conformance import backends, bytecode, contract, leftovers, progress, redact, schedule, verdicts
 from conformance.host.abi import HOST_MODES
 from conformance.report import build, junit, table
 from conformance.report.headline import must_failure_lines
@@ -455,7 +455,9 @@ def _configure_check_run(config: pytest.Config) -> None:
     if not worker and not config.option.basetemp:
         # pytest keeps its last three temp roots and hypothesis writes .hypothesis/ into the
         # current directory: this run's go under a root of its own, removed at the end.
+        leftovers.sweep_orphaned(Path(tempfile.gettempdir()), "hermes-kit-")  # runs that were SIGKILLed
         state.run_root = Path(tempfile.mkdtemp(prefix="hermes-kit-"))
+        leftovers.claim(state.run_root)
         config.option.basetemp = str(state.run_root / "pytest")
         cache = bytecode.run_cache(state.run_root)  # inherited by the workers and the fakes' processes
         state.bytecode_restore = (bytecode.apply(cache, os.environ), bytecode.use_in_this_process(cache))
@@ -592,8 +594,6 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     state = config.stash.get(_STATE, None)
     if state is None or state.run_root is None:
         return
-    from conformance import leftovers
-
     leftovers.end_processes_under(state.run_root)
     if state.bytecode_restore is not None:
         environ, this_process = state.bytecode_restore

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -13,6 +15,27 @@ from typing import Any
 import pytest
 
 from conformance import suite_command
+
+# The kit's tests build environments outside a kit run too (reference backends, tempdir boxes), and
+# their sync and cleanup read and write the Hermes home: never the user's.  The session gets one of
+# its own, made before the xdist workers start (they and every child inherit it), removed at the end.
+_OWN_HERMES_HOME = "KIT_TESTS_OWN_HERMES_HOME"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if "HERMES_HOME" not in os.environ:
+        home = tempfile.mkdtemp(prefix="kit-tests-hermes-home-")
+        os.environ["HERMES_HOME"] = os.environ[_OWN_HERMES_HOME] = home
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if hasattr(config, "workerinput"):
+        return
+    home = os.environ.pop(_OWN_HERMES_HOME, None)
+    if home is not None and os.environ.get("HERMES_HOME") == home:
+        del os.environ["HERMES_HOME"]
+        shutil.rmtree(home, ignore_errors=True)
+
 
 pytest_plugins = ["pytester"]
 ROOT = Path(__file__).resolve().parents[1]

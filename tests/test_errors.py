@@ -400,6 +400,25 @@ def test_certify_stopped_by_a_signal_ends_its_run_and_removes_its_temp_root(tmp_
     assert not leftovers.processes_under(temp), "certify left processes of its run"
 
 
+def test_a_root_whose_run_was_killed_is_removed_by_the_next_run_and_a_live_ones_kept(tmp_path):
+    """SIGKILL leaves no chance to clean up: the next run removes a root whose owner process is gone (and what
+    still runs under it), never one whose owner runs, nor one it cannot tell."""
+    killed = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    orphan = tmp_path / "hermes-kit-certify-orphan"
+    orphan.mkdir()
+    (orphan / "pytest").mkdir()
+    (orphan / leftovers.OWNER_FILE).write_text(f"{killed.pid} {leftovers._started(killed.pid)}\n")
+    killed.kill()
+    killed.wait()
+    live = tmp_path / "hermes-kit-certify-live"
+    live.mkdir()
+    leftovers.claim(live)
+    unmarked = tmp_path / "hermes-kit-certify-unmarked"
+    unmarked.mkdir()
+    assert leftovers.sweep_orphaned(tmp_path, "hermes-kit-certify-") == [orphan]
+    assert not orphan.exists() and live.is_dir() and unmarked.is_dir()
+
+
 # ------------------------------------------------------------------ messages that name the real failure
 def test_a_tool_plugin_is_told_it_is_not_a_terminal_backend(tmp_path):
     directory = tmp_path / "a_tool"
